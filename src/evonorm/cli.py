@@ -1,0 +1,65 @@
+"""The `evonorm` command line.
+
+Each subcommand lives in its own module `evonorm.commands.<name>` with a `main(argv) -> int`;
+this file only routes, so `evonorm --help` answers without importing torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import NoReturn, Sequence
+
+COMMANDS: dict[str, str] = {
+    "search": "run a layer search (regularized evolution or random search) into a run folder",
+    "resume": "continue a stopped or killed search from its run folder",
+    "rerank": "retrain a search's top layers in a larger setting and rank them",
+    "report": "write figures and an HTML report for one or more runs",
+    "train": "train one layer on one architecture and print its accuracy",
+    "show": "print a layer (registry name or graph JSON) as formula and code",
+    "list": "list the registered layers, architectures, presets and datasets",
+}
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as one line, exit status 2, no traceback."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        width = max(map(len, COMMANDS))
+        lines = [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
+        print("usage: evonorm COMMAND [options]\n\ncommands:\n" + "\n".join(lines)
+              + "\n\n`evonorm COMMAND --help` describes each command.")
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from evonorm import __version__
+        print(__version__)
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"evonorm: error: unknown command {name!r} (choose from {', '.join(COMMANDS)})",
+              file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"evonorm.commands.{name}")
+    try:
+        return int(module.main(rest) or 0)
+    except CommandError as err:
+        print(f"evonorm {name}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"evonorm {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
