@@ -1,0 +1,347 @@
+"""Datasets for the proxy task, held in memory as uint8 tensors, augmented in whole batches.
+
+Readers: CIFAR-10/100 (python-pickle layout, optional checksummed download), Fashion-MNIST (IDX
+files, zero-padded 28 -> 32 so the CIFAR models and 24x24 crops apply unchanged) and a learnable
+synthetic set for tests. Every reader checks sizes and refuses a corrupt or truncated file with an
+error that names it: a silently partial dataset would make every accuracy wrong.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import pickle
+import shutil
+import struct
+import tarfile
+import tempfile
+import urllib.request
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+DATASETS = ("cifar10", "cifar100", "fashion_mnist", "synthetic")
+FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
+
+_CIFAR = {
+    "cifar10": dict(folder="cifar-10-batches-py", classes=10, label_key=b"labels",
+                    train=[f"data_batch_{i}" for i in range(1, 6)], test=["test_batch"],
+                    url="https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+                    md5="c58f30108f718f92721af3b95e74349a"),
+    "cifar100": dict(folder="cifar-100-python", classes=100, label_key=b"fine_labels",
+                     train=["train"], test=["test"],
+                     url="https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+                     md5="eb9058c3a382ffc7106e4002c42a8d85"),
+}
+_FASHION_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+
+
+@dataclass
+class Dataset:
+    """An image classification set in memory: uint8 images (N, C, H, W), int64 labels."""
+
+    name: str
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+    mean: tuple[float, ...]  # per channel, on the [0, 1] scale
+    std: tuple[float, ...]
+
+    @property
+    def channels(self) -> int:
+        return int(self.train_x.shape[1])
+
+    @property
+    def image_size(self) -> int:
+        return int(self.train_x.shape[-1])
+
+    def __repr__(self) -> str:
+        return (f"Dataset({self.name!r}, train={tuple(self.train_x.shape)}, "
+                f"test={tuple(self.test_x.shape)}, classes={self.num_classes})")
+
+
+def default_root() -> Path:
+    """Where datasets live unless a root is given: $EVONORM_DATA or ~/.cache/evonorm/data."""
+    return Path(os.environ.get("EVONORM_DATA", Path.home() / ".cache" / "evonorm" / "data"))
+
+
+def default_dataset_name() -> str:
+    """"fashion_mnist" where its files are installed (works offline), else "synthetic"."""
+    return "fashion_mnist" if _find_fashion_dir(None) is not None else "synthetic"
+
+
+def load_dataset(name: str, root: str | Path | None = None, *, download: bool = False,
+                 n_train: int | None = None, n_test: int | None = None, seed: int = 0) -> Dataset:
+    """Load a dataset by name; `n_train`/`n_test` keep a seeded random subset of each split."""
+    if name == "cifar10" or name == "cifar100":
+        ds = _load_cifar(name, Path(root) if root else default_root(), download)
+    elif name == "fashion_mnist":
+        ds = _load_fashion_mnist(root)
+    elif name == "synthetic":
+        ds = synthetic_dataset(n_train=n_train or 2048, n_test=n_test or 512, seed=seed)
+    else:
+        raise ValueError(f"unknown dataset {name!r} (choose from {', '.join(DATASETS)})")
+    return subset(ds, n_train, n_test, seed=seed)
+
+
+def subset(ds: Dataset, n_train: int | None = None, n_test: int | None = None,
+           seed: int = 0) -> Dataset:
+    """A seeded random subset of each split (None or a size >= the split keeps it whole)."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def pick(x: torch.Tensor, y: torch.Tensor, n: int | None):
+        if n is None or n >= len(y):
+            return x, y
+        if n < 1:
+            raise ValueError(f"subset size must be >= 1, got {n}")
+        idx = torch.randperm(len(y), generator=gen)[:n].sort().values
+        return x[idx], y[idx]
+
+    train_x, train_y = pick(ds.train_x, ds.train_y, n_train)
+    test_x, test_y = pick(ds.test_x, ds.test_y, n_test)
+    return replace(ds, train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y)
+
+
+def holdout_split(ds: Dataset, frac: float = 0.1, seed: int = 0) -> Dataset:
+    """Train on a seeded (1 - frac) of the training set, test on the held-out rest (reranking)."""
+    n = len(ds.train_y)
+    n_held = int(round(n * frac))
+    if not 0 < n_held < n:
+        raise ValueError(f"holdout fraction {frac} leaves an empty split of {n} training images")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    held, kept = perm[:n_held].sort().values, perm[n_held:].sort().values
+    return replace(ds, name=f"{ds.name}-holdout", train_x=ds.train_x[kept],
+                   train_y=ds.train_y[kept], test_x=ds.train_x[held], test_y=ds.train_y[held])
+
+
+# ----------------------------------------------------------------------------- batches
+
+def crop_size(image_size: int) -> int:
+    """Training crop: 24 for 32x32 images (the paper's), the same 3/4 ratio otherwise."""
+    return max(1, (image_size * 3) // 4)
+
+
+def normalize(x: torch.Tensor, mean, std) -> torch.Tensor:
+    """uint8 (B, C, H, W) -> float32, per-channel standardized."""
+    m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+    return (x.float().div_(255.0) - m) / s
+
+
+def random_crop_flip(x: torch.Tensor, size: int, generator: torch.Generator,
+                     flip: bool = True) -> torch.Tensor:
+    """Random `size`x`size` crops and horizontal flips of a whole batch, by one gather."""
+    b, c, h, w = x.shape
+    if size > h or size > w:
+        raise ValueError(f"crop {size} larger than images {h}x{w}")
+    oy = torch.randint(0, h - size + 1, (b, 1), generator=generator)
+    ox = torch.randint(0, w - size + 1, (b, 1), generator=generator)
+    ar = torch.arange(size).view(1, size)
+    rows = oy + ar  # (B, size)
+    cols = ox + ar
+    if flip:
+        flipped = torch.rand(b, generator=generator) < 0.5
+        cols = torch.where(flipped.view(b, 1), cols.flip(1), cols)
+    bi = torch.arange(b).view(b, 1, 1, 1)
+    ci = torch.arange(c).view(1, c, 1, 1)
+    return x[bi, ci, rows.view(b, 1, size, 1), cols.view(b, 1, 1, size)]
+
+
+def train_batches(ds: Dataset, batch_size: int, steps: int, *, seed: int = 0,
+                  crop: int | None = None, flip: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """`steps` augmented, normalized training batches; seeded epochs of shuffled images."""
+    n = len(ds.train_y)
+    if n == 0:
+        raise ValueError(f"dataset {ds.name!r} has no training images")
+    size = crop or crop_size(ds.image_size)
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(n, generator=gen)
+    pos = 0
+    for _ in range(steps):
+        if pos + batch_size > n:  # a new epoch; keep the tail so small sets still give full batches
+            order = torch.cat([order[pos:], torch.randperm(n, generator=gen)])
+            pos = 0
+        idx = order[pos:pos + batch_size]
+        pos += batch_size
+        x = random_crop_flip(ds.train_x[idx], size, gen, flip=flip)
+        yield normalize(x, ds.mean, ds.std), ds.train_y[idx]
+
+
+def eval_batches(ds: Dataset, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The full-size test images, normalized, in order."""
+    for i in range(0, len(ds.test_y), batch_size):
+        yield normalize(ds.test_x[i:i + batch_size], ds.mean, ds.std), ds.test_y[i:i + batch_size]
+
+
+# ----------------------------------------------------------------------------- CIFAR
+
+def _load_cifar(name: str, root: Path, download: bool) -> Dataset:
+    info = _CIFAR[name]
+    folder = root / info["folder"]
+    if not folder.is_dir():
+        if download:
+            _download_cifar(info, root)
+        else:
+            raise FileNotFoundError(
+                f"{name}: expected the python version of the dataset in {folder} "
+                f"(extract {info['url'].rsplit('/', 1)[1]} into {root}, or pass download=True / "
+                f"--download when online)")
+    train = [_read_cifar_file(folder / f, info["label_key"], info["classes"]) for f in info["train"]]
+    test = [_read_cifar_file(folder / f, info["label_key"], info["classes"]) for f in info["test"]]
+    train_x = torch.cat([x for x, _ in train])
+    test_x = torch.cat([x for x, _ in test])
+    mean, std = _channel_stats(train_x)
+    return Dataset(name, train_x, torch.cat([y for _, y in train]), test_x,
+                   torch.cat([y for _, y in test]), info["classes"], mean, std)
+
+
+def _read_cifar_file(path: Path, label_key: bytes, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One pickled CIFAR batch -> (uint8 N x 3 x 32 x 32, int64 N); any damage names the file."""
+    if not path.is_file():
+        raise FileNotFoundError(f"missing CIFAR file {path}")
+    try:
+        with open(path, "rb") as f:
+            d = pickle.load(f, encoding="bytes")
+        data = np.asarray(d[b"data"], dtype=np.uint8)
+        labels = np.asarray(d[label_key], dtype=np.int64)
+    except Exception as err:  # truncated pickle, wrong content, missing key
+        raise ValueError(f"corrupt CIFAR file {path}: {type(err).__name__}: {err}") from None
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or data.shape[0] != labels.shape[0]:
+        raise ValueError(f"corrupt CIFAR file {path}: data {data.shape} and "
+                         f"{labels.shape[0]} labels do not describe N x 3072 images")
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise ValueError(f"corrupt CIFAR file {path}: labels outside 0..{classes - 1}")
+    x = torch.from_numpy(data.reshape(-1, 3, 32, 32).copy())
+    return x, torch.from_numpy(labels)
+
+
+def _download_cifar(info: dict, root: Path) -> None:
+    """Download the archive, verify its md5, extract; nothing is left half-written on failure."""
+    root.mkdir(parents=True, exist_ok=True)
+    url, md5 = info["url"], info["md5"]
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        archive = Path(tmp) / url.rsplit("/", 1)[1]
+        try:
+            with urllib.request.urlopen(url, timeout=60) as resp, open(archive, "wb") as out:
+                shutil.copyfileobj(resp, out)
+        except OSError as err:
+            raise FileNotFoundError(f"could not download {url} ({err}); place the extracted "
+                                    f"{info['folder']} folder in {root}") from None
+        digest = hashlib.md5(archive.read_bytes()).hexdigest()
+        if digest != md5:
+            raise ValueError(f"checksum mismatch for {url}: md5 {digest}, expected {md5}")
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        os.replace(Path(tmp) / info["folder"], root / info["folder"])
+
+
+# ----------------------------------------------------------------------------- Fashion-MNIST
+
+def _find_fashion_dir(root: str | Path | None) -> Path | None:
+    candidates = [Path(root), Path(root) / "fashion-mnist", Path(root) / "fashion_mnist"] if root \
+        else [default_root() / "fashion-mnist", FASHION_MNIST_SYSTEM_DIR]
+    for folder in candidates:
+        if all(_idx_path(folder, f) is not None for pair in _FASHION_FILES.values() for f in pair):
+            return folder
+    return None
+
+
+def _idx_path(folder: Path, stem: str) -> Path | None:
+    for p in (folder / f"{stem}.gz", folder / stem):
+        if p.is_file():
+            return p
+    return None
+
+
+def _load_fashion_mnist(root: str | Path | None) -> Dataset:
+    folder = _find_fashion_dir(root)
+    if folder is None:
+        where = root if root else f"{default_root() / 'fashion-mnist'} or {FASHION_MNIST_SYSTEM_DIR}"
+        raise FileNotFoundError(
+            f"fashion_mnist: expected train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
+            f"t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz] in {where} "
+            f"(Debian/Ubuntu: apt install dataset-fashion-mnist)")
+    splits = {}
+    for split, (img_stem, lbl_stem) in _FASHION_FILES.items():
+        x = read_idx(_idx_path(folder, img_stem))
+        y = read_idx(_idx_path(folder, lbl_stem))
+        if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
+            raise ValueError(f"corrupt Fashion-MNIST files in {folder}: images {tuple(x.shape)} "
+                             f"and labels {tuple(y.shape)} do not match")
+        if y.numel() and int(y.max()) > 9:
+            raise ValueError(f"corrupt Fashion-MNIST labels in {folder}: values above 9")
+        h, w = x.shape[1:]
+        # zero-pad to 32x32 (28 -> 2 pixels each side): the CIFAR models and 24x24 crops apply as-is
+        ph, pw = max(0, 32 - h), max(0, 32 - w)
+        x = torch.nn.functional.pad(x.unsqueeze(1), (pw // 2, pw - pw // 2, ph // 2, ph - ph // 2))
+        splits[split] = (x, y.long())
+    mean, std = _channel_stats(splits["train"][0])
+    return Dataset("fashion_mnist", *splits["train"], *splits["test"], 10, mean, std)
+
+
+_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
+              0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+
+
+def read_idx(path: Path) -> torch.Tensor:
+    """An IDX file (optionally gzipped) as a tensor; a bad header or wrong length names the file."""
+    try:
+        raw = gzip.open(path).read() if str(path).endswith(".gz") else Path(path).read_bytes()
+    except (OSError, EOFError) as err:
+        raise ValueError(f"corrupt IDX file {path}: {err}") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
+        raise ValueError(f"corrupt IDX file {path}: bad magic number")
+    ndim = raw[3]
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise ValueError(f"corrupt IDX file {path}: truncated header")
+    dims = struct.unpack(f">{ndim}I", raw[4:header])
+    dtype = np.dtype(_IDX_TYPES[raw[2]])
+    expected = int(np.prod(dims)) * dtype.itemsize
+    if len(raw) - header != expected:
+        raise ValueError(f"corrupt IDX file {path}: {len(raw) - header} data bytes, "
+                         f"expected {expected} for shape {dims}")
+    arr = np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims)
+    return torch.from_numpy(arr.astype(arr.dtype.newbyteorder("="), copy=True))
+
+
+# ----------------------------------------------------------------------------- synthetic
+
+def synthetic_dataset(n_train: int = 2048, n_test: int = 512, *, num_classes: int = 10,
+                      channels: int = 3, size: int = 32, seed: int = 0) -> Dataset:
+    """A learnable stand-in for CIFAR: each class is a smooth random template plus noise.
+
+    Templates are low-frequency (upsampled 4x4 patterns) so 24x24 crops and flips keep the class
+    recognisable; the noise keeps it from being solved in a single step.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    coarse = torch.rand(num_classes, channels, 4, 4, generator=gen)
+    templates = torch.nn.functional.interpolate(coarse, size=(size, size), mode="bilinear",
+                                                align_corners=False)
+
+    def draw(n: int):
+        y = torch.randint(0, num_classes, (n,), generator=gen)
+        x = templates[y] * 160 + 48 + torch.randn(n, channels, size, size, generator=gen) * 40
+        return x.clamp_(0, 255).to(torch.uint8), y
+
+    train_x, train_y = draw(n_train)
+    test_x, test_y = draw(n_test)
+    mean, std = _channel_stats(train_x)
+    return Dataset("synthetic", train_x, train_y, test_x, test_y, num_classes, mean, std)
+
+
+def _channel_stats(x: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std on the [0, 1] scale, from (a sample of) the training images."""
+    sample = x[:: max(1, len(x) // 10000)].double().div(255.0)
+    mean = sample.mean(dim=(0, 2, 3))
+    std = sample.std(dim=(0, 2, 3)).clamp_min(1e-3)
+    return tuple(float(v) for v in mean), tuple(float(v) for v in std)
