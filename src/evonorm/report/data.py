@@ -1,0 +1,241 @@
+"""What a report reads: one run's candidates, population and reranks, loaded from its store.
+
+The figures and tables take plain data (`RunData`, candidate records or dicts) so they can be
+built and tested without a store; `load_run` is the only place that opens one, read-only, and it
+tolerates a search that is still writing (a locked database is retried, unknown statuses count as
+pending, a candidate whose graph cannot be parsed is kept with its JSON shown instead of a formula).
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Iterable, Mapping, Sequence
+
+STORE_FILE = "store.sqlite"
+FINISHED = ("valid", "rejected", "failed")
+
+# Field defaults of the store's `Candidate` record, so a hand-written dict may leave fields out.
+_CANDIDATE_DEFAULTS: dict[str, Any] = {
+    "id": 0, "graph": None, "key": None, "fingerprint": None, "parent_id": None, "origin": "random",
+    "status": "pending", "reason": None, "reason_step": None, "accuracies": {}, "fitness": None,
+    "cache_hit": False, "seconds": 0.0, "worker": None, "created_at": None, "finished_at": None,
+}
+
+
+def as_candidate(c: Any) -> Any:
+    """A store `Candidate` is used as is; a mapping becomes a record with the same attributes."""
+    if isinstance(c, Mapping):
+        rec = dict(_CANDIDATE_DEFAULTS)
+        rec.update(c)
+        rec["accuracies"] = dict(rec.get("accuracies") or {})
+        return SimpleNamespace(**rec)
+    return c
+
+
+@dataclass
+class RunData:
+    """Everything a report shows about one run; `name` labels it in figures and tables."""
+
+    name: str
+    candidates: list[Any] = field(default_factory=list)
+    population: list[int] = field(default_factory=list)
+    reranks: list[dict] = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+    # Reference layers (e.g. "bn_relu", "evonorm_b0") -> {arch: accuracy}, for the Pareto figure.
+    references: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.candidates = sorted((as_candidate(c) for c in self.candidates), key=lambda c: c.id)
+
+    @property
+    def finished(self) -> list[Any]:
+        return [c for c in self.candidates if c.status in FINISHED]
+
+    @property
+    def valid(self) -> list[Any]:
+        return [c for c in self.candidates if c.status == "valid" and _finite(c.fitness)]
+
+    @property
+    def archs(self) -> list[str]:
+        """Architectures in the order the config lists them, else in order of first appearance."""
+        cfg = self.config.get("archs") or self.config.get("architectures") or []
+        seen = [a for a in cfg if isinstance(a, str)]
+        for c in self.candidates:
+            for a in c.accuracies or {}:
+                if a not in seen:
+                    seen.append(a)
+        return seen
+
+    @property
+    def num_classes(self) -> int:
+        n = self.config.get("num_classes")
+        return int(n) if isinstance(n, (int, float)) and n >= 2 else 10
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def store_path(run: Path) -> Path:
+    """The run folder's store file; `run` may also name the file itself."""
+    run = Path(run)
+    return run if run.suffix in (".sqlite", ".db") else run / STORE_FILE
+
+
+def run_folder(run: Path) -> Path:
+    run = Path(run)
+    return run.parent if run.suffix in (".sqlite", ".db") else run
+
+
+def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: float = 0.25) -> RunData:
+    """Read one run's store read-only; a writer holding a lock is waited for, then retried.
+
+    Raises FileNotFoundError naming the expected file when the run has no store.
+    """
+    path = store_path(run)
+    if not path.is_file():
+        raise FileNotFoundError(f"no search store at {path} (is {run_folder(run)} a run folder?)")
+    from evonorm.search.store import Store  # imported here: the report package must import without it
+
+    last: Exception | None = None
+    for _ in range(max(1, retries)):
+        store = None
+        try:
+            store = Store(path, readonly=True)
+            data = RunData(
+                name=name or run_folder(run).name or str(run),
+                candidates=list(store.candidates()),
+                population=list(store.population()),
+                reranks=list(_safe(store, "reranks")),
+                config=dict(_safe(store, "config", {}) or {}),
+            )
+            data.references = _references(data, run_folder(run))
+            return data
+        except sqlite3.OperationalError as err:  # "database is locked" while a writer commits
+            last = err
+            time.sleep(wait)
+        finally:
+            if store is not None:
+                store.close()
+    raise RuntimeError(f"could not read {path}: {last}")
+
+
+def _safe(store: Any, method: str, default: Any = ()) -> Any:
+    """An optional part of the read API (e.g. no reranks yet) reads as empty, not as an error."""
+    fn = getattr(store, method, None)
+    if fn is None:
+        return default
+    try:
+        return fn()
+    except sqlite3.OperationalError:
+        raise
+    except Exception:
+        return default
+
+
+def _references(data: RunData, folder: Path) -> dict[str, dict[str, float]]:
+    """Reference layers' accuracies: from `references.json` in the run folder or the report folder
+    (written by `evonorm report --references` or the experiments), or from the config's
+    `references` entry, or from seed candidates whose graph is a named library layer."""
+    import json
+
+    refs: dict[str, dict[str, float]] = {}
+    cfg_refs = data.config.get("references")
+    if isinstance(cfg_refs, Mapping):
+        refs.update({str(k): dict(v) for k, v in cfg_refs.items() if isinstance(v, Mapping)})
+    for p in (folder / "references.json", folder / "report" / "references.json"):
+        if p.is_file():
+            try:
+                obj = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue
+            refs.update({str(k): dict(v) for k, v in obj.items() if isinstance(v, Mapping)})
+    names = named_keys()
+    for c in data.candidates:
+        label = names.get(c.key or "")
+        if label and c.accuracies and label not in refs:
+            refs[label] = dict(c.accuracies)
+    return refs
+
+
+def named_keys() -> dict[str, str]:
+    """Canonical key -> name for the library's named EvoNorm layers (empty when unavailable)."""
+    try:
+        from evonorm.graph.library import NAMED_GRAPHS
+    except Exception:
+        return {}
+    out = {}
+    for name, g in NAMED_GRAPHS.items():
+        if name.startswith("evonorm_"):
+            try:
+                out[g.key()] = name
+            except Exception:
+                continue
+    return out
+
+
+def reason_category(c: Any) -> str:
+    """A short label for why a finished candidate did not count: "valid", or its reason's kind
+    ("quality:resnet50_cifar", "stability", "nonfinite", "error", ...)."""
+    if c.status == "valid":
+        return "valid"
+    if c.status not in FINISHED:
+        return "pending"
+    reason = (c.reason or c.status or "unknown").strip()
+    head = reason.split(":", 1)[0].strip()
+    if head in ("error", "exception"):
+        return "error"
+    if head == "quality" or head == "precheck":
+        return reason.split(" ", 1)[0]
+    return head.split(" ", 1)[0] or c.status
+
+
+def top_layers(candidates: Iterable[Any], n: int = 10, by: str = "key") -> list[dict]:
+    """The best distinct valid layers: one row per key (or fingerprint), best fitness first,
+    with how many candidates shared that key (`found`) and the best one's record."""
+    groups: dict[str, list[Any]] = {}
+    for c in map(as_candidate, candidates):
+        k = getattr(c, by, None) or getattr(c, "key", None) or f"id{c.id}"
+        groups.setdefault(k, []).append(c)
+    rows = []
+    for k, members in groups.items():
+        valid = [c for c in members if c.status == "valid" and _finite(c.fitness)]
+        if not valid:
+            continue
+        best = max(valid, key=lambda c: (c.fitness, -c.id))
+        rows.append({"key": k, "best": best, "found": len(members), "fitness": best.fitness,
+                     "first_id": min(c.id for c in members)})
+    rows.sort(key=lambda r: (-r["fitness"], r["first_id"]))
+    return rows[:n]
+
+
+def formula(graph_json: Any, *, latex: bool = False) -> str:
+    """The layer's formula, or its JSON when the graph cannot be parsed (never raises)."""
+    import json
+
+    try:
+        from evonorm.graph import Graph
+
+        g = Graph.from_json(graph_json)
+        return g.to_latex() if latex else g.to_text()
+    except Exception:
+        return json.dumps(graph_json, separators=(",", ":")) if graph_json is not None else "?"
+
+
+def pareto_front(points: Sequence[Sequence[float]]) -> list[int]:
+    """Indices of the non-dominated points (maximizing every coordinate)."""
+    front = []
+    for i, p in enumerate(points):
+        dominated = False
+        for j, q in enumerate(points):
+            if j != i and all(b >= a for a, b in zip(p, q)) and any(b > a for a, b in zip(p, q)):
+                dominated = True
+                break
+        if not dominated:
+            front.append(i)
+    return front

@@ -1,0 +1,270 @@
+"""The report's figures, each a function of plain data returning a matplotlib Figure.
+
+They mirror the paper: search progress (Fig. 10), accuracy histogram of random layers (Fig. 2),
+cross-architecture calibration (Fig. 4), plus the Pareto front of the population and the rejection
+statistics. Every function draws something readable on empty or partial data (a figure that says
+what is missing), because reports are made while a search is still running.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+from typing import Any, Sequence
+
+from evonorm.report.data import (
+    RunData,
+    _finite,
+    as_candidate,
+    pareto_front,
+    reason_category,
+)
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed); a clear error when absent."""
+    try:
+        import matplotlib
+    except ImportError as err:  # optional extra
+        raise ImportError(
+            "reports need matplotlib, an optional extra: pip install 'evonorm[plots]'") from err
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def png_bytes(fig: Any, dpi: int = 110) -> bytes:
+    """The figure as PNG bytes; closes it (figures are built in loops, pyplot keeps them alive)."""
+    plt = pyplot()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _message(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=11,
+            color="0.35", wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float], list[float]]:
+    """(candidates evaluated, mean, std) of the top-`top` valid layers in the population after
+    each valid arrival. The population is the last `population_size` valid layers when the run's
+    config sets one (aging evolution), else every valid layer so far."""
+    window = run.config.get("population_size")
+    window = int(window) if isinstance(window, (int, float)) and window > 0 else None
+    xs, means, stds = [], [], []
+    fitness: list[float] = []
+    evaluated = 0
+    for c in run.candidates:
+        if c.status not in ("valid", "rejected", "failed"):
+            continue
+        evaluated += 1
+        if c.status != "valid" or not _finite(c.fitness):
+            continue
+        fitness.append(float(c.fitness))
+        pool = fitness[-window:] if window else fitness
+        best = sorted(pool, reverse=True)[:top]
+        m = sum(best) / len(best)
+        s = math.sqrt(sum((b - m) ** 2 for b in best) / len(best))
+        xs.append(evaluated)
+        means.append(m)
+        stds.append(s)
+    return xs, means, stds
+
+
+def search_progress(runs: Sequence[RunData], *, top: int = 10, baseline: float | None = None,
+                    baseline_label: str = "BN-ReLU") -> Any:
+    """Fig. 10: mean and spread of the top-10 valid layers' fitness vs candidates evaluated."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    drawn = 0
+    for i, run in enumerate(runs):
+        xs, m, s = progress_curve(run, top)
+        if not xs:
+            continue
+        color = f"C{i % 10}"
+        ax.plot(xs, m, color=color, label=f"{run.name} ({len(run.finished)} evaluated)")
+        ax.fill_between(xs, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)],
+                        color=color, alpha=0.2, linewidth=0)
+        drawn += 1
+    if baseline is None:
+        for run in runs:
+            ref = run.references.get("bn_relu")
+            if ref:
+                baseline = sum(ref.values()) / len(ref)
+                break
+    if not drawn:
+        _message(ax, "no valid layer yet: nothing to plot")
+    else:
+        if baseline is not None:
+            ax.axhline(baseline, color="k", linestyle="--", linewidth=1, label=baseline_label)
+        ax.set_xlabel("candidates evaluated")
+        ax.set_ylabel(f"fitness (mean accuracy) of top-{top}")
+        ax.legend(fontsize=8, loc="lower right")
+        ax.grid(alpha=0.3)
+    ax.set_title(f"Search progress (mean ± std of the top-{top} valid layers)")
+    return fig
+
+
+def random_accuracies(candidates: Sequence[Any], archs: Sequence[str], chance: float,
+                      *, origin: str | None = "random") -> dict[str, list[float]]:
+    """Per-architecture accuracies of the finished candidates of one origin (all when None).
+    A candidate that stopped before an architecture was trained (non-finite loss, exception,
+    an earlier quality failure) did not learn on it: it counts at chance, as in the paper."""
+    out: dict[str, list[float]] = {a: [] for a in archs}
+    for c in map(as_candidate, candidates):
+        if c.status not in ("valid", "rejected", "failed"):
+            continue
+        if origin is not None and c.origin != origin:
+            continue
+        for a in archs:
+            acc = (c.accuracies or {}).get(a)
+            out[a].append(float(acc) if _finite(acc) else chance)
+    return out
+
+
+def accuracy_histogram(candidates: Sequence[Any], archs: Sequence[str], *, chance: float = 0.1,
+                       reference: float | None = None, origin: str | None = "random",
+                       bins: int = 40) -> Any:
+    """Fig. 2: histogram of random layers' accuracies (one colour per architecture, log counts)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    accs = random_accuracies(candidates, archs, chance, origin=origin)
+    n = max((len(v) for v in accs.values()), default=0)
+    if n == 0:
+        _message(ax, f"no finished {origin or ''} candidate yet".replace("  ", " "))
+    else:
+        edges = [i / bins for i in range(bins + 1)]
+        for i, a in enumerate(archs):
+            at_chance = sum(1 for v in accs[a] if v <= chance * 1.5)
+            ax.hist(accs[a], bins=edges, alpha=0.5, color=f"C{i}", log=True,
+                    label=f"{a}: {at_chance}/{len(accs[a])} near chance")
+        if reference is not None:
+            ax.axvline(reference, color="k", linestyle="--", linewidth=1, label="BN-ReLU")
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("accuracy")
+        ax.set_ylabel("count (log scale)")
+        ax.legend(fontsize=8)
+    kind = f"{n} {origin} layers" if origin else f"{n} layers"
+    ax.set_title(f"Accuracy histogram of {kind} (failures count at chance)")
+    return fig
+
+
+def calibration(candidates: Sequence[Any], archs: Sequence[str], *, chance: float = 0.1,
+                origin: str | None = None) -> Any:
+    """Fig. 4: accuracy on one architecture against another, for every pair of architectures."""
+    plt = pyplot()
+    pairs = list(itertools.combinations(archs, 2))
+    fig, axes = plt.subplots(1, max(1, len(pairs)), figsize=(4.2 * max(1, len(pairs)), 4.0),
+                             squeeze=False)
+    accs = random_accuracies(candidates, archs, chance, origin=origin)
+    if not pairs or not any(accs.values()):
+        _message(axes[0][0], "need finished candidates on two architectures")
+        return fig
+    for ax, (a, b) in zip(axes[0], pairs):
+        xs, ys = accs[a], accs[b]
+        ax.scatter(xs, ys, s=9, alpha=0.5, color="C0", linewidths=0)
+        ax.plot([0, 1], [0, 1], color="0.6", linewidth=0.8, linestyle=":")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_aspect("equal")
+        ax.set_xlabel(f"{a} accuracy")
+        ax.set_ylabel(f"{b} accuracy")
+        r = _pearson(xs, ys)
+        ax.set_title(f"{a} vs {b}\nn={len(xs)}, r={r:.2f}" if r is not None else f"{a} vs {b}",
+                     fontsize=9)
+    fig.suptitle("Cross-architecture calibration (failures count at chance)", fontsize=10)
+    return fig
+
+
+def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    n = len(xs)
+    if n < 3:
+        return None
+    mx, my = sum(xs) / n, sum(ys) / n
+    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
+    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
+    if sx == 0 or sy == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sx * sy)
+
+
+def pareto(run: RunData) -> Any:
+    """The population's accuracies on the first two architectures, its Pareto front over all
+    architectures highlighted, and reference layers (EvoNorm, BN-ReLU) where the run has them."""
+    plt = pyplot()
+    archs = run.archs
+    fig, ax = plt.subplots(figsize=(5.6, 4.8))
+    pop_ids = set(run.population)
+    members = [c for c in run.valid if c.id in pop_ids] or run.valid
+    members = [c for c in members if all(_finite((c.accuracies or {}).get(a)) for a in archs)]
+    if len(archs) < 2 or not members:
+        _message(ax, "no valid layer with accuracies on two architectures yet")
+        ax.set_title("Pareto front of the population")
+        return fig
+    a, b = archs[0], archs[1]
+    pts = [[c.accuracies[x] for x in archs] for c in members]
+    front = set(pareto_front(pts))
+    ax.scatter([p[0] for i, p in enumerate(pts) if i not in front],
+               [p[1] for i, p in enumerate(pts) if i not in front],
+               s=12, color="0.6", alpha=0.6, label="population")
+    fr = sorted((pts[i] for i in front), key=lambda p: p[0])
+    ax.scatter([p[0] for p in fr], [p[1] for p in fr], s=22, color="C3",
+               label=f"Pareto front over {len(archs)} archs ({len(fr)})")
+    ax.plot([p[0] for p in fr], [p[1] for p in fr], color="C3", linewidth=0.8, alpha=0.6)
+    markers = itertools.cycle("*^sDPX")
+    for name, acc in sorted(run.references.items()):
+        if _finite(acc.get(a)) and _finite(acc.get(b)):
+            ax.scatter([acc[a]], [acc[b]], marker=next(markers), s=110, edgecolors="k",
+                       label=name, zorder=5)
+    ax.set_xlabel(f"{a} accuracy")
+    ax.set_ylabel(f"{b} accuracy")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    ax.set_title(f"Pareto front of the population ({len(members)} layers)")
+    return fig
+
+
+def rejections(runs: Sequence[RunData]) -> Any:
+    """Counts of candidates by outcome: valid, or the reason they were rejected or failed."""
+    plt = pyplot()
+    cats: list[str] = []
+    counts: list[dict[str, int]] = []
+    for run in runs:
+        cnt: dict[str, int] = {}
+        for c in run.candidates:
+            k = reason_category(c)
+            cnt[k] = cnt.get(k, 0) + 1
+            if k not in cats:
+                cats.append(k)
+        counts.append(cnt)
+    cats.sort(key=lambda k: (k != "valid", k == "pending", -sum(c.get(k, 0) for c in counts), k))
+    fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.38 * max(1, len(cats)) * max(1, len(runs)) ** 0.5))
+    if not cats:
+        _message(ax, "no candidate yet")
+        ax.set_title("Outcomes")
+        return fig
+    h = 0.8 / len(runs)
+    for i, (run, cnt) in enumerate(zip(runs, counts)):
+        ys = [j + i * h for j in range(len(cats))]
+        vals = [cnt.get(k, 0) for k in cats]
+        bars = ax.barh(ys, vals, height=h, color=f"C{i % 10}", label=run.name)
+        total = sum(vals)
+        for bar, v in zip(bars, vals):
+            if v:
+                ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                        f" {v} ({100 * v / total:.0f}%)", va="center", fontsize=7)
+    ax.set_yticks([j + 0.4 - h / 2 for j in range(len(cats))])
+    ax.set_yticklabels(cats, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("candidates")
+    ax.margins(x=0.2)
+    if len(runs) > 1:
+        ax.legend(fontsize=8)
+    ax.set_title("Outcomes: valid, or rejection/failure reason")
+    return fig

@@ -1,0 +1,160 @@
+"""One self-contained HTML page: PNG figures embedded as data URIs, tables, formulas as text.
+
+No scripts, no external assets, so the page opens offline and can be mailed as one file.
+Formulas are the graph's plain-text rendering (KaTeX is not available offline); the LaTeX form
+is kept in a collapsible line under each formula for pasting into a paper.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import time
+from typing import Any, Sequence
+
+from evonorm.report.data import FINISHED, RunData, _finite, formula, reason_category, top_layers
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;
+color:#222;padding:0 1em}
+h1{font-size:1.6em}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;font-size:.9em;margin:.6em 0}
+th,td{border:1px solid #ccc;padding:.25em .55em;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+code.formula{font-family:ui-monospace,Menlo,Consolas,monospace;white-space:pre-wrap}
+details{font-size:.8em;color:#555}figure{margin:1em 0}img{max-width:100%;border:1px solid #eee}
+figcaption{font-size:.85em;color:#555}.note{color:#666;font-size:.9em}
+"""
+
+
+def data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]], *, cls: str = "") -> str:
+    """An HTML table; float cells are formatted and right-aligned, strings are escaped unless
+    they are already markup (wrapped in `Markup`)."""
+    out = [f'<table class="{esc(cls)}"><thead><tr>'
+           + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr></thead><tbody>"]
+    for row in rows:
+        cells = []
+        for v in row:
+            if isinstance(v, Markup):
+                cells.append(f"<td>{v}</td>")
+            elif isinstance(v, float):
+                cells.append(f'<td class="num">{v:.4f}</td>')
+            elif isinstance(v, int) and not isinstance(v, bool):
+                cells.append(f'<td class="num">{v}</td>')
+            else:
+                cells.append(f"<td>{esc('' if v is None else v)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+class Markup(str):
+    """A string that is already HTML."""
+
+
+def formula_cell(graph_json: Any) -> Markup:
+    text = formula(graph_json)
+    latex = formula(graph_json, latex=True)
+    extra = f"<details><summary>LaTeX</summary><code>{esc(latex)}</code></details>" if latex != text else ""
+    return Markup(f'<code class="formula">{esc(text)}</code>{extra}')
+
+
+def summary_rows(runs: Sequence[RunData]) -> list[list[Any]]:
+    rows = []
+    for r in runs:
+        st = {s: 0 for s in (*FINISHED, "pending")}
+        for c in r.candidates:
+            st[c.status if c.status in FINISHED else "pending"] += 1
+        best = max((c.fitness for c in r.valid), default=None)
+        hits = sum(1 for c in r.candidates if getattr(c, "cache_hit", False))
+        secs = sum(float(c.seconds or 0) for c in r.candidates if _finite(c.seconds))
+        rows.append([r.name, len(r.candidates), st["valid"], st["rejected"], st["failed"],
+                     st["pending"], hits, best, f"{secs / 60:.1f} min", ", ".join(r.archs)])
+    return rows
+
+
+def top_table(run: RunData, n: int = 10) -> str:
+    archs = run.archs
+    rows = []
+    for i, row in enumerate(top_layers(run.candidates, n), 1):
+        c = row["best"]
+        rows.append([i, formula_cell(c.graph), *[(c.accuracies or {}).get(a) for a in archs],
+                     c.fitness, row["found"], c.id, c.origin])
+    if not rows:
+        return '<p class="note">No valid layer yet.</p>'
+    return table(["#", "layer", *archs, "fitness", "found", "first best id", "origin"], rows)
+
+
+def rerank_table(run: RunData) -> str:
+    if not run.reranks:
+        return '<p class="note">No reranking recorded for this run (<code>evonorm rerank RUN</code>).</p>'
+    keys: list[str] = []
+    for r in run.reranks:
+        for k in r:
+            if k not in keys and k not in ("graph",):
+                keys.append(k)
+    has_graph = any("graph" in r for r in run.reranks)
+    header = (["layer"] if has_graph else []) + keys
+    rows = []
+    for r in run.reranks:
+        cells = [formula_cell(r["graph"])] if has_graph else []
+        for k in keys:
+            v = r.get(k)
+            cells.append(", ".join(f"{a}: {x:.4f}" if _finite(x) else f"{a}: {x}" for a, x in v.items())
+                         if isinstance(v, dict) else v)
+        rows.append(cells)
+    return table(header, rows)
+
+
+def reasons_table(runs: Sequence[RunData]) -> str:
+    cats: dict[str, list[int]] = {}
+    for i, r in enumerate(runs):
+        for c in r.candidates:
+            cats.setdefault(reason_category(c), [0] * len(runs))[i] += 1
+    rows = [[k, *v] for k, v in sorted(cats.items(), key=lambda kv: (kv[0] != "valid", -sum(kv[1])))]
+    return table(["outcome", *[r.name for r in runs]], rows) if rows else '<p class="note">No candidate yet.</p>'
+
+
+def reference_table(run: RunData) -> str:
+    if not run.references:
+        return ('<p class="note">No reference evaluations in this run: the Pareto figure shows the '
+                'population only (add them with <code>evonorm report RUN --references</code>).</p>')
+    archs = run.archs
+    rows = [[name, *[acc.get(a) for a in archs],
+             (sum(acc.get(a, 0.0) for a in archs) / len(archs)) if archs and all(_finite(acc.get(a)) for a in archs) else None]
+            for name, acc in sorted(run.references.items())]
+    return table(["reference layer", *archs, "mean"], rows)
+
+
+def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes]]) -> str:
+    """The page: summary, figures (title, caption, PNG bytes), outcome table, and per run its
+    top layers, references and reranks."""
+    title = "evonorm report: " + ", ".join(r.name for r in runs)
+    parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
+             f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1>",
+             f'<p class="note">Written {esc(time.strftime("%Y-%m-%d %H:%M:%S %Z"))} from the run store(s); '
+             "a search still running shows what had finished by then.</p>",
+             "<h2>Runs</h2>",
+             table(["run", "candidates", "valid", "rejected", "failed", "pending", "cache hits",
+                    "best fitness", "compute", "architectures"], summary_rows(runs))]
+    parts.append("<h2>Figures</h2>")
+    for name, caption, png in figures:
+        parts.append(f'<figure id="{esc(name)}"><img alt="{esc(caption)}" src="{data_uri(png)}">'
+                     f"<figcaption>{esc(caption)}</figcaption></figure>")
+    parts.append("<h2>Outcomes by reason</h2>" + reasons_table(runs))
+    for r in runs:
+        parts.append(f"<h2>Top layers of {esc(r.name)}</h2>"
+                     '<p class="note">One row per distinct layer (canonical key); "found" counts the '
+                     "candidates that were this layer.</p>" + top_table(r))
+        parts.append(f"<h3>Reference layers ({esc(r.name)})</h3>" + reference_table(r))
+        parts.append(f"<h3>Reranking ({esc(r.name)})</h3>" + rerank_table(r))
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
