@@ -1,0 +1,127 @@
+"""Report figures and the HTML page from hand-made candidate records (no store, no training)."""
+
+import base64
+import random
+import re
+import sys
+
+import pytest
+
+pytest.importorskip("matplotlib", reason="reports need the optional `plots` extra")
+
+from evonorm.cli import main as cli_main  # noqa: E402
+from evonorm.report import build_report, make_figures  # noqa: E402
+from evonorm.report.data import (  # noqa: E402
+    RunData,
+    pareto_front,
+    reason_category,
+    top_layers,
+)
+from evonorm.report.figures import progress_curve, random_accuracies  # noqa: E402
+
+ARCHS = ["resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar"]
+B0 = {"nodes": [["instance_std", 0], ["mul", 3, 0], ["add", 5, 4], ["batch_std", 0],
+                ["max", 7, 6], ["div", 0, 8]]}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def fake_candidates(n=60, seed=0):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        status = ["valid", "rejected", "rejected", "failed"][i % 4]
+        acc = {a: rng.uniform(0.2, 0.9) for a in ARCHS} if status == "valid" else {ARCHS[0]: 0.1}
+        if status == "failed":
+            acc = {}
+        out.append({"id": i, "graph": B0, "key": f"k{i % 7}", "origin": "random" if i % 2 else "mutation",
+                    "status": status,
+                    "reason": {"valid": None, "rejected": f"quality:{ARCHS[0]}", "failed": "error: boom"}[status],
+                    "accuracies": acc, "fitness": sum(acc.values()) / 3 if status == "valid" else None,
+                    "seconds": 1.5})
+    out.append({"id": n, "status": "pending"})  # an evaluation still in flight
+    return out
+
+
+def embedded_pngs(page: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)]
+
+
+def test_page_embeds_every_figure_and_fills_tables(tmp_path):
+    runs = [RunData("evo", fake_candidates(), population=list(range(20, 60)), config={"archs": ARCHS},
+                    references={"bn_relu": {a: 0.8 for a in ARCHS}}),
+            RunData("rs", fake_candidates(seed=1), config={"archs": ARCHS})]
+    page = build_report(runs, tmp_path)
+    html = page.read_text()
+    pngs = embedded_pngs(html)
+    assert len(pngs) == 5 and all(p.startswith(PNG) and len(p) > 2000 for p in pngs)
+    for stem in ("search_progress", "accuracy_histogram", "calibration", "pareto", "rejections"):
+        assert (tmp_path / "report" / f"{stem}.png").read_bytes().startswith(PNG)
+    assert "<script" not in html and "http" not in html.split("<body>", 1)[1]  # self-contained
+    top = html.split("Top layers of evo", 1)[1].split("</table>", 1)[0]
+    assert top.count("<tr>") == 1 + 7  # header + one row per distinct key among the valid (i%4==0 -> i%7 takes all 7)
+    assert "quality:resnet50_cifar" in html and "bn_relu" in html
+    assert not list(tmp_path.glob("**/*.tmp"))
+
+
+def test_empty_run_still_gives_a_page_that_says_so(tmp_path):
+    page = build_report([RunData("fresh")], tmp_path)
+    html = page.read_text()
+    assert len(embedded_pngs(html)) == 5
+    assert "No valid layer yet" in html
+
+
+def test_top_layers_groups_by_key_and_counts_how_often_found():
+    cands = [{"id": 0, "key": "a", "status": "valid", "fitness": 0.5, "accuracies": {"r": 0.5}},
+             {"id": 1, "key": "a", "status": "valid", "fitness": 0.7, "accuracies": {"r": 0.7}},
+             {"id": 2, "key": "a", "status": "rejected", "reason": "stability"},
+             {"id": 3, "key": "b", "status": "valid", "fitness": 0.6, "accuracies": {"r": 0.6}},
+             {"id": 4, "key": "c", "status": "failed", "reason": "nonfinite"}]
+    rows = top_layers(cands)
+    assert [(r["key"], r["found"], r["best"].id) for r in rows] == [("a", 3, 1), ("b", 1, 3)]
+
+
+def test_pareto_front_maximizes_every_coordinate():
+    pts = [(0.5, 0.5), (0.6, 0.4), (0.4, 0.4), (0.5, 0.5), (0.2, 0.9), (0.6, 0.3)]
+    assert pareto_front(pts) == [0, 1, 3, 4]
+
+
+def test_progress_curve_tracks_top10_of_the_population_window():
+    cands = [{"id": i, "status": "valid", "fitness": f, "accuracies": {}} for i, f in
+             enumerate([0.9, 0.1, 0.2, 0.3])] + [{"id": 9, "status": "rejected"}]
+    xs, m, s = progress_curve(RunData("r", cands), top=2)
+    assert xs == [1, 2, 3, 4] and m == pytest.approx([0.9, 0.5, 0.55, 0.6])
+    xs, m, _ = progress_curve(RunData("r", cands, config={"population_size": 2}), top=2)
+    assert m[-1] == pytest.approx(0.25)  # 0.9 aged out of the window
+    assert s[0] == 0.0
+
+
+def test_failures_count_at_chance_and_reasons_are_grouped():
+    cands = [{"id": 0, "status": "failed", "reason": "error: ValueError: x", "origin": "random"},
+             {"id": 1, "status": "rejected", "reason": "quality:m", "origin": "random",
+              "accuracies": {"r": 0.3}},
+             {"id": 2, "status": "valid", "origin": "mutation", "fitness": 0.5,
+              "accuracies": {"r": 0.5, "m": 0.5}}]
+    acc = random_accuracies(cands, ["r", "m"], 0.1)
+    assert acc == {"r": [0.1, 0.3], "m": [0.1, 0.1]}
+    from evonorm.report.data import as_candidate
+    assert [reason_category(as_candidate(c)) for c in cands] == ["error", "quality:m", "valid"]
+
+
+def test_figures_accept_runs_without_architectures():
+    figs = make_figures([RunData("x", [{"id": 0, "status": "failed", "reason": "nonfinite"}])])
+    assert [f[0] for f in figs] == ["search_progress", "accuracy_histogram", "calibration",
+                                   "pareto", "rejections"]
+
+
+def test_command_errors_are_one_line_exit_2(tmp_path, capsys):
+    assert cli_main(["report", str(tmp_path / "missing")]) == 2
+    assert "no such run" in capsys.readouterr().err
+    assert cli_main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "store.sqlite" in err and err.count("\n") == 1
+
+
+def test_missing_matplotlib_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert cli_main(["report", str(tmp_path)]) == 2
+    assert "pip install 'evonorm[plots]'" in capsys.readouterr().err
