@@ -1,0 +1,83 @@
+"""`evonorm list`: the registered layers, named graphs, architectures, presets and datasets.
+
+Each section comes from its own module; a section whose module is not importable is reported as
+such instead of failing the whole listing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from evonorm.cli import ArgumentParser
+
+SECTIONS = ("layers", "graphs", "archs", "presets", "search-presets", "datasets")
+
+
+def _layers() -> list[str]:
+    from evonorm.layers import list_norm_acts
+    return list(list_norm_acts())
+
+
+def _graphs() -> list[str]:
+    from evonorm.graph.library import NAMED_GRAPHS
+    return list(NAMED_GRAPHS)
+
+
+def _archs() -> list[str]:
+    from evonorm.models import ARCHS
+    return [f"{name} (width {spec.width:g}{', CIFAR strides' if spec.cifar else ''})"
+            for name, spec in ARCHS.items()]
+
+
+def _presets() -> list[str]:
+    from evonorm.train import PRESETS
+    return [f"{name}: {c.steps} steps x {c.batch_size}, lr {c.lr:g} {c.schedule}, "
+            f"width x{c.width_scale:g}"
+            + (f", {c.n_train} train images" if c.n_train else "") for name, c in PRESETS.items()]
+
+
+def _search_presets() -> list[str]:
+    import evonorm.search.presets as sp
+    for attr in ("list_presets", "describe_presets"):
+        fn = getattr(sp, attr, None)
+        if callable(fn):
+            return [str(x) for x in fn()]
+    presets = getattr(sp, "PRESETS", None)
+    if presets is None:
+        raise ImportError("evonorm.search.presets has no list_presets() or PRESETS")
+    return list(presets)
+
+
+def _datasets() -> list[str]:
+    from evonorm.data import DATASETS, default_dataset_name
+    default = default_dataset_name()
+    return [f"{name}{' (default)' if name == default else ''}" for name in DATASETS]
+
+
+LISTERS: dict[str, Callable[[], list[str]]] = {
+    "layers": _layers, "graphs": _graphs, "archs": _archs, "presets": _presets,
+    "search-presets": _search_presets, "datasets": _datasets}
+
+
+def main(argv: list[str]) -> int:
+    p = ArgumentParser(prog="evonorm list", description=__doc__.splitlines()[0])
+    p.add_argument("section", nargs="?", choices=SECTIONS, help="list only this section")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    out: dict[str, list[str] | str] = {}
+    for section in ([args.section] if args.section else SECTIONS):
+        try:
+            out[section] = LISTERS[section]()
+        except ImportError as err:
+            out[section] = f"unavailable ({err})"
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    for section, items in out.items():
+        print(f"{section}:")
+        if isinstance(items, str):
+            print(f"  {items}")
+        else:
+            print("\n".join(f"  {item}" for item in items))
+    return 0

@@ -1,0 +1,104 @@
+"""`evonorm train`: train one layer on one architecture, print its accuracy, write a JSON result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from evonorm.cli import ArgumentParser, CommandError
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="evonorm train", description=(
+        "Train one normalization-activation layer on one architecture (the proxy task) and "
+        "report its test accuracy."))
+    p.add_argument("--layer", required=True,
+                   help="registry name (evonorm list), a named graph, or graph JSON / @file.json")
+    p.add_argument("--arch", default="resnet50_cifar", help="architecture (default resnet50_cifar)")
+    p.add_argument("--preset", default="small", help="training preset: tiny, small, paper-b, "
+                   "paper-s (default small)")
+    p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
+                   "(default: fashion_mnist when installed, else synthetic)")
+    p.add_argument("--data-root", default=None, help="folder holding the dataset files")
+    p.add_argument("--download", action="store_true", help="download CIFAR (checksummed) if absent")
+    p.add_argument("--holdout", type=float, default=None, metavar="FRAC",
+                   help="evaluate on a held-out FRAC of the training set instead of the test set")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--schedule", choices=("constant", "cosine"), default=None)
+    p.add_argument("--width", type=float, default=None, help="channel multiplier (absolute)")
+    p.add_argument("--n-train", type=int, default=None, help="training images (seeded subset)")
+    p.add_argument("--n-test", type=int, default=None, help="test images (seeded subset)")
+    p.add_argument("--groups", type=int, default=None, help="group count for group ops (32)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: min(2, CPU count))")
+    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="channels_last memory format")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model")
+    p.add_argument("--device", default=None, help="cpu (default) or cuda")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar (default: when stderr is a terminal)")
+    p.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
+    return p
+
+
+def read_layer(text: str):
+    """A layer argument: a name, inline JSON, or @path to a JSON file."""
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise CommandError(f"cannot read layer JSON from {path}: {err}") from None
+    return text
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    import torch
+
+    from evonorm.data import default_dataset_name, holdout_split, load_dataset
+    from evonorm.models import resolve_norm_act
+    from evonorm.train import get_preset, train
+
+    torch.set_num_threads(args.threads or min(2, os.cpu_count() or 1))
+    try:
+        cfg = get_preset(args.preset, arch=args.arch, batch_size=args.batch_size, steps=args.steps,
+                         lr=args.lr, schedule=args.schedule, width=args.width,
+                         n_train=args.n_train, n_test=args.n_test, seed=args.seed,
+                         channels_last=args.channels_last, compile=args.compile,
+                         device=args.device)
+        layer_kw = {} if args.groups is None else {"groups": args.groups}
+        factory = resolve_norm_act(read_layer(args.layer), **layer_kw)
+        name = args.dataset or default_dataset_name()
+        ds = load_dataset(name, args.data_root, download=args.download, seed=args.seed)
+        if args.holdout is not None:
+            ds = holdout_split(ds, args.holdout, seed=args.seed)
+    except (ValueError, FileNotFoundError, TypeError) as err:
+        raise CommandError(str(err)) from None
+
+    progress = sys.stderr.isatty() if args.progress is None else args.progress
+    print(f"training {args.layer if len(args.layer) < 60 else args.layer[:57] + '...'} on "
+          f"{cfg.arch} (width {cfg.resolved_width():g}), {ds.name}, preset {args.preset}: "
+          f"{cfg.steps} steps of {cfg.batch_size}", flush=True)
+    result = train(factory, ds, cfg, progress=progress)
+    if result.status == "ok":
+        print(f"accuracy {result.accuracy:.4f}  loss {result.final_loss:.4f}  "
+              f"{result.seconds:.1f}s ({result.seconds / max(1, result.steps_done):.3f} s/step)")
+    else:
+        print(f"{result.status}: {result.reason} at step {result.failed_step} "
+              f"after {result.seconds:.1f}s")
+    if args.out is not None:
+        record = {"layer": args.layer, "dataset": ds.name, "preset": args.preset,
+                  **result.to_dict()}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
+        os.replace(tmp, args.out)
+        print(f"wrote {args.out}")
+    return 0 if result.status == "ok" else 1
