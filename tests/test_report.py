@@ -90,7 +90,7 @@ def test_progress_curve_tracks_top10_of_the_population_window():
              enumerate([0.9, 0.1, 0.2, 0.3])] + [{"id": 9, "status": "rejected"}]
     xs, m, s = progress_curve(RunData("r", cands), top=2)
     assert xs == [1, 2, 3, 4] and m == pytest.approx([0.9, 0.5, 0.55, 0.6])
-    xs, m, _ = progress_curve(RunData("r", cands, config={"population_size": 2}), top=2)
+    xs, m, _ = progress_curve(RunData("r", cands, config={"window": 2}), top=2)
     assert m[-1] == pytest.approx(0.25)  # 0.9 aged out of the window
     assert s[0] == 0.0
 

@@ -74,7 +74,9 @@ class RunData:
     @property
     def num_classes(self) -> int:
         n = self.config.get("num_classes")
-        return int(n) if isinstance(n, (int, float)) and n >= 2 else 10
+        if isinstance(n, (int, float)) and n >= 2:
+            return int(n)
+        return 100 if str(self.config.get("dataset") or "").lower() == "cifar100" else 10
 
 
 def _finite(x: Any) -> bool:

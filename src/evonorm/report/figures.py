@@ -53,9 +53,9 @@ def _message(ax: Any, text: str) -> None:
 
 def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float], list[float]]:
     """(candidates evaluated, mean, std) of the top-`top` valid layers in the population after
-    each valid arrival. The population is the last `population_size` valid layers when the run's
-    config sets one (aging evolution), else every valid layer so far."""
-    window = run.config.get("population_size")
+    each valid arrival. The population is the last `window` valid layers when the run's config
+    sets one (aging evolution's sliding window), else every valid layer so far."""
+    window = run.config.get("window", run.config.get("population_size"))
     window = int(window) if isinstance(window, (int, float)) and window > 0 else None
     xs, means, stds = [], [], []
     fitness: list[float] = []

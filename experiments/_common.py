@@ -1,0 +1,60 @@
+"""Shared bits of the experiment scripts: output folder, tables as CSV/Markdown/JSON, figures.
+
+Each experiment writes `results/<name>/<name>.{csv,md,json,png}`; the JSON also records the
+command line and settings, so every number in the README can be traced to the run that made it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+
+
+def out_dir(name: str, override: str | None = None) -> Path:
+    d = Path(override) if override else RESULTS / name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        return f"{v:.3g}" if (abs(v) < 1e-3 and v != 0) or abs(v) >= 1e4 else f"{v:.4f}"
+    return "" if v is None else str(v)
+
+
+def write_table(d: Path, name: str, rows: Sequence[dict], meta: dict, *, columns: Sequence[str] | None = None) -> None:
+    """rows -> name.csv (all digits), name.md (rounded) and name.json (rows + meta)."""
+    cols = list(columns or (rows[0].keys() if rows else []))
+    with open(d / f"{name}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    (d / f"{name}.md").write_text("\n".join(lines) + "\n")
+    meta = {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "python": platform.python_version(), "cpus": os.cpu_count(), **meta}
+    (d / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str) + "\n")
+
+
+def save_png(fig: Any, path: Path) -> None:
+    from evonorm.report.figures import png_bytes
+
+    path.write_bytes(png_bytes(fig))
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)

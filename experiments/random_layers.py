@@ -1,0 +1,170 @@
+"""Experiment 1: most random layers do not learn (SPEC finding 1, paper Fig. 2) and a layer that
+works on one architecture may fail on another (finding 2, Fig. 4).
+
+Draws --graphs random graphs from the search space and puts each through the search's quality
+test (train --steps steps on every anchor architecture, score on a held-out 10% of the training
+split) on all three architectures, without stopping at the first failure so the calibration can be
+drawn. A non-finite loss or an exception counts as chance, as a layer that does not learn.
+BN-ReLU, EvoNorm-B0 and EvoNorm-S0 go through the same test as references.
+
+Progress is appended to records.jsonl as each graph finishes; rerunning continues where it stopped.
+
+    python experiments/random_layers.py                       # ~15-25 min on 2 cores, Fashion-MNIST
+    python experiments/random_layers.py --graphs 1000 --steps 100 --width 0.25 --dataset cifar10
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import log, out_dir, save_png, write_table  # noqa: E402
+
+ARCHS = ["resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar"]
+REFERENCES = ["bn_relu", "evonorm_b0", "evonorm_s0"]
+
+
+def quality_accuracy(norm_act, ds, cfg) -> tuple[float | None, str]:
+    """(accuracy or None, outcome) of one short training; never raises."""
+    from evonorm.train import train
+
+    try:
+        res = train(norm_act, ds, cfg)
+    except Exception as err:  # a random layer may fail to compile or run
+        return None, f"error: {type(err).__name__}"
+    if res.status != "ok" or res.accuracy is None or not math.isfinite(res.accuracy):
+        return None, res.status or "nonfinite"
+    return float(res.accuracy), "ok"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--graphs", type=int, default=200)
+    p.add_argument("--space", choices=["b", "s"], default="b", help="b: every op (default), s: no batch_* ops")
+    p.add_argument("--archs", nargs="+", default=ARCHS)
+    p.add_argument("--dataset", default=None, help="default: fashion_mnist when installed, else synthetic")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--n-train", type=int, default=4000)
+    p.add_argument("--steps", type=int, default=25, help="quality-test training steps per architecture")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--width", type=float, default=0.0625, help="channel multiplier of every architecture")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="output folder (default results/random_layers)")
+    args = p.parse_args(argv)
+
+    import torch
+
+    from evonorm.data import default_dataset_name, holdout_split, load_dataset
+    from evonorm.graph import Graph, random_graph
+    from evonorm.train import get_preset
+
+    torch.set_num_threads(2)
+    name = args.dataset or default_dataset_name()
+    ds = holdout_split(load_dataset(name, args.data_root, n_train=args.n_train, seed=args.seed), 0.1,
+                       seed=args.seed)
+    chance = 1.0 / ds.num_classes
+    base = get_preset("tiny", width=args.width, steps=args.steps, batch_size=args.batch_size,
+                      lr=args.lr, schedule="constant", n_train=None, n_test=None, seed=args.seed)
+    cfgs = {a: base.replace(arch=a) for a in args.archs}
+    d = out_dir("random_layers", args.out)
+    rec_path = d / "records.jsonl"
+    done = {}
+    if rec_path.exists():
+        for line in rec_path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a crash
+            done[r["name"]] = r
+    settings = {**vars(args), "dataset": name, "train": {**dataclasses.asdict(base), "arch": None}}
+    log(f"{name}: {len(ds.train_y)} train / {len(ds.test_y)} held-out images; {len(done)} records kept")
+
+    rng = random.Random(args.seed)
+    todo = [(r, None) for r in REFERENCES]
+    for i in range(args.graphs):
+        g = random_graph(rng, allow_batch=args.space == "b")  # drawn in order: same graphs on resume
+        todo.append((f"random_{i:04d}", g))
+    t0 = time.time()
+    with open(rec_path, "a") as f:
+        for k, (label, g) in enumerate(todo):
+            if label in done:
+                continue
+            rec = {"name": label, "graph": g.to_json() if g is not None else None,
+                   "formula": g.to_text() if g is not None else label,
+                   "key": g.key() if g is not None else None, "accuracies": {}, "outcomes": {}}
+            ts = time.time()
+            for a, cfg in cfgs.items():
+                acc, outcome = quality_accuracy(g if g is not None else label, ds, cfg)
+                rec["accuracies"][a] = acc
+                rec["outcomes"][a] = outcome
+            rec["seconds"] = round(time.time() - ts, 2)
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            done[label] = rec
+            if k % 10 == 0 or g is None:
+                eta = (time.time() - t0) / (k + 1) * (len(todo) - k - 1)
+                accs = " ".join(f"{v:.2f}" if v is not None else "--" for v in rec["accuracies"].values())
+                log(f"{k + 1}/{len(todo)} {label}: {accs} ({rec['seconds']}s, eta {eta / 60:.1f} min)")
+    summarize([done[label] for label, _ in todo], args.archs, chance, d, settings)
+    return 0
+
+
+def summarize(records, archs, chance, d: Path, settings: dict) -> None:
+    from evonorm.report import figures as F
+
+    near = chance * 1.5  # "at chance": within half a chance level of it (<= 15% for 10 classes)
+    quality = chance * 2.0  # the search's quality threshold
+    refs = [r for r in records if not r["name"].startswith("random_")]
+    rand = [r for r in records if r["name"].startswith("random_")]
+    acc = {a: [r["accuracies"].get(a) if r["accuracies"].get(a) is not None else chance for r in rand]
+           for a in archs}
+    rows = []
+    for a in archs:
+        vals = acc[a]
+        rows.append({"arch": a, "layers": len(vals),
+                     "near_chance": sum(v <= near for v in vals) / len(vals),
+                     "below_quality": sum(v < quality for v in vals) / len(vals),
+                     "nonfinite_or_error": sum(r["outcomes"].get(a) != "ok" for r in rand) / len(vals),
+                     "best": max(vals), **{f"ref_{r['name']}": r["accuracies"].get(a) for r in refs}})
+    all_near = sum(all(acc[a][i] <= near for a in archs) for i in range(len(rand))) / len(rand)
+    passes = [i for i in range(len(rand)) if all(acc[a][i] >= quality for a in archs)]
+    some = [i for i in range(len(rand)) if any(acc[a][i] >= quality for a in archs)]
+    rows.append({"arch": "all archs", "layers": len(rand), "near_chance": all_near,
+                 "below_quality": 1 - len(passes) / len(rand),
+                 "nonfinite_or_error": sum(any(r["outcomes"].get(a) != "ok" for a in archs) for r in rand) / len(rand),
+                 "best": max(sum(acc[a][i] for a in archs) / len(archs) for i in range(len(rand)))})
+    pairs = []
+    for i, a in enumerate(archs):
+        for b in archs[i + 1:]:
+            pairs.append({"pair": f"{a} vs {b}", "pearson_r": F._pearson(acc[a], acc[b]),
+                          "learns_on_a_only": sum(acc[a][k] >= quality > acc[b][k] for k in range(len(rand))),
+                          "learns_on_b_only": sum(acc[b][k] >= quality > acc[a][k] for k in range(len(rand)))})
+    meta = {"settings": settings, "chance": chance, "near_chance_threshold": near,
+            "quality_threshold": quality, "pass_quality_on_all": len(passes),
+            "pass_quality_on_some_not_all": len(some) - len(passes), "pairs": pairs,
+            "references": {r["name"]: r["accuracies"] for r in refs},
+            "passing_layers": [rand[i]["formula"] for i in passes]}
+    write_table(d, "random_layers", rows, meta)
+    write_table(d, "calibration_pairs", pairs, {"settings": settings})
+    # The report's own figures, fed with these records as candidates.
+    cands = [{"id": i, "origin": "random", "status": "rejected", "graph": r["graph"],
+              "accuracies": {a: v for a, v in r["accuracies"].items() if v is not None}}
+             for i, r in enumerate(rand)]
+    bn = [r for r in refs if r["name"] == "bn_relu"]
+    bn_mean = (sum(v for v in bn[0]["accuracies"].values() if v is not None) / len(archs)) if bn else None
+    save_png(F.accuracy_histogram(cands, archs, chance=chance, reference=bn_mean), d / "random_layers_histogram.png")
+    save_png(F.calibration(cands, archs, chance=chance), d / "random_layers_calibration.png")
+    log(f"near chance on all archs: {all_near:.1%}; pass quality on all: {len(passes)}/{len(rand)}, "
+        f"on some but not all: {len(some) - len(passes)}; wrote {d}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
