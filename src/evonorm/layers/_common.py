@@ -1,0 +1,60 @@
+"""Tensor plumbing shared by the hand-written kernels: compute dtype, (N, C, L) views, per-channel shapes."""
+
+from __future__ import annotations
+
+import torch
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Statistics and arithmetic run in float32 for half/bfloat16 inputs (SPEC), else in the input dtype."""
+    return torch.float32 if dtype in _LOW_PRECISION else dtype
+
+
+def check_input(x: torch.Tensor, num_features: int, layer: str) -> None:
+    """A clear message for a tensor the layer cannot normalize (instead of a shape error deep inside)."""
+    if x.dim() < 2 or x.shape[1] != num_features:
+        raise ValueError(
+            f"{layer} expects input of shape (N, {num_features}, ...), got {tuple(x.shape)}"
+        )
+
+
+def as_ncl(x: torch.Tensor) -> torch.Tensor:
+    """The input as a contiguous (N, C, L) tensor in the compute dtype (no copy when already so)."""
+    x = x.to(compute_dtype(x.dtype)).contiguous()
+    return x.view(x.shape[0], x.shape[1], -1)
+
+
+def restore(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """`y` (N, C, L) back to the shape, dtype and memory format of `like`."""
+    y = y.view(like.shape).to(like.dtype)
+    if like.dim() == 4 and like.is_contiguous(memory_format=torch.channels_last) and not like.is_contiguous():
+        y = y.contiguous(memory_format=torch.channels_last)
+    return y
+
+
+def per_channel(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A (C,) parameter as a (1, C, 1) tensor in the compute dtype, for broadcasting against (N, C, L)."""
+    return p.to(dtype).view(1, -1, 1)
+
+
+def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """gamma * x + beta per channel, for any (N, C, ...) input; the output keeps the input dtype."""
+    shape = (1, -1) + (1,) * (x.dim() - 2)
+    return torch.addcmul(bias.to(x.dtype).view(shape), x, weight.to(x.dtype).view(shape))
+
+
+# Working-set size for the kernels' sample chunks: on CPU each chunk's temporaries stay in the core's cache,
+# so a layer reads its input and writes its output about once per pass instead of once per elementwise op.
+CPU_CHUNK_BYTES = 1 << 20
+
+
+def sample_chunks(x3: torch.Tensor, chunk_bytes: int | None = None) -> list[tuple[int, int]]:
+    """[start, stop) sample ranges covering the batch: cache-sized on CPU, the whole batch elsewhere."""
+    n = x3.shape[0]
+    if x3.device.type != "cpu":
+        return [(0, n)]
+    per_sample = max(1, x3[0].numel() * x3.element_size())
+    step = max(1, (chunk_bytes or CPU_CHUNK_BYTES) // per_sample)
+    return [(i, min(i + step, n)) for i in range(0, n, step)]

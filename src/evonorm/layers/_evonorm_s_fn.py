@@ -1,0 +1,100 @@
+"""Autograd kernel for the sample-based EvoNorms (S0, S1, S2).
+
+y = x * sigmoid(v * x) / den * gamma + beta, with den the group std (S0, S1; v = 1 for S1) or the group rms (S2).
+Only the input and the per-group mean / reciprocal std are saved; sigmoid and the rest are recomputed in
+backward. Work runs over cache-sized chunks of samples (every statistic is per sample), in place, so each
+pass reads the input and writes the output about once.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from evonorm.layers._common import as_ncl, per_channel, restore, sample_chunks
+
+S0, S1, S2 = 0, 1, 2  # variants
+
+
+def _to_channels(t: torch.Tensor, channels: int) -> torch.Tensor:
+    """Per-group (N, G) values expanded to per-channel (N, C)."""
+    return t.repeat_interleave(channels // t.shape[1], dim=1)
+
+
+class EvoNormSFunction(torch.autograd.Function):
+    """Forward/backward of EvoNorm-S{0,1,2}; `v` is None for S1 and S2."""
+
+    @staticmethod
+    def forward(ctx, x, v, weight, bias, groups: int, eps: float, variant: int):
+        x3 = as_ncl(x)
+        n, c, length = x3.shape
+        ct = x3.dtype
+        k = (c // groups) * length
+        y = torch.empty_like(x3)
+        rstd = x3.new_empty(n, groups)
+        mean = None if variant == S2 else x3.new_empty(n, groups)
+        w, b = weight.to(ct).view(1, c), per_channel(bias, ct)
+        vv = per_channel(v, ct) if variant == S0 else None
+        for i, j in sample_chunks(x3):
+            xc, yc = x3[i:j], y[i:j]
+            xg, yg = xc.view(j - i, groups, k), yc.view(j - i, groups, k)
+            if variant == S2:
+                ms = torch.linalg.vector_norm(xg, dim=-1).square_().div_(k)
+            else:
+                torch.mean(xg, -1, out=mean[i:j])
+                torch.sub(xg, mean[i:j].unsqueeze(-1), out=yg)  # centred, two-pass variance
+                ms = torch.linalg.vector_norm(yg, dim=-1).square_().div_(k)
+            torch.rsqrt(ms.add_(eps), out=rstd[i:j])
+            if variant == S0:
+                torch.mul(xc, vv, out=yc).sigmoid_().mul_(xc)
+            else:
+                yc.copy_(xc)
+                F.silu(yc, inplace=True)
+            yc.mul_((w * _to_channels(rstd[i:j], c)).unsqueeze(-1)).add_(b)
+        ctx.save_for_backward(x, v, weight, mean, rstd)
+        ctx.variant, ctx.groups = variant, groups
+        return restore(y, x)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        x, v, weight, mean, rstd = ctx.saved_tensors
+        variant, groups = ctx.variant, ctx.groups
+        x3, dy3 = as_ncl(x), as_ncl(dy)
+        n, c, length = x3.shape
+        ct = x3.dtype
+        k = (c // groups) * length
+        w = weight.to(ct).view(1, c)
+        vv = per_channel(v, ct) if variant == S0 else None
+        dx = torch.empty_like(x3)
+        p_sum = x3.new_empty(n, c)  # sum_L dy * f  (f = x * sigmoid(v x))
+        r_sum = x3.new_empty(n, c) if variant == S0 else None  # sum_L dy * df/dv
+        dy_sum = x3.new_empty(n, c)
+        chunks = sample_chunks(x3)
+        tmp = x3.new_empty((chunks[0][1] - chunks[0][0], c, length)) if variant == S0 else None
+        for i, j in chunks:
+            xc, dyc, dxc = x3[i:j], dy3[i:j], dx[i:j]
+            torch.sum(dyc, -1, out=dy_sum[i:j])
+            if variant == S0:
+                t = torch.mul(xc, vv, out=tmp[: j - i]).sigmoid_()  # s = sigmoid(v x)
+                torch.mul(xc, t, out=dxc).mul_(dyc)
+                torch.sum(dxc, -1, out=p_sum[i:j])
+                torch.mul(t, t, out=dxc)
+                dxc.neg_().add_(t).mul_(xc).mul_(dyc)  # dy x s (1 - s)
+                t.mul_(dyc).addcmul_(dxc, vv)  # dy * df/dx = dy (s + v x s (1 - s))
+                torch.sum(dxc.mul_(xc), -1, out=r_sum[i:j])  # dy x^2 s (1 - s)
+                dxc.copy_(t)
+            else:
+                torch.sum(F.silu(xc).mul_(dyc), -1, out=p_sum[i:j])
+                torch.ops.aten.silu_backward.grad_input(dyc, xc, grad_input=dxc)  # dy * silu'(x)
+            rstd_c = _to_channels(rstd[i:j], c)
+            drstd = (p_sum[i:j] * w).view(j - i, groups, c // groups).sum(-1)
+            kk = _to_channels(drstd.mul_(rstd[i:j].pow(3)).div_(-k), c)  # through the statistic
+            dxc.mul_((w * rstd_c).unsqueeze(-1)).addcmul_(xc, kk.unsqueeze(-1))
+            if mean is not None:
+                dxc.sub_((kk * _to_channels(mean[i:j], c)).unsqueeze(-1))
+        rstd_all = _to_channels(rstd, c)
+        dweight = (p_sum * rstd_all).sum(0).to(weight.dtype)
+        dv = (w * rstd_all * r_sum).sum(0).to(v.dtype) if variant == S0 else None
+        dbias = dy_sum.sum(0).to(weight.dtype)
+        return restore(dx, x), dv, dweight, dbias, None, None, None
