@@ -71,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     x = torch.randn(args.batch, args.channels, args.size, args.size, dtype=torch.float64)
     rows = []
-    for name, make in layers(args.channels, args.groups).items():
+    named = layers(args.channels, args.groups)
+    if not named:
+        print("error: neither evonorm.graph.library nor evonorm.layers could be imported", file=sys.stderr)
+        return 2
+    for name, make in named.items():
         for params in ("init", "perturbed"):
             torch.manual_seed(args.seed + 1)
             try:

@@ -21,6 +21,10 @@ def build_parser() -> ArgumentParser:
                    help="more runs to overlay on the search-progress and outcome figures")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="write report.html and report/ here instead of into RUN")
+    p.add_argument("--references", nargs="*", default=None, metavar="LAYER",
+                   help="first train reference layers (default: bn_relu evonorm_b0 evonorm_s0) with "
+                        "the run's own settings on each architecture, once, into RUN/references.json; "
+                        "costs about as much as evaluating 3 candidates")
     return p
 
 
@@ -36,6 +40,14 @@ def main(argv: list[str]) -> int:
     for r in runs:
         if not r.exists():
             raise CommandError(f"no such run folder or store: {r}")
+    if args.references is not None:
+        from evonorm.report.references import DEFAULT_REFERENCES, train_references
+
+        try:
+            train_references(args.run, args.references or DEFAULT_REFERENCES,
+                             log=lambda s: print(s, flush=True))
+        except (FileNotFoundError, ValueError) as err:
+            raise CommandError(str(err)) from None
     try:
         page = write_report(runs, args.out)
     except FileNotFoundError as err:

@@ -48,6 +48,8 @@ class RunData:
     config: dict = field(default_factory=dict)
     # Reference layers (e.g. "bn_relu", "evonorm_b0") -> {arch: accuracy}, for the Pareto figure.
     references: dict[str, dict[str, float]] = field(default_factory=dict)
+    in_flight: int = 0  # proposals handed to workers and not finished when the store was read
+    status: str = ""  # the store's run status ("running", "complete", ...) when it records one
 
     def __post_init__(self) -> None:
         self.candidates = sorted((as_candidate(c) for c in self.candidates), key=lambda c: c.id)
@@ -115,6 +117,8 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
                 population=list(store.population()),
                 reranks=list(_safe(store, "reranks")),
                 config=dict(_safe(store, "config", {}) or {}),
+                in_flight=len(_safe(store, "pending_proposals")),
+                status=_meta(store, "status"),
             )
             data.references = _references(data, run_folder(run))
             return data
@@ -125,6 +129,15 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
             if store is not None:
                 store.close()
     raise RuntimeError(f"could not read {path}: {last}")
+
+
+def _meta(store: Any, key: str) -> str:
+    try:
+        return str(store.get_meta(key, "") or "")
+    except sqlite3.OperationalError:
+        raise
+    except Exception:
+        return ""
 
 
 def _safe(store: Any, method: str, default: Any = ()) -> Any:
@@ -156,7 +169,8 @@ def _references(data: RunData, folder: Path) -> dict[str, dict[str, float]]:
                 obj = json.loads(p.read_text())
             except (OSError, ValueError):
                 continue
-            refs.update({str(k): dict(v) for k, v in obj.items() if isinstance(v, Mapping)})
+            refs.update({str(k): {a: x for a, x in v.items() if _finite(x)}
+                         for k, v in obj.items() if isinstance(v, Mapping)})
     names = named_keys()
     for c in data.candidates:
         label = names.get(c.key or "")

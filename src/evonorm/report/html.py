@@ -73,10 +73,11 @@ def summary_rows(runs: Sequence[RunData]) -> list[list[Any]]:
         st = {s: 0 for s in (*FINISHED, "pending")}
         for c in r.candidates:
             st[c.status if c.status in FINISHED else "pending"] += 1
+        st["pending"] += r.in_flight
         best = max((c.fitness for c in r.valid), default=None)
         hits = sum(1 for c in r.candidates if getattr(c, "cache_hit", False))
         secs = sum(float(c.seconds or 0) for c in r.candidates if _finite(c.seconds))
-        rows.append([r.name, len(r.candidates), st["valid"], st["rejected"], st["failed"],
+        rows.append([r.name, r.status or "?", len(r.candidates), st["valid"], st["rejected"], st["failed"],
                      st["pending"], hits, best, f"{secs / 60:.1f} min", ", ".join(r.archs)])
     return rows
 
@@ -143,7 +144,7 @@ def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes
              f'<p class="note">Written {esc(time.strftime("%Y-%m-%d %H:%M:%S %Z"))} from the run store(s); '
              "a search still running shows what had finished by then.</p>",
              "<h2>Runs</h2>",
-             table(["run", "candidates", "valid", "rejected", "failed", "pending", "cache hits",
+             table(["run", "status", "finished", "valid", "rejected", "failed", "in flight", "cache hits",
                     "best fitness", "compute", "architectures"], summary_rows(runs))]
     parts.append("<h2>Figures</h2>")
     for name, caption, png in figures:

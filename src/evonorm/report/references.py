@@ -1,0 +1,53 @@
+"""Reference layers (BN-ReLU, EvoNorm-B0/S0) trained exactly like a search's candidates.
+
+The Pareto and progress figures place them beside the search's layers. A search does not evaluate
+them itself, so `evonorm report RUN --references` trains them once, with the run's own data split
+and full-training settings on each anchor architecture, and keeps the result in
+`RUN/references.json`, which later reports read without training again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+from evonorm.report.data import run_folder, store_path
+
+DEFAULT_REFERENCES = ("bn_relu", "evonorm_b0", "evonorm_s0")
+REFERENCES_FILE = "references.json"
+
+
+def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
+                     log: Callable[[str], None] | None = None) -> dict[str, dict[str, float | None]]:
+    """Train each reference layer on every anchor architecture of the run; returns and stores
+    {layer: {arch: held-out accuracy or None if the loss went non-finite}}. Layers already in
+    the run's references file are kept, not retrained."""
+    from evonorm.search.evaluator import search_dataset, train_config
+    from evonorm.search.presets import SearchConfig
+    from evonorm.search.store import Store
+    from evonorm.train import train
+
+    with Store(store_path(run), readonly=True) as store:
+        raw = store.config()
+    if not raw:
+        raise ValueError(f"{run} holds no search config yet")
+    cfg = SearchConfig.from_dict(raw)
+    ds = search_dataset(cfg.dataset or "synthetic", cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
+    path = run_folder(run) / REFERENCES_FILE
+    refs: dict[str, dict[str, float | None]] = json.loads(path.read_text()) if path.is_file() else {}
+    for name in names:
+        if name in refs and all(a in refs[name] for a in cfg.archs):
+            continue
+        accs: dict[str, float | None] = {}
+        for arch in cfg.archs:
+            res = train(name, ds, train_config(cfg, arch))
+            accs[arch] = float(res.accuracy) if res.status == "ok" and res.accuracy is not None else None
+            if log:
+                log(f"reference {name} on {arch}: {accs[arch]} ({res.seconds:.1f}s)")
+        refs[name] = accs
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(refs, indent=1) + "\n")
+        os.replace(tmp, path)  # saved after each layer: an interrupted run keeps what it trained
+    return refs
