@@ -1,0 +1,295 @@
+"""The steady-state asynchronous search loop, and resuming it from the store.
+
+Up to N candidates are in flight; each result is committed and folded into the population the
+moment it arrives, and a new proposal takes its slot. Proposals are committed (with the rng state
+after them) before they are handed out, so after a crash or SIGKILL `resume` re-queues exactly the
+in-flight ones and continues the random stream: nothing finished is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from evonorm.search.evolution import AgingPopulation, Member, propose
+from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, make_executor
+from evonorm.search.presets import SearchConfig
+from evonorm.search.store import STORE_NAME, Candidate, PendingProposal, Store
+
+
+def rng_from_state(state: Any, seed: int) -> random.Random:
+    """The search rng, continued from a stored `getstate()` (JSON lists) or fresh from the seed."""
+    rng = random.Random(seed)
+    if state is not None:
+        version, internal, gauss = state
+        rng.setstate((version, tuple(internal), gauss))
+    return rng
+
+
+def reason_group(reason: str | None) -> str:
+    """'quality:resnet50_cifar' -> 'quality', 'error: ...' -> 'error' (for progress counts)."""
+    return (reason or "").split(":", 1)[0] or "?"
+
+
+@dataclass
+class Tally:
+    """Running counts for the progress line and the end-of-run summary."""
+
+    done: int = 0
+    valid: int = 0
+    failed: int = 0
+    cache_hits: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    best: float | None = None
+
+    def add(self, c: Candidate) -> None:
+        self.done += 1
+        self.cache_hits += c.cache_hit
+        if c.status == "valid":
+            self.valid += 1
+            if c.fitness is not None and (self.best is None or c.fitness > self.best):
+                self.best = c.fitness
+        elif c.status == "rejected":
+            self.rejected[reason_group(c.reason)] += 1
+        else:
+            self.failed += 1
+
+    def line(self) -> str:
+        rej = " ".join(f"{k}:{v}" for k, v in sorted(self.rejected.items())) or "0"
+        best = "-" if self.best is None else f"{self.best:.4f}"
+        return (f"valid {self.valid} | rejected {rej} | failed {self.failed} | "
+                f"cache hits {self.cache_hits} | best {best}")
+
+
+@dataclass
+class SearchResult:
+    run_dir: Path
+    budget: int
+    done: int
+    complete: bool
+    tally: Tally
+
+
+def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> Path:
+    """Create a run folder and store its config. A non-empty folder needs `force` (it is cleared
+    of an earlier store only; other files are left alone)."""
+    run = Path(run_dir)
+    if run.exists() and not run.is_dir():
+        raise FileExistsError(f"{run} exists and is not a folder")
+    if run.is_dir() and any(run.iterdir()):
+        if not force:
+            raise FileExistsError(f"run folder {run} is not empty (use --force to overwrite)")
+        for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm"):
+            (run / name).unlink(missing_ok=True)
+    if cfg.dataset is None:
+        from evonorm.data import default_dataset_name
+        cfg = cfg.replace(dataset=default_dataset_name())
+    with Store(run) as store:
+        store.set_config(cfg.to_dict())
+        store.set_meta("status", "running")
+        store.set_meta("created_at", time.time())
+    return run
+
+
+class _Search:
+    """State of one driver session over a store."""
+
+    def __init__(self, store: Store, cfg: SearchConfig, executor, identity, lookup,
+                 bar=None, log: Callable[[str], None] | None = None):
+        self.store, self.cfg, self.executor = store, cfg, executor
+        self.identity, self.lookup = identity, lookup
+        self.bar, self.log = bar, log or (lambda s: None)
+        self.rng = rng_from_state(store.last_rng_state(), cfg.seed)
+        self.tally = Tally()
+        valid: list[Member] = []
+        for c in store.candidates():
+            self.tally.add(c)
+            if c.status == "valid":
+                valid.append(Member(c.id, c.graph, self._scores(c.accuracies)))
+        self.population = AgingPopulation(cfg.window, valid[-cfg.window:])
+        self.pending: deque[PendingProposal] = deque(store.pending_proposals())
+        self.in_flight: dict[int, dict] = {}  # proposal idx -> {proposal, key, fp, attempts}
+        self.waiting: dict[str, list[tuple[PendingProposal, str, str | None]]] = {}
+        self.payload_config = cfg.to_dict()
+
+    def _scores(self, accs: dict) -> tuple[float, ...]:
+        return tuple(float(accs.get(a, 0.0)) for a in self.cfg.archs)
+
+    def _new_proposal(self) -> PendingProposal:
+        c = self.cfg
+        p = propose(self.rng, self.population, algorithm=c.algorithm, allow_batch=c.allow_batch,
+                    initial_population=c.initial_population, tournament_fraction=c.tournament_fraction,
+                    tournament_min=c.tournament_min, criterion=c.criterion, mutations=c.mutations,
+                    p_random=c.p_random, max_nodes=c.max_nodes)
+        idx = self.store.add_proposal(p.graph, p.parent_id, p.origin, self.rng.getstate())
+        return PendingProposal(idx, p.graph, p.parent_id, p.origin, time.time())
+
+    def _record(self, prop: PendingProposal, key: str, fp: str | None, result: dict, *,
+                cache_hit: bool = False, worker: str | None = None, seconds: float = 0.0) -> None:
+        status = result["status"]
+        new_member = status == "valid"
+        cid = self.store.add_candidate(
+            proposal=prop.idx, graph=prop.graph, key=key, fingerprint=fp, parent_id=prop.parent_id,
+            origin=prop.origin, status=status, reason=result.get("reason"),
+            reason_step=result.get("reason_step"), accuracies=result.get("accuracies") or {},
+            fitness=result.get("fitness"), cache_hit=cache_hit, seconds=seconds,
+            timings=result.get("timings") or {}, worker=worker, created_at=prop.created_at,
+            join_population=self.cfg.window if new_member else None)
+        if new_member:
+            self.population.add(Member(cid, prop.graph, self._scores(result["accuracies"])))
+        cand = self.store.get_candidate(cid)
+        self.tally.add(cand)
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(self.tally.line(), refresh=False)
+        else:
+            self.log(f"[{self.tally.done}/{self.cfg.budget}] #{cid} {status}"
+                     f"{' (' + cand.reason + ')' if cand.reason else ''}"
+                     f"{' cache' if cache_hit else ''} | {self.tally.line()}")
+
+    def _dispatch(self, prop: PendingProposal, attempts: int = 0) -> None:
+        """Cache lookup, then wait behind an identical in-flight layer, or submit."""
+        start = time.perf_counter()
+        try:
+            key, fp = self.identity(prop.graph)
+        except ValueError as err:
+            self._record(prop, "invalid", None, {"status": "rejected",
+                                                 "reason": f"error: {err}"[:300]})
+            return
+        hit = self.lookup(self.store, key, fp)
+        if hit is not None:
+            self._record(prop, key, fp, hit, cache_hit=True,
+                         seconds=time.perf_counter() - start)
+            return
+        for info in self.in_flight.values():
+            if info["key"] == key or (fp is not None and info["fp"] == fp):
+                self.waiting.setdefault(info["key"], []).append((prop, key, fp))
+                return
+        self.executor.submit(prop.idx, {"graph": prop.graph, "config": self.payload_config})
+        self.in_flight[prop.idx] = {"prop": prop, "key": key, "fp": fp, "attempts": attempts}
+
+    def _fill(self) -> None:
+        while self.executor.free_slots() > 0:
+            if self.pending:
+                prop = self.pending.popleft()
+            elif self.store.num_proposals() < self.cfg.budget:
+                prop = self._new_proposal()
+            else:
+                return
+            self._dispatch(prop)
+
+    def _collect(self, timeout: float) -> None:
+        for out in self.executor.wait(timeout):
+            info = self.in_flight.pop(out.task_id)
+            prop, key, fp = info["prop"], info["key"], info["fp"]
+            if out.kind == OK:
+                self._record(prop, key, fp, out.result, worker=out.worker, seconds=out.seconds)
+            elif out.kind in (DIED, TIMEOUT) and info["attempts"] < self.cfg.retries:
+                self.log(f"candidate {prop.idx}: {out.error}; retrying")
+                self.executor_submit_retry(prop, key, fp, info["attempts"] + 1)
+                continue
+            else:
+                reason = out.error if out.kind != ERROR else f"error: {out.error}"
+                self._record(prop, key, fp, {"status": "failed", "reason": (reason or "")[:300]},
+                             worker=out.worker, seconds=out.seconds)
+            for wprop, _, _ in self.waiting.pop(key, []):
+                self.pending.appendleft(wprop)  # now answered from the cache (or re-run if failed)
+
+    def executor_submit_retry(self, prop, key, fp, attempts) -> None:
+        self.executor.submit(prop.idx, {"graph": prop.graph, "config": self.payload_config})
+        self.in_flight[prop.idx] = {"prop": prop, "key": key, "fp": fp, "attempts": attempts}
+
+    def run(self) -> None:
+        while True:
+            self._fill()
+            if not self.in_flight and not self.pending:
+                if self.waiting:  # cannot happen: waiters are released with their original
+                    raise RuntimeError("search stalled with layers waiting on nothing")
+                return
+            self._collect(0.5)
+
+
+def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], dict] | None = None,
+               executor=None, progress: bool = True, identity=None, lookup=None) -> SearchResult:
+    """Run (or continue) the search stored in `run_dir` until its budget is spent.
+
+    `evaluate_fn` (default: evonorm.search.evaluator.evaluate) must be a picklable top-level
+    function; `executor` defaults to the config's. Safe to call again after any interruption.
+    """
+    from evonorm.search import evaluator
+
+    run = Path(run_dir)
+    store = Store(run)
+    try:
+        raw = store.config()
+        if not raw:
+            raise FileNotFoundError(f"{run} holds no search (no config in its store)")
+        cfg = SearchConfig.from_dict(raw)
+        fn = evaluate_fn or evaluator.evaluate
+        if evaluate_fn is None:  # fail fast, in one line, on missing data rather than per candidate
+            evaluator.search_dataset(cfg.dataset or "synthetic", cfg.data_root, cfg.n_train,
+                                     cfg.holdout, cfg.seed)
+        own_executor = executor is None
+        if own_executor:
+            executor = make_executor(cfg.executor, fn, cfg.num_workers, timeout=cfg.timeout,
+                                     address=cfg.address)
+        bar = None
+        if progress and sys.stderr.isatty():
+            from tqdm import tqdm
+            bar = tqdm(total=cfg.budget, initial=store.num_candidates(), unit="cand",
+                       desc="search", file=sys.stderr, dynamic_ncols=True)
+        log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
+        search = _Search(store, cfg, executor, identity or evaluator.layer_identity,
+                         lookup or evaluator.cached_result, bar=bar, log=log)
+        try:
+            search.run()
+        finally:
+            if bar is not None:
+                bar.close()
+            if own_executor:
+                executor.close()
+        done = store.num_candidates()
+        complete = done >= cfg.budget
+        if complete:
+            store.set_meta("status", "complete")
+            store.set_meta("finished_at", time.time())
+        return SearchResult(run, cfg.budget, done, complete, search.tally)
+    finally:
+        store.close()
+
+
+def summary_table(run_dir: str | Path, top: int = 10) -> str:
+    """The top valid layers (one row per distinct layer) as a plain-text table with formulas."""
+    from evonorm.graph import Graph
+
+    with Store(run_dir, readonly=True) as store:
+        cfg = store.config()
+        cands = [c for c in store.candidates() if c.status == "valid" and c.fitness is not None]
+    seen, rows = set(), []
+    for c in sorted(cands, key=lambda c: (-c.fitness, c.id)):
+        if c.key in seen:
+            continue
+        seen.add(c.key)
+        rows.append(c)
+        if len(rows) == top:
+            break
+    if not rows:
+        return "no valid layer found"
+    archs = list(cfg.get("archs", []))
+    head = ["rank", "id", "fitness"] + archs + ["layer"]
+    lines = [head]
+    for rank, c in enumerate(rows, 1):
+        try:
+            formula = Graph.from_json(c.graph).to_text()
+        except Exception as err:  # a display problem must not hide the results
+            formula = f"<{type(err).__name__}>"
+        lines.append([str(rank), str(c.id), f"{c.fitness:.4f}"]
+                     + [f"{c.accuracies.get(a, float('nan')):.4f}" for a in archs] + [formula])
+    widths = [max(len(r[i]) for r in lines) for i in range(len(head) - 1)]
+    return "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + r[-1]
+                     for r in lines)

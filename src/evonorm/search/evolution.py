@@ -1,0 +1,129 @@
+"""Regularized (aging) evolution with multi-objective tournaments, and random search (paper Sec. 4.3).
+
+Everything random goes through one stdlib `random.Random` so the driver can save its state with each
+proposal and a resumed search continues the same stream. Scores are maximised (accuracies).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+CRITERIA = ("pareto", "average")
+ALGORITHMS = ("evolution", "random", "random-norej")
+
+
+def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+    """True when `a` is at least as good as `b` everywhere and strictly better somewhere."""
+    return all(x >= y for x, y in zip(a, b)) and any(x > y for x, y in zip(a, b))
+
+
+def pareto_front(scores: Sequence[Sequence[float]]) -> list[int]:
+    """Indices of the non-dominated score vectors (equal vectors are all kept), in input order."""
+    return [i for i, s in enumerate(scores)
+            if not any(dominates(t, s) for j, t in enumerate(scores) if j != i)]
+
+
+def tournament_size(population_size: int, fraction: float, minimum: int = 2) -> int:
+    """A random `fraction` of the population (paper: 5%), at least `minimum`, at most everyone."""
+    if population_size < 1:
+        raise ValueError("tournament on an empty population")
+    return max(1, min(population_size, max(minimum, math.ceil(fraction * population_size))))
+
+
+def select_winner(scores: Sequence[Sequence[float]], rng: random.Random,
+                  criterion: str = "pareto") -> int:
+    """The tournament winner's index: a uniform member of the Pareto front, or the best mean.
+
+    Ties under "average" go to a uniform choice among the tied, so neither rule favours input order.
+    """
+    if not scores:
+        raise ValueError("empty tournament")
+    if criterion == "pareto":
+        return rng.choice(pareto_front(scores))
+    if criterion == "average":
+        means = [sum(s) / len(s) for s in scores]
+        best = max(means)
+        return rng.choice([i for i, m in enumerate(means) if m == best])
+    raise ValueError(f"unknown selection criterion {criterion!r} (choose from {', '.join(CRITERIA)})")
+
+
+@dataclass(frozen=True)
+class Member:
+    """One valid candidate in the population: its store id, graph JSON and per-architecture scores."""
+
+    id: int
+    graph: dict
+    scores: tuple[float, ...]
+
+
+class AgingPopulation:
+    """The sliding window of the most recent `window` valid candidates (Real et al., 2019)."""
+
+    def __init__(self, window: int, members: Iterable[Member] = ()):
+        if window < 1:
+            raise ValueError(f"population window must be >= 1, got {window}")
+        self.window = window
+        self._members: deque[Member] = deque(members, maxlen=window)
+
+    def add(self, member: Member) -> Member | None:
+        """Append a member; returns the oldest one when it falls out of the window."""
+        oldest = self._members[0] if len(self._members) == self.window else None
+        self._members.append(member)
+        return oldest
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __iter__(self):
+        return iter(self._members)
+
+    def ids(self) -> list[int]:
+        return [m.id for m in self._members]
+
+    def tournament(self, rng: random.Random, fraction: float, criterion: str = "pareto",
+                   minimum: int = 2) -> Member:
+        """Sample a random subset of the window and return its winner."""
+        members = list(self._members)
+        contestants = rng.sample(members, tournament_size(len(members), fraction, minimum))
+        return contestants[select_winner([m.scores for m in contestants], rng, criterion)]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A graph to evaluate and how it came about."""
+
+    graph: dict
+    origin: str  # "random" | "mutation" | "seed"
+    parent_id: int | None = None
+
+
+def propose(rng: random.Random, population: AgingPopulation, *, algorithm: str = "evolution",
+            allow_batch: bool = True, initial_population: int = 0, tournament_fraction: float = 0.05,
+            tournament_min: int = 2, criterion: str = "pareto", mutations: int = 2,
+            p_random: float = 0.5, max_nodes: int = 10, graph_kwargs: dict[str, Any] | None = None,
+            ) -> Proposal:
+    """The next candidate (paper Sec. 5.1).
+
+    Random search, and evolution until the population holds `initial_population` valid members,
+    draw fresh random graphs. Otherwise, with probability `p_random` a fresh random graph, else the
+    tournament winner mutated `mutations` times. The coin is drawn first so a random replacement
+    does not spend a tournament.
+    """
+    from evonorm.graph import Graph, mutate, random_graph
+
+    kw = dict(graph_kwargs or {})
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
+    if (algorithm != "evolution" or len(population) == 0 or len(population) < initial_population
+            or rng.random() < p_random):
+        g = random_graph(rng, allow_batch=allow_batch, max_nodes=max_nodes, **kw)
+        return Proposal(graph=g.to_json(), origin="random")
+    winner = population.tournament(rng, tournament_fraction, criterion, tournament_min)
+    g = Graph.from_json(winner.graph)
+    for _ in range(mutations):
+        g = mutate(g, rng, allow_batch=allow_batch, **kw)
+    return Proposal(graph=g.to_json(), origin="mutation", parent_id=winner.id)

@@ -1,0 +1,322 @@
+"""Where candidates are evaluated: a local process pool (default) or a Ray cluster.
+
+Both expose the same small interface to the driver: `submit(task_id, payload)` while
+`free_slots() > 0`, `wait(timeout) -> [Outcome]`, `close()`. A worker that raises, dies (os._exit,
+segfault, OOM kill) or runs past its timeout yields an Outcome saying so; the pool replaces the worker
+and carries on, so one bad layer never takes the search down. Retrying is the driver's decision.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import wait as mp_wait
+from typing import Any, Callable
+
+OK, ERROR, DIED, TIMEOUT = "ok", "error", "died", "timeout"
+
+
+@dataclass
+class Outcome:
+    """What came back for one task: `kind` is ok | error | died | timeout."""
+
+    task_id: int
+    kind: str
+    result: dict | None
+    error: str | None
+    worker: str | None
+    seconds: float
+
+
+def threads_per_worker(workers: int, cores: int | None = None) -> int:
+    """Split the cores evenly so workers do not oversubscribe the machine."""
+    return max(1, (cores or os.cpu_count() or 1) // max(1, workers))
+
+
+def _set_threads(threads: int) -> None:
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        import torch
+        torch.set_num_threads(threads)
+    except ImportError:  # a pure-Python evaluator needs no torch
+        pass
+
+
+def _format_error(err: BaseException) -> str:
+    tb = traceback.extract_tb(err.__traceback__)
+    where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+    return f"{type(err).__name__}: {err}{where}"
+
+
+def _exit_with_parent() -> None:
+    """Leave when the driver is gone (e.g. SIGKILLed), instead of finishing an orphaned task."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="evonorm-parent-watch").start()
+
+
+def _worker_main(conn, fn: Callable[[dict], dict], threads: int) -> None:
+    """A pool worker: evaluate payloads from the pipe until told to stop (None)."""
+    _set_threads(threads)
+    _exit_with_parent()
+    conn.send(("ready", os.getpid()))  # start-up (imports) does not count against a task's timeout
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        task_id, payload = msg
+        start = time.perf_counter()
+        try:
+            reply = (task_id, OK, fn(payload), None, time.perf_counter() - start)
+        except Exception as err:  # the candidate's error, reported back; the worker lives on
+            reply = (task_id, ERROR, None, _format_error(err), time.perf_counter() - start)
+        conn.send(reply)
+
+
+@dataclass
+class _Slot:
+    index: int
+    proc: Any = None
+    conn: Any = None
+    task_id: int | None = None
+    started: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{socket.gethostname()}/local{self.index}:{self.proc.pid if self.proc else '-'}"
+
+
+class LocalExecutor:
+    """A pool of `workers` spawned processes, each with `threads` torch threads.
+
+    Hand-rolled rather than concurrent.futures: a ProcessPoolExecutor is broken for good when one
+    worker dies, and it cannot stop a task that hangs; here each worker has its own pipe, so a dead
+    or hung one is killed and replaced and only its task is reported.
+    """
+
+    def __init__(self, fn: Callable[[dict], dict], workers: int = 0, *, timeout: float = 3600.0,
+                 threads: int | None = None):
+        self.fn = fn
+        self.workers = workers or os.cpu_count() or 1
+        self.timeout = timeout
+        self.threads = threads or threads_per_worker(self.workers)
+        self._ctx = mp.get_context("spawn")  # fork after torch threads exist can deadlock
+        self._slots = [_Slot(i) for i in range(self.workers)]
+        self.startup_timeout = 300.0
+
+    def _start(self, slot: _Slot) -> None:
+        parent, child = self._ctx.Pipe()
+        slot.proc = self._ctx.Process(target=_worker_main, args=(child, self.fn, self.threads),
+                                      name=f"evonorm-worker-{slot.index}", daemon=True)
+        slot.proc.start()
+        child.close()
+        slot.conn = parent
+        if not parent.poll(self.startup_timeout):
+            self._stop(slot, kill=True)
+            raise RuntimeError(f"worker {slot.index} did not start in {self.startup_timeout:g}s")
+        parent.recv()
+
+    def _stop(self, slot: _Slot, kill: bool = False) -> None:
+        if slot.proc is None:
+            return
+        if kill and slot.proc.is_alive():
+            slot.proc.kill()
+        slot.proc.join(timeout=5)
+        if slot.proc.is_alive():
+            slot.proc.kill()
+            slot.proc.join(timeout=5)
+        slot.conn.close()
+        slot.proc = slot.conn = None
+
+    def free_slots(self) -> int:
+        return sum(s.task_id is None for s in self._slots)
+
+    def submit(self, task_id: int, payload: dict) -> None:
+        slot = next((s for s in self._slots if s.task_id is None), None)
+        if slot is None:
+            raise RuntimeError("no free worker: wait for a result first")
+        if slot.proc is None or not slot.proc.is_alive():
+            if slot.proc is not None:
+                self._stop(slot)
+            self._start(slot)
+        slot.conn.send((task_id, payload))
+        slot.task_id, slot.started = task_id, time.monotonic()
+
+    def _finish(self, slot: _Slot, kind: str, result=None, error=None,
+                seconds: float | None = None) -> Outcome:
+        out = Outcome(slot.task_id, kind, result, error, slot.name,
+                      seconds if seconds is not None else time.monotonic() - slot.started)
+        slot.task_id = None
+        if kind in (DIED, TIMEOUT):
+            self._stop(slot, kill=True)  # replaced on the next submit
+        return out
+
+    def wait(self, timeout: float) -> list[Outcome]:
+        """Results that arrive within `timeout` seconds (possibly none)."""
+        busy = [s for s in self._slots if s.task_id is not None]
+        if not busy:
+            time.sleep(min(timeout, 0.05))
+            return []
+        now = time.monotonic()
+        next_deadline = min(s.started + self.timeout for s in busy) - now
+        handles = {}
+        for s in busy:
+            handles[s.conn] = s
+            handles[s.proc.sentinel] = s
+        ready = mp_wait(list(handles), timeout=max(0.0, min(timeout, next_deadline)))
+        outcomes, seen = [], set()
+        for h in ready:
+            slot = handles[h]
+            if slot.index in seen or slot.task_id is None:
+                continue
+            seen.add(slot.index)
+            try:
+                if slot.conn.poll():
+                    task_id, kind, result, error, seconds = slot.conn.recv()
+                    outcomes.append(self._finish(slot, kind, result, error, seconds))
+                    continue
+            except (EOFError, OSError):
+                pass
+            slot.proc.join(timeout=1)
+            code = slot.proc.exitcode
+            outcomes.append(self._finish(slot, DIED, error=f"worker died (exit code {code})"))
+        now = time.monotonic()
+        for s in busy:
+            if s.task_id is not None and s.index not in seen and now - s.started > self.timeout:
+                outcomes.append(self._finish(s, TIMEOUT,
+                                             error=f"timeout: worker killed after {self.timeout:g}s"))
+        return outcomes
+
+    def close(self) -> None:
+        for s in self._slots:
+            if s.proc is not None:
+                try:
+                    if s.task_id is None:
+                        s.conn.send(None)
+                except (OSError, BrokenPipeError):
+                    pass
+                self._stop(s, kill=s.task_id is not None)
+                s.task_id = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _ray_task(fn: Callable[[dict], dict], threads: int, payload: dict) -> dict:
+    _set_threads(threads)
+    start = time.perf_counter()
+    result = fn(payload)
+    return {"result": result, "worker": f"{socket.gethostname()}:{os.getpid()}",
+            "seconds": time.perf_counter() - start}
+
+
+class RayExecutor:
+    """The same interface on Ray: local Ray (`address=None`) or an existing cluster (`address`).
+
+    Ray's own task retries are off (max_retries=0) so the driver retries dead and hung workers the
+    same way for every executor.
+    """
+
+    def __init__(self, fn: Callable[[dict], dict], workers: int = 0, *, timeout: float = 3600.0,
+                 threads: int = 1, address: str | None = None):
+        try:
+            import ray
+        except ImportError as err:
+            raise RuntimeError("the Ray executor needs ray: pip install 'evonorm[ray]'") from err
+        self._ray = ray
+        self.fn = fn
+        self.timeout = timeout
+        self.threads = threads
+        self._started_ray = not ray.is_initialized()
+        if self._started_ray:
+            kw: dict[str, Any] = {"address": address, "include_dashboard": False,
+                                  "log_to_driver": False, "configure_logging": False}
+            if address is None:
+                kw["num_cpus"] = workers or os.cpu_count() or 1
+            ray.init(**kw)
+        self.workers = workers or int(ray.cluster_resources().get("CPU", 1))
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(_ray_task)
+        self._fn_ref = ray.put(fn)
+        self._running: dict[Any, tuple[int, float]] = {}
+
+    def free_slots(self) -> int:
+        return max(0, self.workers - len(self._running))
+
+    def submit(self, task_id: int, payload: dict) -> None:
+        ref = self._remote.remote(self._fn_ref, self.threads, payload)
+        self._running[ref] = (task_id, time.monotonic())
+
+    def wait(self, timeout: float) -> list[Outcome]:
+        ray = self._ray
+        if not self._running:
+            time.sleep(min(timeout, 0.05))
+            return []
+        now = time.monotonic()
+        next_deadline = min(t + self.timeout for _, t in self._running.values()) - now
+        ready, _ = ray.wait(list(self._running), num_returns=len(self._running),
+                            timeout=max(0.0, min(timeout, next_deadline)))
+        outcomes = []
+        for ref in ready:
+            task_id, started = self._running.pop(ref)
+            try:
+                r = ray.get(ref)
+                outcomes.append(Outcome(task_id, OK, r["result"], None, r["worker"], r["seconds"]))
+            except ray.exceptions.RayTaskError as err:  # the evaluator raised
+                cause = err.cause if getattr(err, "cause", None) is not None else err
+                outcomes.append(Outcome(task_id, ERROR, None, _format_error(cause), None,
+                                        time.monotonic() - started))
+            except ray.exceptions.RayError as err:  # worker crashed, node lost, ...
+                outcomes.append(Outcome(task_id, DIED, None, f"worker died ({type(err).__name__})",
+                                        None, time.monotonic() - started))
+        now = time.monotonic()
+        for ref, (task_id, started) in list(self._running.items()):
+            if now - started > self.timeout:
+                ray.cancel(ref, force=True)
+                del self._running[ref]
+                outcomes.append(Outcome(task_id, TIMEOUT, None,
+                                        f"timeout: worker killed after {self.timeout:g}s", None,
+                                        now - started))
+        return outcomes
+
+    def close(self) -> None:
+        for ref in list(self._running):
+            self._ray.cancel(ref, force=True)
+        self._running.clear()
+        if self._started_ray:
+            self._ray.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def make_executor(kind: str, fn: Callable[[dict], dict], workers: int, *, timeout: float,
+                  address: str | None = None):
+    """The executor named by the config (`local` | `ray`)."""
+    if kind == "local":
+        return LocalExecutor(fn, workers, timeout=timeout)
+    if kind == "ray":
+        return RayExecutor(fn, workers, timeout=timeout,
+                           threads=threads_per_worker(workers) if address is None else 1,
+                           address=address)
+    raise ValueError(f"unknown executor {kind!r} (choose from local, ray)")

@@ -1,0 +1,139 @@
+"""Rejection (paper Sec. 4.4): cheap pre-checks, the stability stress test, the quality test.
+
+Each check returns None when the layer passes, or a `Rejection(reason, step)` saying why and where.
+Order in a search: pre-checks (milliseconds) -> stability (one small batch, one architecture) ->
+quality (a short training per architecture, stopping at the first failure) -> full training.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: str  # "precheck:constant", "stability", "quality:ARCH", "nonfinite", "error: ..."
+    step: int | None = None
+    detail: dict | None = None
+
+
+def precheck(graph, *, num_features: int = 8, batch: int = 4, size: int = 6, groups: int = 4,
+             seed: int = 0) -> Rejection | None:
+    """Reject a layer whose output is non-finite, constant, or independent of x on random input.
+
+    The layer's own trainable vectors (v0, v1, ...) are set to random values first: at their init
+    (0 and 1) a learnable layer such as v0 * x is constant, but it is not constant as a function.
+    The final affine (`weight`/`bias`) stays at identity so it cannot mask a constant output.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    module = graph.to_module(num_features, groups=groups)
+    module.train()
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.rsplit(".", 1)[-1] not in ("weight", "bias"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5 + 1.0)
+        x1 = torch.randn(batch, num_features, size, size, generator=gen)
+        x2 = torch.randn(batch, num_features, size, size, generator=gen)
+        y1, y2 = module(x1), module(x2)
+    if not (torch.isfinite(y1).all() and torch.isfinite(y2).all()):
+        return Rejection("precheck:nonfinite", 0)
+    scale = 1e-6 * (1.0 + float(y1.abs().max()))
+    if float(y1.max() - y1.min()) <= scale and float(y2.max() - y2.min()) <= scale:
+        return Rejection("precheck:constant", 0)
+    if torch.allclose(y1, y2, rtol=1e-5, atol=1e-6):
+        return Rejection("precheck:x_independent", 0)
+    return None
+
+
+def _grad_norm(grads: Sequence[Any]):
+    import torch
+    return torch.sqrt(sum((g.float() ** 2).sum() for g in grads))
+
+
+def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps: int = 100,
+              threshold: float = 1e8, batch: int = 8, lr: float = 0.1, seed: int = 0,
+              model_kwargs: dict | None = None) -> Rejection | None:
+    """Worst-case gradient norm by gradient ascent on ||dL/dtheta||_2 over the conv weights theta.
+
+    Double backprop: the gradient norm is differentiated again and each conv weight tensor moves
+    `lr` times its own norm along its normalized ascent direction (so every layer is stressed at
+    the same relative rate). Rejects at the first step where the norm exceeds `threshold` or is
+    non-finite; passes after `steps` ascent steps otherwise.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from evonorm.data import crop_size, normalize, random_crop_flip
+    from evonorm.models import build_model
+
+    torch.manual_seed(seed)
+    c = dataset.train_x.shape[1]
+    model = build_model(arch, norm_act, num_classes=dataset.num_classes, width=width, in_chans=c,
+                        **(model_kwargs or {}))
+    model.train()
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randperm(len(dataset.train_y), generator=gen)[:batch]
+    x = normalize(random_crop_flip(dataset.train_x[idx], crop_size(dataset.train_x.shape[-1]), gen),
+                  dataset.mean, dataset.std)
+    y = dataset.train_y[idx]
+    theta = [m.weight for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    worst = 0.0
+    for step in range(steps + 1):
+        loss = F.cross_entropy(model(x), y)
+        if not torch.isfinite(loss):
+            return Rejection("stability", step, {"loss": float(loss)})
+        grads = torch.autograd.grad(loss, theta, create_graph=True, allow_unused=True)
+        used = [(w, g) for w, g in zip(theta, grads) if g is not None]
+        if not used:
+            return None  # the loss does not depend on any conv weight: nothing can explode
+        norm = _grad_norm([g for _, g in used])
+        value = float(norm)
+        worst = max(worst, value) if math.isfinite(value) else value
+        if not math.isfinite(value) or value > threshold:
+            return Rejection("stability", step, {"grad_norm": value})
+        if step == steps or norm.grad_fn is None:
+            break
+        ascent = torch.autograd.grad(norm, [w for w, _ in used], allow_unused=True)
+        with torch.no_grad():
+            for (w, _), a in zip(used, ascent):
+                if a is None:
+                    continue
+                a_norm = float(a.norm())
+                if not math.isfinite(a_norm):
+                    return Rejection("stability", step, {"grad_norm": value})
+                if a_norm > 0:
+                    w.add_(a, alpha=lr * float(w.norm()) / a_norm)
+    return None
+
+
+def quality_threshold(num_classes: int, factor: float = 2.0) -> float:
+    """Reject below `factor` x chance: 20% for 10 classes with the paper's factor 2."""
+    return factor / num_classes
+
+
+def quality(norm_act, dataset, archs: Sequence[str], make_config: Callable[[str], Any], *,
+            factor: float = 2.0) -> tuple[Rejection | None, dict[str, float]]:
+    """Short training on each architecture in turn; stop at the first one below the threshold.
+
+    `make_config(arch)` gives the TrainConfig of the short run. Returns (rejection or None, the
+    accuracies reached). A non-finite loss rejects as "nonfinite" at its step; an exception in the
+    layer propagates to the caller, which records it.
+    """
+    from evonorm.train import train
+
+    threshold = quality_threshold(dataset.num_classes, factor)
+    accs: dict[str, float] = {}
+    for arch in archs:
+        cfg = make_config(arch)
+        res = train(norm_act, dataset, cfg)
+        if res.status != "ok" or res.accuracy is None:
+            return Rejection("nonfinite", res.failed_step, {"arch": arch, "phase": "quality"}), accs
+        accs[arch] = float(res.accuracy)
+        if res.accuracy < threshold:
+            return Rejection(f"quality:{arch}", res.steps_done,
+                             {"accuracy": float(res.accuracy), "threshold": threshold}), accs
+    return None, accs

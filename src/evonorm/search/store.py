@@ -1,0 +1,280 @@
+"""The run's SQLite store (WAL): config, every proposal and candidate, the population, reranks.
+
+A search commits after every finished evaluation, and each proposal is written (with the random
+state after it) before it is handed to a worker, so a search killed at any moment resumes with no
+finished evaluation lost, none repeated, and the random stream continued. Readers (reports) open it
+read-only while a search writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+STORE_NAME = "store.sqlite"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS proposals (
+    idx INTEGER PRIMARY KEY,            -- proposal order, 0-based
+    graph TEXT NOT NULL,
+    parent_id INTEGER,
+    origin TEXT NOT NULL,
+    rng_state TEXT NOT NULL,            -- the search rng state right after this proposal
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS candidates (
+    id INTEGER PRIMARY KEY,             -- evaluation (finish) order, 1-based
+    proposal INTEGER UNIQUE NOT NULL REFERENCES proposals(idx),
+    graph TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint TEXT,
+    parent_id INTEGER,
+    origin TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    reason_step INTEGER,
+    accuracies TEXT NOT NULL,
+    fitness REAL,
+    cache_hit INTEGER NOT NULL,
+    seconds REAL NOT NULL,
+    timings TEXT NOT NULL,
+    worker TEXT,
+    created_at REAL NOT NULL,
+    finished_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS candidates_key ON candidates(key);
+CREATE INDEX IF NOT EXISTS candidates_fp ON candidates(fingerprint);
+CREATE TABLE IF NOT EXISTS population (pos INTEGER PRIMARY KEY, candidate_id INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS reranks (
+    id INTEGER PRIMARY KEY,
+    candidate_id INTEGER NOT NULL,
+    preset TEXT NOT NULL,
+    accuracies TEXT NOT NULL,
+    mean REAL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    search_fitness REAL,
+    seconds REAL NOT NULL,
+    created_at REAL NOT NULL,
+    UNIQUE (candidate_id, preset)
+);
+"""
+
+
+@dataclass
+class Candidate:
+    """One finished evaluation (the brief's shared record; `timings` and `proposal` are extras)."""
+
+    id: int
+    graph: dict
+    key: str
+    fingerprint: str | None
+    parent_id: int | None
+    origin: str  # "random" | "mutation" | "seed"
+    status: str  # "valid" | "rejected" | "failed"
+    reason: str | None
+    reason_step: int | None
+    accuracies: dict[str, float]
+    fitness: float | None
+    cache_hit: bool
+    seconds: float
+    worker: str | None
+    created_at: float
+    finished_at: float
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    proposal: int = -1
+
+
+@dataclass(frozen=True)
+class PendingProposal:
+    idx: int
+    graph: dict
+    parent_id: int | None
+    origin: str
+    created_at: float
+
+
+def resolve_path(path: str | Path) -> Path:
+    """A run folder or the store file itself -> the store file."""
+    p = Path(path)
+    return p if p.suffix == ".sqlite" or p.is_file() else p / STORE_NAME
+
+
+class Store:
+    """SQLite store of one run; `Store(RUN)` or `Store(RUN/store.sqlite)`."""
+
+    def __init__(self, path: str | Path, readonly: bool = False):
+        self.path = resolve_path(path)
+        self.readonly = readonly
+        if readonly:
+            if not self.path.is_file():
+                raise FileNotFoundError(f"no search store at {self.path}")
+            self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                             (json.dumps(SCHEMA_VERSION),))
+            self._db.commit()
+        self._db.row_factory = sqlite3.Row
+
+    # ------------------------------------------------------------------ read API (reports)
+    def config(self) -> dict:
+        """The search config as stored when the run started ({} before that)."""
+        return self.get_meta("config", {})
+
+    def candidates(self) -> list[Candidate]:
+        """Every finished evaluation, in evaluation order."""
+        rows = self._db.execute("SELECT * FROM candidates ORDER BY id").fetchall()
+        return [_row_to_candidate(r) for r in rows]
+
+    def population(self) -> list[int]:
+        """Candidate ids in the current population, oldest first."""
+        return [r[0] for r in self._db.execute("SELECT candidate_id FROM population ORDER BY pos")]
+
+    def reranks(self) -> list[dict]:
+        """Rerank results, best mean first (failed ones last)."""
+        rows = self._db.execute(
+            "SELECT * FROM reranks ORDER BY mean IS NULL, mean DESC, candidate_id").fetchall()
+        out = []
+        for rank, r in enumerate(rows, 1):
+            d = dict(r)
+            d["accuracies"] = json.loads(d["accuracies"])
+            d["rank"] = rank
+            out.append(d)
+        return out
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ meta
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self._db:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+
+    def set_config(self, config: dict) -> None:
+        self.set_meta("config", config)
+
+    # ------------------------------------------------------------------ proposals
+    def add_proposal(self, graph: dict, parent_id: int | None, origin: str,
+                     rng_state: Any) -> int:
+        """Record a proposal and the rng state after it, committed before any work on it."""
+        with self._db:
+            cur = self._db.execute(
+                "INSERT INTO proposals (idx, graph, parent_id, origin, rng_state, created_at) "
+                "VALUES ((SELECT COALESCE(MAX(idx) + 1, 0) FROM proposals), ?, ?, ?, ?, ?)",
+                (json.dumps(graph), parent_id, origin, json.dumps(rng_state), time.time()))
+            return self._db.execute("SELECT idx FROM proposals WHERE rowid = ?",
+                                    (cur.lastrowid,)).fetchone()[0]
+
+    def num_proposals(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM proposals").fetchone()[0]
+
+    def num_candidates(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM candidates").fetchone()[0]
+
+    def last_rng_state(self) -> Any | None:
+        row = self._db.execute("SELECT rng_state FROM proposals ORDER BY idx DESC LIMIT 1").fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def pending_proposals(self) -> list[PendingProposal]:
+        """Proposals without a finished candidate (in flight when the search stopped)."""
+        rows = self._db.execute(
+            "SELECT p.* FROM proposals p LEFT JOIN candidates c ON c.proposal = p.idx "
+            "WHERE c.id IS NULL ORDER BY p.idx").fetchall()
+        return [PendingProposal(r["idx"], json.loads(r["graph"]), r["parent_id"], r["origin"],
+                                r["created_at"]) for r in rows]
+
+    # ------------------------------------------------------------------ candidates
+    def add_candidate(self, *, proposal: int, graph: dict, key: str, fingerprint: str | None,
+                      parent_id: int | None, origin: str, status: str, reason: str | None = None,
+                      reason_step: int | None = None, accuracies: dict | None = None,
+                      fitness: float | None = None, cache_hit: bool = False, seconds: float = 0.0,
+                      timings: dict | None = None, worker: str | None = None,
+                      created_at: float | None = None, join_population: int | None = None,
+                      ) -> int:
+        """Record a finished evaluation in one committed transaction.
+
+        `join_population=W` also appends it to the stored population, keeping the newest W.
+        """
+        now = time.time()
+        with self._db:
+            cur = self._db.execute(
+                "INSERT INTO candidates (proposal, graph, key, fingerprint, parent_id, origin, "
+                "status, reason, reason_step, accuracies, fitness, cache_hit, seconds, timings, "
+                "worker, created_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (proposal, json.dumps(graph), key, fingerprint, parent_id, origin, status, reason,
+                 reason_step, json.dumps(accuracies or {}), fitness, int(cache_hit), seconds,
+                 json.dumps(timings or {}), worker, created_at if created_at is not None else now,
+                 now))
+            if join_population is not None:
+                ids = (self.population() + [cur.lastrowid])[-join_population:]
+                self._write_population(ids)
+            return cur.lastrowid
+
+    def find_cached(self, key: str, fingerprint: str | None) -> Candidate | None:
+        """An earlier non-cached, definitive (valid or rejected) evaluation of the same layer.
+
+        Structure first (canonical key), then function (fingerprint). Failed evaluations are not
+        reused: a dead or hung worker says nothing about the layer.
+        """
+        sql = ("SELECT * FROM candidates WHERE {} = ? AND status IN ('valid', 'rejected') "
+               "AND cache_hit = 0 ORDER BY id LIMIT 1")
+        row = self._db.execute(sql.format("key"), (key,)).fetchone()
+        if row is None and fingerprint:
+            row = self._db.execute(sql.format("fingerprint"), (fingerprint,)).fetchone()
+        return None if row is None else _row_to_candidate(row)
+
+    def get_candidate(self, cid: int) -> Candidate:
+        row = self._db.execute("SELECT * FROM candidates WHERE id = ?", (cid,)).fetchone()
+        if row is None:
+            raise KeyError(f"no candidate {cid}")
+        return _row_to_candidate(row)
+
+    def _write_population(self, ids: Iterable[int]) -> None:
+        self._db.execute("DELETE FROM population")
+        self._db.executemany("INSERT INTO population VALUES (?, ?)", enumerate(ids))
+
+    # ------------------------------------------------------------------ reranks
+    def add_rerank(self, *, candidate_id: int, preset: str, accuracies: dict, mean: float | None,
+                   status: str, reason: str | None, search_fitness: float | None,
+                   seconds: float) -> None:
+        with self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO reranks (candidate_id, preset, accuracies, mean, status, "
+                "reason, search_fitness, seconds, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (candidate_id, preset, json.dumps(accuracies), mean, status, reason,
+                 search_fitness, seconds, time.time()))
+
+    def reranked_ids(self, preset: str) -> set[int]:
+        return {r[0] for r in self._db.execute(
+            "SELECT candidate_id FROM reranks WHERE preset = ?", (preset,))}
+
+
+def _row_to_candidate(r: sqlite3.Row) -> Candidate:
+    return Candidate(
+        id=r["id"], graph=json.loads(r["graph"]), key=r["key"], fingerprint=r["fingerprint"],
+        parent_id=r["parent_id"], origin=r["origin"], status=r["status"], reason=r["reason"],
+        reason_step=r["reason_step"], accuracies=json.loads(r["accuracies"]), fitness=r["fitness"],
+        cache_hit=bool(r["cache_hit"]), seconds=r["seconds"], worker=r["worker"],
+        created_at=r["created_at"], finished_at=r["finished_at"], timings=json.loads(r["timings"]),
+        proposal=r["proposal"])

@@ -1,0 +1,48 @@
+"""Stand-in evaluators for the search machinery tests (importable by spawned workers)."""
+
+import hashlib
+import json
+import os
+import time
+
+
+def scripted(payload: dict) -> dict:
+    """Does what the payload says: ok (echo), raise, die (os._exit), hang."""
+    action = payload.get("action", "ok")
+    if action == "raise":
+        raise RuntimeError("layer exploded on purpose")
+    if action == "die":
+        os._exit(7)
+    if action == "hang":
+        time.sleep(600)
+    if action == "sleep":
+        time.sleep(payload["seconds"])
+    return {"value": payload.get("value"), "pid": os.getpid(),
+            "threads": int(os.environ.get("OMP_NUM_THREADS", "0"))}
+
+
+def _h(graph: dict) -> int:
+    return int(hashlib.sha256(json.dumps(graph, sort_keys=True).encode()).hexdigest()[:8], 16)
+
+
+def fitness_of(graph: dict, archs) -> dict:
+    h = _h(graph)
+    return {a: ((h >> (4 * i)) % 97) / 100 for i, a in enumerate(archs)}
+
+
+def fake_evaluate(payload: dict) -> dict:
+    """A deterministic 'training' from the graph's hash: 1/4 rejected by quality, the rest valid."""
+    cfg, graph = payload["config"], payload["graph"]
+    h = _h(graph)
+    if cfg.get("n_train") == -7:  # marker: some candidates crash their worker or raise
+        if h % 5 == 0:
+            os._exit(9)
+        if h % 5 == 1:
+            raise ValueError("boom")
+    time.sleep(0.01)
+    if h % 4 == 0:
+        return {"status": "rejected", "reason": f"quality:{cfg['archs'][0]}", "reason_step": 2,
+                "accuracies": {}, "fitness": None, "timings": {"quality": 0.01}}
+    accs = fitness_of(graph, cfg["archs"])
+    return {"status": "valid", "reason": None, "reason_step": None, "accuracies": accs,
+            "fitness": sum(accs.values()) / len(accs), "timings": {"train": 0.01}}

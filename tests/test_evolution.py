@@ -1,0 +1,66 @@
+"""Regularized evolution: Pareto front, tournaments, aging, offspring rules (hand-made scores)."""
+
+import random
+from collections import Counter
+
+import pytest
+
+from evonorm.search.evolution import (AgingPopulation, Member, dominates, pareto_front,
+                                      select_winner, tournament_size)
+
+
+def test_dominates_is_strict():
+    assert dominates((0.5, 0.5), (0.4, 0.5))
+    assert not dominates((0.5, 0.5), (0.5, 0.5))
+    assert not dominates((0.6, 0.1), (0.1, 0.6))
+
+
+def test_pareto_front_hand_made():
+    # Fig. 6 of the paper: A, B, C efficient; D dominated by B; E dominated by everyone
+    scores = [(0.9, 0.2), (0.7, 0.7), (0.2, 0.9), (0.6, 0.6), (0.1, 0.1)]
+    assert pareto_front(scores) == [0, 1, 2]
+    # equal vectors are both on the front; three objectives
+    assert pareto_front([(0.5, 0.5, 0.5), (0.5, 0.5, 0.5), (0.4, 0.6, 0.1)]) == [0, 1, 2]
+    assert pareto_front([(0.5, 0.5, 0.5), (0.5, 0.5, 0.6)]) == [1]
+    assert pareto_front([(0.3,)]) == [0]
+
+
+def test_pareto_winner_is_uniform_over_front_and_average_picks_best_mean():
+    scores = [(0.9, 0.2), (0.7, 0.7), (0.2, 0.9), (0.6, 0.6), (0.1, 0.1)]
+    rng = random.Random(0)
+    wins = Counter(select_winner(scores, rng, "pareto") for _ in range(3000))
+    assert set(wins) == {0, 1, 2}
+    for i in (0, 1, 2):
+        assert abs(wins[i] / 3000 - 1 / 3) < 0.04
+    assert {select_winner(scores, rng, "average") for _ in range(50)} == {1}
+    with pytest.raises(ValueError, match="criterion"):
+        select_winner(scores, rng, "median")
+
+
+def test_tournament_size_is_five_percent_with_floor():
+    assert tournament_size(2500, 0.05) == 125
+    assert tournament_size(10, 0.05) == 2
+    assert tournament_size(1, 0.05) == 1
+    assert tournament_size(40, 0.05, minimum=1) == 2
+
+
+def test_aging_removes_the_oldest():
+    pop = AgingPopulation(3)
+    evicted = [pop.add(Member(i, {}, (float(i),))) for i in range(1, 6)]
+    assert evicted == [None, None, None, Member(1, {}, (1.0,)), Member(2, {}, (2.0,))]
+    assert pop.ids() == [3, 4, 5]
+    # the best member ages out like any other (regularized evolution)
+    pop = AgingPopulation(2, [Member(1, {}, (0.99,)), Member(2, {}, (0.1,))])
+    pop.add(Member(3, {}, (0.2,)))
+    assert pop.ids() == [2, 3]
+
+
+def test_tournament_draws_from_population_and_returns_front_member():
+    members = [Member(i, {}, s) for i, s in enumerate([(0.9, 0.1), (0.1, 0.9), (0.05, 0.05)])]
+    pop = AgingPopulation(10, members)
+    rng = random.Random(1)
+    winners = Counter(pop.tournament(rng, 1.0).id for _ in range(400))
+    assert set(winners) == {0, 1}  # the whole population competes; 2 is dominated
+    # small tournaments sample: the dominated member wins when it is drawn with itself only
+    winners = Counter(pop.tournament(rng, 0.0, minimum=1).id for _ in range(600))
+    assert set(winners) == {0, 1, 2}

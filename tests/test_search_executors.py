@@ -1,0 +1,46 @@
+"""Executors: results come back; a worker that raises, dies or hangs is reported and replaced."""
+
+import time
+
+import pytest
+
+from _search_fakes import scripted
+from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, LocalExecutor, threads_per_worker
+
+
+def _drain(ex, n, limit=60.0):
+    out, end = [], time.monotonic() + limit
+    while len(out) < n and time.monotonic() < end:
+        out += ex.wait(0.2)
+    return {o.task_id: o for o in out}
+
+
+def test_threads_split_cores():
+    assert threads_per_worker(1, cores=2) == 2
+    assert threads_per_worker(2, cores=2) == 1
+    assert threads_per_worker(4, cores=2) == 1
+
+
+def test_local_pool_survives_raise_die_and_hang():
+    with LocalExecutor(scripted, workers=2, timeout=3.0) as ex:
+        assert ex.free_slots() == 2
+        ex.submit(1, {"action": "raise"})
+        ex.submit(2, {"action": "die"})
+        assert ex.free_slots() == 0
+        with pytest.raises(RuntimeError, match="no free worker"):
+            ex.submit(99, {})
+        got = _drain(ex, 2)
+        assert got[1].kind == ERROR and "RuntimeError: layer exploded on purpose" in got[1].error
+        assert got[2].kind == DIED and "exit code 7" in got[2].error
+        ex.submit(3, {"action": "hang"})
+        ex.submit(4, {"action": "ok", "value": 42})
+        got = _drain(ex, 2)
+        assert got[4].kind == OK and got[4].result["value"] == 42
+        assert got[4].result["threads"] == 1  # 2 cores / 2 workers
+        assert got[3].kind == TIMEOUT and got[3].seconds >= 3.0
+        # the pool is whole again: both slots work
+        ex.submit(5, {"action": "ok", "value": 5})
+        ex.submit(6, {"action": "ok", "value": 6})
+        got = _drain(ex, 2)
+        assert {got[5].result["value"], got[6].result["value"]} == {5, 6}
+        assert got[5].worker and got[5].worker != got[6].worker
