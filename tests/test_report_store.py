@@ -1,0 +1,96 @@
+"""Reports read from real run stores: hand-written ones, one still being written, a tiny search."""
+
+import base64
+import json
+import re
+import sqlite3
+
+import pytest
+
+pytest.importorskip("matplotlib", reason="reports need the optional `plots` extra")
+
+from evonorm.cli import main as cli_main  # noqa: E402
+from evonorm.report import load_run, write_report  # noqa: E402
+from evonorm.search.store import Store  # noqa: E402
+
+ARCHS = ["resnet50_cifar", "mobilenetv2_cifar"]
+GRAPH = {"nodes": [["sigmoid", 0], ["mul", 0, 4]]}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def add(store, i, status, accs=None, reason=None, key=None, origin="random"):
+    idx = store.add_proposal(GRAPH, None, origin, [3, [0], None])
+    accs = accs or {}
+    store.add_candidate(proposal=idx, graph=GRAPH, key=key or f"k{i}", fingerprint=None, parent_id=None,
+                        origin=origin, status=status, reason=reason, accuracies=accs,
+                        fitness=sum(accs.values()) / len(accs) if status == "valid" else None,
+                        seconds=1.0, join_population=10 if status == "valid" else None)
+
+
+def make_store(run, n=12):
+    with Store(run) as s:
+        s.set_config({"archs": ARCHS, "dataset": "synthetic", "window": 10})
+        s.set_meta("status", "running")
+        for i in range(n):
+            if i % 3 == 0:
+                add(s, i, "rejected", {ARCHS[0]: 0.1}, f"quality:{ARCHS[0]}")
+            elif i % 5 == 0:
+                add(s, i, "rejected", reason="error: ValueError: bad")
+            else:
+                add(s, i, "valid", {ARCHS[0]: 0.3 + i / 50, ARCHS[1]: 0.5 - i / 60}, key=f"k{i % 4}")
+
+
+def images(page):
+    return [base64.b64decode(m) for m in re.findall(r'data:image/png;base64,([A-Za-z0-9+/=]+)', page)]
+
+
+def test_report_from_a_store(tmp_path):
+    run = tmp_path / "run"
+    make_store(run)
+    (run / "references.json").write_text(json.dumps({"bn_relu": {ARCHS[0]: 0.6, ARCHS[1]: 0.55}}))
+    assert cli_main(["report", str(run)]) == 0
+    page = (run / "report.html").read_text()
+    assert len(images(page)) == 5 and all(p.startswith(PNG) for p in images(page))
+    assert sorted(p.name for p in (run / "report").glob("*.png")) == [
+        "accuracy_histogram.png", "calibration.png", "pareto.png", "rejections.png", "search_progress.png"]
+    top = page.split("Top layers of run", 1)[1].split("</table>", 1)[0]
+    assert top.count("<tr>") == 1 + 4  # 4 distinct valid keys
+    assert "bn_relu" in page and "error" in page and "quality:resnet50_cifar" in page
+    data = load_run(run)
+    assert data.status == "running" and data.in_flight == 0 and len(data.population) == 6
+
+
+def test_compare_and_out(tmp_path):
+    make_store(tmp_path / "a")
+    make_store(tmp_path / "b", n=20)
+    out = tmp_path / "cmp"
+    assert cli_main(["report", str(tmp_path / "a"), "--compare", str(tmp_path / "b"), "--out", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert "Top layers of a" in page and "Top layers of b" in page
+    assert not (tmp_path / "a" / "report.html").exists()
+
+
+def test_report_while_a_writer_holds_a_transaction(tmp_path):
+    run = tmp_path / "run"
+    make_store(run, n=6)
+    with Store(run) as s:
+        s.add_proposal(GRAPH, None, "random", [3, [0], None])  # handed to a worker, unfinished
+    writer = sqlite3.connect(run / "store.sqlite", timeout=1)
+    writer.execute("BEGIN IMMEDIATE")  # a search in the middle of recording a result
+    writer.execute("INSERT INTO meta VALUES ('x', '1')")
+    try:
+        page = write_report([run]).read_text()
+        data = load_run(run)
+    finally:
+        writer.rollback()
+        writer.close()
+    assert len(images(page)) == 5
+    assert len(data.candidates) == 6 and data.in_flight == 1
+    assert "<td>running</td>" in page
+
+
+def test_store_without_candidates_or_config(tmp_path):
+    run = tmp_path / "run"
+    Store(run).close()  # a search that has only created its store
+    page = write_report([run]).read_text()
+    assert len(images(page)) == 5 and "No valid layer yet" in page
