@@ -2,8 +2,8 @@
 works on one architecture may fail on another (finding 2, Fig. 4).
 
 Draws --graphs random graphs from the search space and puts each through the search's quality
-test (train --steps steps on every anchor architecture, score on a held-out 10% of the training
-split) on all three architectures, without stopping at the first failure so the calibration can be
+test (`evonorm.search.rejection.quality` with a search preset's settings: train --steps steps on each
+anchor architecture, score on the held-out 10% of the training split) on all three architectures, without stopping at the first failure so the calibration can be
 drawn. A non-finite loss or an exception counts as chance, as a layer that does not learn.
 BN-ReLU, EvoNorm-B0 and EvoNorm-S0 go through the same test as references.
 
@@ -31,17 +31,19 @@ ARCHS = ["resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar"]
 REFERENCES = ["bn_relu", "evonorm_b0", "evonorm_s0"]
 
 
-def quality_accuracy(norm_act, ds, cfg) -> tuple[float | None, str]:
-    """(accuracy or None, outcome) of one short training; never raises."""
-    from evonorm.train import train
+def quality_accuracy(norm_act, ds, cfg, arch: str) -> tuple[float | None, str]:
+    """The search's quality test on one architecture: (accuracy or None, outcome); never raises."""
+    from evonorm.search.evaluator import train_config
+    from evonorm.search.rejection import quality
 
     try:
-        res = train(norm_act, ds, cfg)
+        rej, accs = quality(norm_act, ds, [arch], lambda a: train_config(cfg, a, steps=cfg.quality_steps),
+                            factor=cfg.quality_factor)
     except Exception as err:  # a random layer may fail to compile or run
         return None, f"error: {type(err).__name__}"
-    if res.status != "ok" or res.accuracy is None or not math.isfinite(res.accuracy):
-        return None, res.status or "nonfinite"
-    return float(res.accuracy), "ok"
+    if arch not in accs:
+        return None, rej.reason if rej else "nonfinite"
+    return accs[arch], "ok"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,25 +57,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=25, help="quality-test training steps per architecture")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--width", type=float, default=0.0625, help="channel multiplier of every architecture")
-    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--preset", default="demo", help="search preset whose quality test is used")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="output folder (default results/random_layers)")
     args = p.parse_args(argv)
 
     import torch
 
-    from evonorm.data import default_dataset_name, holdout_split, load_dataset
-    from evonorm.graph import Graph, random_graph
-    from evonorm.train import get_preset
+    from evonorm.data import default_dataset_name
+    from evonorm.graph import random_graph
+    from evonorm.search.evaluator import search_dataset, train_config
+    from evonorm.search.presets import get_preset
 
     torch.set_num_threads(2)
     name = args.dataset or default_dataset_name()
-    ds = holdout_split(load_dataset(name, args.data_root, n_train=args.n_train, seed=args.seed), 0.1,
-                       seed=args.seed)
+    cfg = get_preset(args.preset, dataset=name, data_root=args.data_root, n_train=args.n_train,
+                     archs=tuple(args.archs), quality_steps=args.steps, seed=args.seed,
+                     train={"batch_size": args.batch_size, "width": args.width})
+    ds = search_dataset(name, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
     chance = 1.0 / ds.num_classes
-    base = get_preset("tiny", width=args.width, steps=args.steps, batch_size=args.batch_size,
-                      lr=args.lr, schedule="constant", n_train=None, n_test=None, seed=args.seed)
-    cfgs = {a: base.replace(arch=a) for a in args.archs}
     d = out_dir("random_layers", args.out)
     rec_path = d / "records.jsonl"
     done = {}
@@ -84,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError:
                 continue  # a line cut by a crash
             done[r["name"]] = r
-    settings = {**vars(args), "dataset": name, "train": {**dataclasses.asdict(base), "arch": None}}
+    settings = {**vars(args), "dataset": name,
+                "quality_train": dataclasses.asdict(train_config(cfg, args.archs[0], steps=cfg.quality_steps)),
+                "search_config": cfg.to_dict()}
     log(f"{name}: {len(ds.train_y)} train / {len(ds.test_y)} held-out images; {len(done)} records kept")
 
     rng = random.Random(args.seed)
@@ -101,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                    "formula": g.to_text() if g is not None else label,
                    "key": g.key() if g is not None else None, "accuracies": {}, "outcomes": {}}
             ts = time.time()
-            for a, cfg in cfgs.items():
-                acc, outcome = quality_accuracy(g if g is not None else label, ds, cfg)
+            for a in args.archs:
+                acc, outcome = quality_accuracy(g if g is not None else label, ds, cfg, a)
                 rec["accuracies"][a] = acc
                 rec["outcomes"][a] = outcome
             rec["seconds"] = round(time.time() - ts, 2)

@@ -1,0 +1,167 @@
+"""Experiment 2: evolution vs random search vs random search with rejection (SPEC finding 3,
+paper Fig. 10), at an equal budget of candidates, several seeds each, through the search driver.
+
+Algorithms (the driver's names): `evolution` (with rejection), `random` (random search with
+rejection), `random-norej` (random search, every candidate fully trained). Each run is a normal
+run folder under --runs (resumable: rerunning the script continues unfinished runs), so
+`evonorm report runs/evolution_vs_random/evolution_s0 --compare ...` draws the same picture.
+
+    python experiments/evolution_vs_random.py                   # ~20-30 min on 2 cores
+    python experiments/evolution_vs_random.py --budget 200 --seeds 0 1 2 3 4 --preset small
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, log, out_dir, save_png, write_table  # noqa: E402
+
+ALGOS = ["evolution", "random", "random-norej"]
+
+
+def search_config(args, algorithm: str, seed: int):
+    from evonorm.search.presets import get_preset
+
+    train = {"steps": args.steps, "batch_size": args.batch_size, "width": args.width}
+    return get_preset(args.preset, algorithm=algorithm, seed=seed, budget=args.budget,
+                      space=args.space, dataset=args.dataset, n_train=args.n_train,
+                      archs=tuple(args.archs), train=train, quality_steps=args.quality_steps,
+                      stability_steps=args.stability_steps, initial_population=args.initial_population,
+                      window=args.window, tournament_fraction=args.tournament_fraction,
+                      workers=args.workers, executor="local")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--algorithms", nargs="+", default=ALGOS, choices=ALGOS)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--budget", type=int, default=30, help="candidates per run (equal for every algorithm)")
+    p.add_argument("--preset", default="demo", help="search preset the settings below override")
+    p.add_argument("--space", choices=["b", "s"], default="b")
+    p.add_argument("--dataset", default=None, help="default: fashion_mnist when installed, else synthetic")
+    p.add_argument("--n-train", type=int, default=3000)
+    p.add_argument("--archs", nargs="+", default=["resnet50_cifar", "mobilenetv2_cifar"])
+    p.add_argument("--steps", type=int, default=60, help="full-training steps per architecture")
+    p.add_argument("--quality-steps", type=int, default=15)
+    p.add_argument("--stability-steps", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--width", type=float, default=0.0625)
+    p.add_argument("--initial-population", type=int, default=3)
+    p.add_argument("--window", type=int, default=20)
+    p.add_argument("--tournament-fraction", type=float, default=0.25)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--runs", default=str(ROOT / "runs" / "evolution_vs_random"),
+                   help="folder for the run stores (not committed)")
+    p.add_argument("--out", default=None, help="output folder (default results/evolution_vs_random)")
+    args = p.parse_args(argv)
+
+    from evonorm.report import load_run
+    from evonorm.search.driver import init_run, run_search
+    runs_dir = Path(args.runs)
+    runs = {}
+    t0 = time.time()
+    for seed in args.seeds:
+        for algo in args.algorithms:
+            cfg = search_config(args, algo, seed)
+            run = runs_dir / f"{algo}_s{seed}"
+            if not _same_settings(run, cfg.to_dict()):  # else: resume the earlier run
+                init_run(run, cfg, force=True)
+            ts = time.time()
+            res = run_search(run, progress=False)
+            log(f"{algo} seed {seed}: {res.tally.line()} ({time.time() - ts:.0f}s, "
+                f"total {(time.time() - t0) / 60:.1f} min)")
+            runs[(algo, seed)] = load_run(run, name=f"{algo} s{seed}")
+    summarize(runs, args, out_dir("evolution_vs_random", args.out))
+    return 0
+
+
+def _same_settings(run: Path, want: dict) -> bool:
+    """True when `run` holds a search with these settings (the dataset is filled in at start)."""
+    from evonorm.search.store import Store
+
+    if not (run / "store.sqlite").is_file():
+        return False
+    with Store(run, readonly=True) as st:
+        have = st.config()
+    drop = ("dataset",) if want.get("dataset") is None else ()
+    return {k: v for k, v in have.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
+
+
+def _curve_on_grid(run, budget: int) -> list[float]:
+    """Top-10 mean after each of 1..budget candidates (nan before the first valid layer)."""
+    from evonorm.report.figures import progress_curve
+
+    xs, means, _ = progress_curve(run)
+    out, j, cur = [], 0, math.nan
+    for n in range(1, budget + 1):
+        while j < len(xs) and xs[j] <= n:
+            cur = means[j]
+            j += 1
+        out.append(cur)
+    return out
+
+
+def summarize(runs: dict, args, d: Path) -> None:
+    from evonorm.report.figures import progress_curve, pyplot
+
+    rows = []
+    for (algo, seed), run in sorted(runs.items()):
+        _, means, _ = progress_curve(run)
+        best = max((c.fitness for c in run.valid), default=None)
+        rows.append({"algorithm": algo, "seed": seed, "candidates": len(run.candidates),
+                     "valid": len(run.valid), "best_fitness": best,
+                     "top10_mean_final": means[-1] if means else None,
+                     "compute_s": round(sum(c.seconds for c in run.candidates), 1)})
+    agg = []
+    for algo in args.algorithms:
+        rs = [r for r in rows if r["algorithm"] == algo]
+        agg.append({"algorithm": algo, "seeds": len(rs),
+                    **{f"{f}_mean": _mean([r[f] or 0.0 for r in rs]) for f in
+                       ("valid", "best_fitness", "top10_mean_final", "compute_s")},
+                    "top10_mean_final_std": _std([r["top10_mean_final"] or 0.0 for r in rs])})
+    meta = {"settings": vars(args), "note": "a run with no valid layer counts 0 in the means",
+            "per_run": rows}
+    write_table(d, "evolution_vs_random", agg, meta)
+    write_table(d, "evolution_vs_random_runs", rows, {"settings": vars(args)})
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    xs = list(range(1, args.budget + 1))
+    for i, algo in enumerate(args.algorithms):
+        curves = [_curve_on_grid(run, args.budget) for (a, _), run in sorted(runs.items()) if a == algo]
+        mean = [_mean([c[k] for c in curves if not math.isnan(c[k])], nan=True) for k in range(len(xs))]
+        lo = [min((c[k] for c in curves if not math.isnan(c[k])), default=math.nan) for k in range(len(xs))]
+        hi = [max((c[k] for c in curves if not math.isnan(c[k])), default=math.nan) for k in range(len(xs))]
+        ax.plot(xs, mean, color=f"C{i}", label=f"{algo} ({len(curves)} seeds)")
+        ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.2, linewidth=0)
+    ax.set_xlabel("candidates evaluated")
+    ax.set_ylabel("mean fitness of the top-10 valid layers")
+    ax.set_title("Evolution vs random search (line: mean over seeds, band: min-max)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    save_png(fig, d / "evolution_vs_random.png")
+    for r in agg:
+        log(f"{r['algorithm']:13s} valid {r['valid_mean']:.1f}  best {r['best_fitness_mean']:.4f}  "
+            f"top-10 mean {r['top10_mean_final_mean']:.4f} ± {r['top10_mean_final_std']:.4f}  "
+            f"compute {r['compute_s_mean']:.0f}s")
+    log(f"wrote {d}")
+
+
+def _mean(v, nan=False):
+    return sum(v) / len(v) if v else (math.nan if nan else 0.0)
+
+
+def _std(v):
+    if len(v) < 2:
+        return 0.0
+    m = _mean(v)
+    return math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
