@@ -1,0 +1,114 @@
+"""Graph -> nn.Module: a torch.fx GraphModule whose generated forward computes only the live nodes.
+
+The generated code only ever names functions from the fixed primitive table (`primitives.op_*`),
+submodules `batch<id>` and parameters `v0`/`v1`/`weight`/`bias`; node ids are integers checked by
+`Graph`, so no text from the JSON reaches fx's code generator. `evaluate` is the same semantics
+as a plain interpreter (no module), used for fingerprints and as a test oracle.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+from torch import nn
+
+from evonorm.graph import primitives as P
+from evonorm.graph.batch import BatchStat, batch_stat_eval, batch_stat_train
+from evonorm.graph.graph import INPUTS, NUM_INPUTS, Graph
+from evonorm.stats import resolve_groups
+
+
+def full_shape_nodes(graph: Graph) -> set[int]:
+    """Live node ids whose value has the input's full shape (the others are statistics or constants
+    that broadcast): x is full, element-wise ops are full when an input is, aggregations are not."""
+    full = {0}
+    for nid in graph.live_nodes():
+        if nid >= NUM_INPUTS:
+            op, *args = graph.node(nid)
+            if not P.PRIMITIVES[op].aggregation and any(a in full for a in args):
+                full.add(nid)
+    return full
+
+
+def _extra_args(prim: P.Primitive, groups: int, eps: float) -> tuple:
+    return tuple(groups if name == "groups" else eps for name in prim.extra)
+
+
+def to_module(graph: Graph, num_features: int, *, apply_act: bool = True, groups: int = 32,
+              eps: float = 1e-5, momentum: float = 0.1, **kwargs) -> fx.GraphModule:
+    """The layer as a module: y = graph(x) * weight + bias per channel (weight = 1, bias = 0 at init).
+
+    Parameters `v0` (init 0) and `v1` (init 1) exist when a live node uses them; each live batch node
+    i is a submodule `batch<i>` with its running buffer. apply_act=False gives the plain per-channel
+    affine (the paper's `nonlinearity=False`). Unknown keyword arguments are ignored.
+    """
+    groups = resolve_groups(num_features, groups)
+    root = nn.Module()
+    root.weight = nn.Parameter(torch.ones(num_features))
+    root.bias = nn.Parameter(torch.zeros(num_features))
+    g = fx.Graph()
+    x = g.placeholder("x")
+    if not apply_act:
+        out = g.call_function(P.op_affine, (x, g.get_attr("weight"), g.get_attr("bias")))
+    else:
+        env: dict[int, fx.Node] = {0: x}
+        for nid in graph.live_nodes():
+            if nid < NUM_INPUTS:
+                name = INPUTS[nid]
+                if name == "zero":
+                    env[nid] = g.call_function(P.op_zeros, (x,))
+                elif name in ("v0", "v1"):
+                    setattr(root, name, nn.Parameter(torch.full((num_features,), float(name == "v1"))))
+                    env[nid] = g.call_function(P.op_channel, (g.get_attr(name), x))
+                continue
+            op, *args = graph.node(nid)
+            prim = P.PRIMITIVES[op]
+            inputs = tuple(env[a] for a in args)
+            if prim.batch_dependent:
+                root.add_module(f"batch{nid}", BatchStat(num_features, prim.statistic, eps=eps, momentum=momentum))
+                env[nid] = g.call_module(f"batch{nid}", inputs + (x,))
+            else:
+                env[nid] = g.call_function(prim.fn, inputs + _extra_args(prim, groups, eps))
+        w, b = g.get_attr("weight"), g.get_attr("bias")
+        if graph.output in full_shape_nodes(graph):
+            out = g.call_function(P.op_affine, (env[graph.output], w, b))
+        else:
+            out = g.call_function(P.op_affine_expand, (env[graph.output], w, b, x))
+    g.output(out)
+    module = fx.GraphModule(root, g, class_name="GraphLayer")
+    module.layer_graph = graph
+    module.num_features, module.groups, module.eps, module.momentum = num_features, groups, eps, momentum
+    module.apply_act = apply_act
+    return module
+
+
+def evaluate(graph: Graph, x: torch.Tensor, v0: torch.Tensor, v1: torch.Tensor, *, groups: int,
+             eps: float = 1e-5, training: bool = True, running: dict | None = None,
+             momentum: float = 0.1) -> torch.Tensor:
+    """The graph's raw output (no affine) broadcast to x's shape, by interpreting the node list.
+
+    `running` maps batch node ids to their running buffers (created at their initial values when
+    missing; updated in place in training, read in eval)."""
+    from evonorm.graph.batch import RUNNING
+
+    running = {} if running is None else running
+    vals: dict[int, torch.Tensor] = {0: x, 1: P.op_zeros(x), 2: P.op_channel(v0, x), 3: P.op_channel(v1, x)}
+    count = x.numel() // x.shape[1]
+    for nid in graph.live_nodes():
+        if nid < NUM_INPUTS:
+            continue
+        op, *args = graph.node(nid)
+        prim = P.PRIMITIVES[op]
+        inputs = [vals[a] for a in args]
+        if prim.batch_dependent:
+            buf = running.setdefault(nid, torch.full((x.shape[1],), RUNNING[prim.statistic][1], dtype=x.dtype))
+            if training:
+                r, update = batch_stat_train(inputs[0], prim.statistic, eps, count)
+                with torch.no_grad():
+                    buf.mul_(1.0 - momentum).add_(update.to(buf.dtype), alpha=momentum)
+                vals[nid] = r
+            else:
+                vals[nid] = batch_stat_eval(buf, prim.statistic, eps, x.dtype)
+        else:
+            vals[nid] = prim.fn(*inputs, *_extra_args(prim, groups, eps))
+    return vals[graph.output].expand(x.shape)

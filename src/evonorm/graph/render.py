@@ -1,0 +1,140 @@
+"""A graph as a formula in the paper's notation: mu / s^2 with axis subscripts, sigma for sigmoid.
+
+Plain text:  x / max(sqrt(s^2_{b,w,h}(x)), v1*x + sqrt(s^2_{w,h}(x)))*gamma + beta
+LaTeX:       \\frac{x}{\\max(\\sqrt{s^2_{b,w,h}(x)}, v_1 x + \\sqrt{s^2_{w,h}(x)})}\\gamma + \\beta
+As in the paper, eps is omitted, sqrt/log (sign(a) sqrt|a|, sign(a) ln|a|) and nodes used more than
+once are named z (z_1, z_2, ... when there are several), and exp(0) is shown as the constant 1.
+"""
+
+from __future__ import annotations
+
+from evonorm.graph.graph import NUM_INPUTS, Graph
+from evonorm.graph.primitives import PRIMITIVES
+
+ADD, MUL, UNARY, POW, ATOM = 1, 2, 3, 4, 5  # precedence of a rendered expression
+AXES = {"batch": "b,w,h", "layer": "w,h,c", "instance": "w,h", "group": "w,h,c/g"}
+
+
+class _Renderer:
+    def __init__(self, graph: Graph, latex: bool):
+        self.g, self.latex = graph, latex
+        live = graph.live_nodes()
+        uses: dict[int, int] = {}
+        for nid in live:
+            if nid >= NUM_INPUTS:
+                for a in graph.node(nid)[1:]:
+                    uses[a] = uses.get(a, 0) + 1
+        named = [n for n in live if n >= NUM_INPUTS and not self._is_one(n) and (
+            uses.get(n, 0) > 1 or any(graph.node(m)[0] in ("sqrt", "log") and n in graph.node(m)[1:]
+                                      and not self._simple(n) for m in live if m >= NUM_INPUTS))]
+        self.names = {}
+        for k, n in enumerate(named):
+            idx = "" if len(named) == 1 else (f"_{k + 1}" if latex else str(k + 1))
+            self.names[n] = "z" + idx
+        self.cache: dict[int, tuple[str, int]] = {}
+
+    def _is_one(self, nid: int) -> bool:
+        return nid >= NUM_INPUTS and self.g.node(nid) == ("exp", 1)
+
+    def _simple(self, nid: int) -> bool:
+        return nid < NUM_INPUTS or self._is_one(nid)
+
+    def ref(self, nid: int) -> tuple[str, int]:
+        if nid in self.names:
+            return self.names[nid], ATOM
+        return self.expr(nid)
+
+    def expr(self, nid: int) -> tuple[str, int]:
+        if nid not in self.cache:
+            self.cache[nid] = self._render(nid)
+        return self.cache[nid]
+
+    def _leaf(self, nid: int) -> str:
+        return {0: "x", 1: "0", 2: "v_0" if self.latex else "v0", 3: "v_1" if self.latex else "v1"}[nid]
+
+    def _render(self, nid: int) -> tuple[str, int]:
+        if nid < NUM_INPUTS:
+            return self._leaf(nid), ATOM
+        if self._is_one(nid):
+            return "1", ATOM
+        op, *args = self.g.node(nid)
+        L = self.latex
+        a = [self.ref(i) for i in args]
+
+        def w(e: tuple[str, int], level: int) -> str:
+            s, p = e
+            if p >= level:
+                return s
+            return f"\\left({s}\\right)" if L else f"({s})"
+
+        prim = PRIMITIVES[op]
+        if prim.aggregation:
+            sub = AXES[prim.axes]
+            arg = a[0][0]
+            if L:
+                if prim.statistic == "mean":
+                    return f"\\mu_{{{sub}}}({arg})", ATOM
+                if prim.statistic == "std":
+                    return f"\\sqrt{{s^2_{{{sub}}}({arg})}}", ATOM
+                return f"\\sqrt{{\\mu_{{{sub}}}({w(a[0], ATOM)}^2)}}", ATOM
+            if prim.statistic == "mean":
+                return f"mu_{{{sub}}}({arg})", ATOM
+            if prim.statistic == "std":
+                return f"sqrt(s^2_{{{sub}}}({arg}))", ATOM
+            return f"sqrt(mu_{{{sub}}}({w(a[0], ATOM)}^2))", ATOM
+        if op == "add":
+            other = args[1]
+            if other >= NUM_INPUTS and other not in self.names and self.g.node(other)[0] == "neg":
+                inner = self.ref(self.g.node(other)[1])
+                return f"{a[0][0]} - {w(inner, MUL)}", ADD
+            return f"{a[0][0]} + {w(a[1], MUL if a[1][1] == UNARY else ADD)}", ADD
+        if op == "mul":
+            right = w(a[1], POW) if a[1][1] == UNARY else w(a[1], MUL)
+            return (f"{w(a[0], MUL)} {right}" if L else f"{w(a[0], MUL)}*{right}"), MUL
+        if op == "div":
+            if L:
+                return f"\\frac{{{a[0][0]}}}{{{a[1][0]}}}", UNARY
+            return f"{w(a[0], MUL)} / {w(a[1], POW)}", MUL
+        if op == "max":
+            return (f"\\max({a[0][0]}, {a[1][0]})" if L else f"max({a[0][0]}, {a[1][0]})"), ATOM
+        if op == "neg":
+            return f"-{w(a[0], MUL)}", UNARY
+        if op == "sigmoid":
+            return (f"\\sigma({a[0][0]})" if L else f"sigma({a[0][0]})"), ATOM
+        if op == "tanh":
+            return (f"\\tanh({a[0][0]})" if L else f"tanh({a[0][0]})"), ATOM
+        if op == "exp":
+            return (f"e^{{{a[0][0]}}}", POW) if L else (f"exp({a[0][0]})", ATOM)
+        if op == "abs":
+            return (f"\\left|{a[0][0]}\\right|" if L else f"|{a[0][0]}|"), ATOM
+        if op == "square":
+            return f"{w(a[0], ATOM)}^2", POW
+        if op == "sqrt":
+            return (f"\\operatorname{{sign}}({a[0][0]})\\sqrt{{\\left|{a[0][0]}\\right|}}" if L
+                    else f"sign({a[0][0]})*sqrt(|{a[0][0]}|)"), MUL
+        if op == "log":
+            return (f"\\operatorname{{sign}}({a[0][0]})\\ln\\left|{a[0][0]}\\right|" if L
+                    else f"sign({a[0][0]})*ln(|{a[0][0]}|)"), MUL
+        raise AssertionError(op)  # unreachable: Graph validated the op
+
+    def formula(self, affine: bool) -> str:
+        body = self.expr(self.g.output)
+        if affine:
+            if self.latex:
+                s = (f"\\left({body[0]}\\right)" if body[1] < MUL else body[0]) + "\\gamma + \\beta"
+            else:
+                s = (f"({body[0]})" if body[1] < POW else body[0]) + "*gamma + beta"
+        else:
+            s = body[0]
+        defs = [f"{name} = {self.expr(n)[0]}" for n, name in self.names.items()]
+        return ", ".join([s, *defs])
+
+
+def to_text(graph: Graph, *, affine: bool = True) -> str:
+    """Plain-text formula (ASCII; `affine` appends the per-channel *gamma + beta)."""
+    return _Renderer(graph, latex=False).formula(affine)
+
+
+def to_latex(graph: Graph, *, affine: bool = True) -> str:
+    """LaTeX formula in the paper's notation."""
+    return _Renderer(graph, latex=True).formula(affine)
