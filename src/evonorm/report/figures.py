@@ -142,7 +142,8 @@ def accuracy_histogram(candidates: Sequence[Any], archs: Sequence[str], *, chanc
         edges = [i / bins for i in range(bins + 1)]
         for i, a in enumerate(archs):
             at_chance = sum(1 for v in accs[a] if v <= chance * 1.5)
-            ax.hist(accs[a], bins=edges, alpha=0.5, color=f"C{i}", log=True,
+            ax.hist(accs[a], bins=edges, alpha=0.18, color=f"C{i}", log=True, histtype="stepfilled")
+            ax.hist(accs[a], bins=edges, color=f"C{i}", log=True, histtype="step", linewidth=1.4,
                     label=f"{a}: {at_chance}/{len(accs[a])} near chance")
         if reference is not None:
             ax.axvline(reference, color="k", linestyle="--", linewidth=1, label="BN-ReLU")
@@ -216,7 +217,8 @@ def pareto(run: RunData) -> Any:
     fr = sorted((pts[i] for i in front), key=lambda p: p[0])
     ax.scatter([p[0] for p in fr], [p[1] for p in fr], s=22, color="C3",
                label=f"Pareto front over {len(archs)} archs ({len(fr)})")
-    ax.plot([p[0] for p in fr], [p[1] for p in fr], color="C3", linewidth=0.8, alpha=0.6)
+    if len(archs) == 2:  # with more objectives the front is not a line in this projection
+        ax.plot([p[0] for p in fr], [p[1] for p in fr], color="C3", linewidth=0.8, alpha=0.6)
     markers = itertools.cycle("*^sDPX")
     for name, acc in sorted(run.references.items()):
         if _finite(acc.get(a)) and _finite(acc.get(b)):
