@@ -1,0 +1,165 @@
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from evonorm.data import load_dataset, synthetic_dataset
+from evonorm.models import build_model
+from evonorm.train import PRESETS, TrainConfig, get_preset, lr_at, param_groups, train
+
+
+def bn_relu(num_features, **kw):
+    return nn.Sequential(nn.BatchNorm2d(num_features), nn.ReLU())
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    return synthetic_dataset(1024, 256, seed=0)
+
+
+def test_presets_follow_the_paper():
+    b, s = PRESETS["paper-b"], PRESETS["paper-s"]
+    assert (b.steps, b.schedule, s.steps, s.schedule) == (2000, "constant", 5000, "cosine")
+    for c in (b, s):
+        assert (c.batch_size, c.lr, c.momentum, c.nesterov, c.weight_decay, c.eval_batch_size) == \
+            (128, 0.1, 0.9, True, 1e-4, 512)
+        assert c.resolved_width() == 0.25 and c.crop is None
+    assert get_preset("paper-b", arch="mobilenetv2_cifar").resolved_width() == 0.5
+    assert get_preset("small", steps=None).steps == PRESETS["small"].steps
+    with pytest.raises(ValueError, match="nope"):
+        get_preset("nope")
+    with pytest.raises(ValueError):
+        TrainConfig(schedule="linear")
+
+
+def test_cosine_schedule():
+    cfg = TrainConfig(steps=100, schedule="cosine")
+    assert lr_at(cfg, 0) == pytest.approx(0.1) and lr_at(cfg, 50) == pytest.approx(0.05)
+    assert lr_at(cfg, 99) < 0.001 and lr_at(TrainConfig(steps=100), 99) == 0.1
+
+
+def test_weight_decay_only_on_conv_and_linear_weights():
+    model = build_model("efficientnet_b0_cifar", bn_relu, width=0.125)
+    decay, free = param_groups(model, 1e-4)
+    decayed = {id(p) for p in decay["params"]}
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            expected = name == "weight" and isinstance(module, (nn.Conv2d, nn.Linear))
+            assert (id(p) in decayed) == expected, (type(module).__name__, name)
+    assert free["weight_decay"] == 0.0 and len(free["params"]) > 0
+
+
+def test_tiny_training_learns_the_synthetic_task_and_is_deterministic(synthetic):
+    cfg = get_preset("tiny")
+    a = train("bn_relu", synthetic, cfg)
+    assert a.status == "ok" and a.steps_done == cfg.steps and a.reason is None
+    assert a.accuracy > 0.4  # chance is 0.1
+    short = cfg.replace(steps=5)
+    b, c = train("bn_relu", synthetic, short), train("bn_relu", synthetic, short)
+    assert b.final_loss == c.final_loss and b.accuracy == c.accuracy
+    assert train("bn_relu", synthetic, short.replace(seed=1)).final_loss != b.final_loss
+
+
+class NaNAfter(nn.Module):
+    """ReLU that returns NaN from its k-th training forward on."""
+
+    def __init__(self, num_features, k=3):
+        super().__init__()
+        self.k, self.calls = k, 0
+        self.bn = nn.BatchNorm2d(num_features)
+
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+        y = torch.relu(self.bn(x))
+        return y * float("nan") if self.calls > self.k else y
+
+
+class Scale(nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+def test_nonfinite_loss_stops_with_reason_and_step(synthetic):
+    cfg = get_preset("tiny", steps=20)
+    # the first layer of the net counts forwards: NaN from step 3 (0-based) on
+    res = train(lambda c: NaNAfter(c, k=3), synthetic, cfg)
+    assert res.status == "nonfinite" and res.reason == "nonfinite loss"
+    assert res.failed_step == 3 and res.steps_done == 3 and res.accuracy is None
+    exploding = train(lambda c: Scale(1e30), synthetic, cfg)  # overflows to inf at once
+    assert exploding.status == "nonfinite" and exploding.failed_step == 0
+
+
+def test_layer_exception_propagates(synthetic):
+    class Broken(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+
+        def forward(self, x):
+            raise RuntimeError("broken layer")
+
+    with pytest.raises(RuntimeError, match="broken layer"):
+        train(Broken, synthetic, get_preset("tiny"))
+
+
+def test_channels_last_matches_default(synthetic):
+    cfg = get_preset("tiny", steps=2)  # longer runs diverge chaotically from rounding alone
+    a = train(bn_relu, synthetic, cfg)
+    b = train(bn_relu, synthetic, cfg.replace(channels_last=True))
+    assert a.final_loss == pytest.approx(b.final_loss, rel=1e-3)
+
+
+EVONORM = [sys.executable, "-c", "import sys; from evonorm.cli import main; sys.exit(main())"]
+
+
+def test_train_command_writes_json(tmp_path):
+    out = tmp_path / "r.json"
+    proc = subprocess.run([*EVONORM, "train", "--layer", "bn_relu",
+                           "--preset", "tiny", "--steps", "10", "--dataset", "synthetic",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "accuracy" in proc.stdout
+    rec = json.loads(out.read_text())
+    assert rec["status"] == "ok" and rec["steps_done"] == 10 and 0 <= rec["accuracy"] <= 1
+    assert rec["config"]["arch"] == "resnet50_cifar" and rec["layer"] == "bn_relu"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layer", "no_such_layer", "--dataset", "synthetic"], "no_such_layer"),
+    (["--layer", "bn_relu", "--arch", "vgg", "--dataset", "synthetic"], "vgg"),
+    (["--layer", "bn_relu", "--preset", "huge"], "huge"),
+    (["--layer", "bn_relu", "--dataset", "cifar10", "--data-root", "/nonexistent"], "cifar-10"),
+    (["--layer", "bn_relu", "--batch-size", "x"], "batch-size"),
+])
+def test_train_command_bad_input_is_one_line_exit_2(args, message):
+    proc = subprocess.run([*EVONORM, "train", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0
+
+
+def test_list_command(capsys):
+    from evonorm.cli import main
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for word in ("resnet50_cifar", "paper-b", "tiny", "fashion_mnist", "bn_relu", "evonorm_s0"):
+        assert word in out
+    assert main(["list", "archs", "--json"]) == 0
+    assert "efficientnet_b0" in json.loads(capsys.readouterr().out)["archs"][2]
+
+
+@pytest.mark.slow
+def test_fashion_mnist_small_preset_learns_with_bn_relu_and_evonorm_s0():
+    """Real data, bounded: ~1-2 minutes on 2 cores (numbers in README come from bench_train)."""
+    ds = load_dataset("fashion_mnist")
+    cfg = get_preset("small", steps=150, n_train=5000, n_test=1000)
+    for layer in ("bn_relu", "evonorm_s0"):
+        res = train(layer, ds, cfg)
+        assert res.status == "ok" and res.accuracy > 0.5, (layer, res.accuracy)  # chance 0.1
