@@ -1,0 +1,64 @@
+"""`evonorm show`: a layer (library name, JSON file or JSON text) as formula, properties and code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evonorm.cli import ArgumentParser, CommandError
+
+
+def _load(spec: str):
+    from evonorm.graph import Graph
+    from evonorm.graph.library import NAMED_GRAPHS
+
+    if spec in NAMED_GRAPHS:
+        return NAMED_GRAPHS[spec]
+    if spec.lstrip().startswith("{"):
+        source, text = "JSON text", spec
+    elif Path(spec).is_file():
+        source = spec
+        try:
+            text = Path(spec).read_text()
+        except OSError as err:
+            raise CommandError(f"cannot read {spec}: {err.strerror}") from None
+    else:
+        raise CommandError(f"{spec!r} is neither a named graph ({', '.join(NAMED_GRAPHS)}), "
+                           "a JSON file nor JSON text")
+    try:
+        return Graph.from_json(text)
+    except ValueError as err:
+        raise CommandError(f"invalid graph in {source}: {err}") from None
+
+
+def main(argv: list[str]) -> int:
+    parser = ArgumentParser(prog="evonorm show", description=(
+        "Print a layer graph as a formula with its properties (batch dependence, live nodes, canonical "
+        "key, functional fingerprint) and, on request, LaTeX and a self-contained PyTorch module."))
+    parser.add_argument("graph", metavar="NAME_OR_JSON",
+                        help="a named graph (e.g. evonorm_b0, s_top1, random_rej), a .json file, or JSON text "
+                             '\'{"nodes": [["op", id, ...], ...]}\'')
+    parser.add_argument("--latex", action="store_true", help="also print the LaTeX formula")
+    parser.add_argument("--python", action="store_true", help="also print a self-contained nn.Module source file")
+    parser.add_argument("--class-name", default="EvoLayer", help="class name for --python (default: EvoLayer)")
+    args = parser.parse_args(argv)
+    g = _load(args.graph)
+    canon = g.canonical()
+    live = [n for n in g.live_nodes() if n >= 4]
+    print(f"formula:         {g.to_text()}")
+    if args.latex:
+        print(f"latex:           {g.to_latex()}")
+    print(f"batch-dependent: {'yes (B layer: running statistics in eval mode)' if g.uses_batch_stats else 'no (S layer)'}")
+    print(f"nodes:           {len(g.nodes)} ({len(live)} live: {', '.join(map(str, live))}; "
+          f"{len(canon.nodes)} in canonical form)")
+    print(f"key:             {g.key()}")
+    print(f"fingerprint:     {g.fingerprint()}")
+    print(f"json:            {g.dumps()}")
+    print(f"canonical:       {canon.dumps()}")
+    if args.python:
+        try:
+            code = g.to_python(args.class_name)
+        except ValueError as err:
+            raise CommandError(str(err)) from None
+        print()
+        print(code, end="")
+    return 0
