@@ -46,3 +46,9 @@ def fake_evaluate(payload: dict) -> dict:
     accs = fitness_of(graph, cfg["archs"])
     return {"status": "valid", "reason": None, "reason_step": None, "accuracies": accs,
             "fitness": sum(accs.values()) / len(accs), "timings": {"train": 0.01}}
+
+
+def slow_fake(payload: dict) -> dict:
+    """fake_evaluate at a pace a test can kill the driver in the middle of."""
+    time.sleep(0.25)
+    return fake_evaluate(payload)

@@ -85,7 +85,7 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
     for step in range(steps + 1):
         loss = F.cross_entropy(model(x), y)
         if not torch.isfinite(loss):
-            return Rejection("stability", step, {"loss": float(loss)})
+            return Rejection("stability", step, {"loss": float(loss.detach())})
         grads = torch.autograd.grad(loss, theta, create_graph=True, allow_unused=True)
         used = [(w, g) for w, g in zip(theta, grads) if g is not None]
         if not used:

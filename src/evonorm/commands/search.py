@@ -1,0 +1,124 @@
+"""`evonorm search`: run a layer search into a run folder (store, progress, top layers at the end)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from evonorm.cli import ArgumentParser, CommandError
+
+
+def build_parser() -> ArgumentParser:
+    from evonorm.search.evolution import ALGORITHMS, CRITERIA
+    from evonorm.search.presets import EXECUTORS, PRESETS, SPACES
+
+    p = ArgumentParser(prog="evonorm search", description=(
+        "Search normalization-activation layers: regularized evolution (or random search) over "
+        "several anchor architectures with quality and stability rejection. Every candidate is "
+        "stored in OUT/store.sqlite; a stopped search continues with `evonorm resume OUT`."))
+    p.add_argument("--preset", default="demo", choices=list(PRESETS),
+                   help="search preset (default demo: about 10 minutes on 2 cores)")
+    p.add_argument("--out", type=Path, required=True, help="run folder (created; must be empty)")
+    p.add_argument("--force", action="store_true", help="start over in a non-empty run folder")
+    p.add_argument("--space", choices=SPACES, default=None,
+                   help="b: every op; s: no batch statistics (default: the preset's)")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default=None,
+                   help="evolution (default), random (with rejection), random-norej")
+    p.add_argument("--budget", type=int, default=None, help="candidates to propose in all")
+    p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
+                   "(default: the preset's, else fashion_mnist when installed, else synthetic)")
+    p.add_argument("--data-root", default=None, help="folder holding the dataset files")
+    p.add_argument("--n-train", type=int, default=None, help="training images used (seeded subset)")
+    p.add_argument("--archs", default=None, help="comma-separated anchor architectures")
+    p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: one per core)")
+    p.add_argument("--executor", choices=EXECUTORS, default=None, help="local (default) or ray")
+    p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per candidate before its "
+                   "worker is killed and the candidate retried once, then recorded as failed")
+    p.add_argument("--window", type=int, default=None, help="population (sliding window) size")
+    p.add_argument("--criterion", choices=CRITERIA, default=None, help="tournament winner rule")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--top", type=int, default=10, help="layers in the final table (default 10)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    return p
+
+
+def config_from_args(args):
+    from evonorm.search.presets import get_preset
+
+    archs = tuple(a.strip() for a in args.archs.split(",") if a.strip()) if args.archs else None
+    try:
+        return get_preset(args.preset, space=args.space, algorithm=args.algorithm,
+                          budget=args.budget, dataset=args.dataset, data_root=args.data_root,
+                          n_train=args.n_train, archs=archs, workers=args.workers,
+                          executor=args.executor, address=args.address, timeout=args.timeout,
+                          window=args.window, criterion=args.criterion, seed=args.seed)
+    except (ValueError, TypeError) as err:
+        raise CommandError(str(err)) from None
+
+
+def check_executor(cfg) -> None:
+    if cfg.executor == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise CommandError("--executor ray needs ray: pip install 'evonorm[ray]'") from None
+    elif cfg.address:
+        raise CommandError("--address applies to --executor ray only")
+
+
+def check_setup(cfg):
+    """Validate what a run needs before its folder is written: archs, trainer preset, data."""
+    from evonorm.data import default_dataset_name
+    from evonorm.models import list_archs
+    from evonorm.search.evaluator import search_dataset, train_config
+
+    unknown = [a for a in cfg.archs if a not in list_archs()]
+    if unknown:
+        raise CommandError(f"unknown architecture(s) {', '.join(unknown)} "
+                           f"(choose from {', '.join(list_archs())})")
+    if cfg.dataset is None:
+        cfg = cfg.replace(dataset=default_dataset_name())
+    try:
+        train_config(cfg, cfg.archs[0])
+        train_config(cfg, cfg.archs[0], rerank=True)
+        search_dataset(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
+    except (ValueError, FileNotFoundError, TypeError) as err:
+        raise CommandError(str(err).splitlines()[0]) from None
+    return cfg
+
+
+def report_result(result, run: Path, top: int) -> None:
+    from evonorm.search.driver import summary_table
+
+    t = result.tally
+    print(f"search {'complete' if result.complete else 'stopped'}: {result.done}/{result.budget} "
+          f"candidates in {run} | {t.line()}")
+    print(summary_table(run, top=top))
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.top < 0:
+        raise CommandError("--top must be >= 0")
+    cfg = config_from_args(args)
+    check_executor(cfg)
+    run = args.out
+    if run.exists() and (not run.is_dir() or any(run.iterdir())) and not args.force:
+        raise CommandError(f"run folder {run} exists and is not empty (use --force to start over,"
+                           f" or `evonorm resume {run}`)")
+    cfg = check_setup(cfg)
+
+    from evonorm.search.driver import init_run, run_search
+
+    try:
+        init_run(run, cfg, force=args.force)
+    except FileExistsError as err:
+        raise CommandError(str(err)) from None
+    if not args.quiet:
+        print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, dataset "
+              f"{cfg.dataset}, archs {', '.join(cfg.archs)}, budget {cfg.budget}, "
+              f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
+    result = run_search(run, progress=not args.quiet)
+    report_result(result, run, args.top)
+    return 0

@@ -1,0 +1,61 @@
+"""Rejection: pre-checks, the stability stress test (double backprop), the quality test."""
+
+import pytest
+import torch
+
+from evonorm.data import holdout_split, load_dataset
+from evonorm.graph import Graph
+from evonorm.graph.library import get_graph
+from evonorm.search.rejection import precheck, quality, quality_threshold, stability
+from evonorm.train import get_preset
+
+
+@pytest.fixture(scope="module")
+def data():
+    return holdout_split(load_dataset("synthetic", n_train=400, n_test=100), 0.25)
+
+
+STAB = dict(arch="resnet50_cifar", width=0.0625, steps=15, batch=4)
+
+
+def test_prechecks():
+    assert precheck(get_graph("zero")).reason == "precheck:constant"
+    assert precheck(Graph.from_json({"nodes": [["add", 2, 3]]})).reason == "precheck:x_independent"
+    assert precheck(Graph.from_json({"nodes": [["div", 3, 1], ["exp", 4], ["exp", 5], ["exp", 6],
+                                               ["mul", 7, 0]]})).reason == "precheck:nonfinite"
+    # v0 * x is constant at init (v0 = 0) but learnable: the trainable vectors are randomized
+    assert precheck(Graph.from_json({"nodes": [["mul", 2, 0]]})) is None
+    for name in ("evonorm_b0", "evonorm_s0", "exp_exp", "tanh_minus_batch_mean_relu"):
+        assert precheck(get_graph(name)) is None, name
+
+
+def test_stability_rejects_exploding_layer(data):
+    rej = stability(get_graph("exp_exp"), data, **STAB)
+    assert rej is not None and rej.reason == "stability" and rej.step is not None
+    assert rej.step <= STAB["steps"]
+
+
+@pytest.mark.parametrize("layer", ["bn_relu", "evonorm_b0", "evonorm_s0"])
+def test_stability_passes_normalized_layers(data, layer):
+    norm_act = layer if layer == "bn_relu" else get_graph(layer)
+    assert stability(norm_act, data, **STAB) is None
+
+
+def test_quality_rejects_zero_layer_at_first_arch(data):
+    cfg = get_preset("tiny", steps=5, batch_size=16, width=0.0625, n_train=None, n_test=None)
+    seen = []
+
+    def make(arch):
+        seen.append(arch)
+        return cfg.replace(arch=arch)
+
+    rej, accs = quality(get_graph("zero"), data, ["resnet50_cifar", "mobilenetv2_cifar"], make)
+    assert rej.reason == "quality:resnet50_cifar" and rej.step == 5
+    assert seen == ["resnet50_cifar"]  # stops at the first failing architecture
+    assert accs["resnet50_cifar"] < quality_threshold(10)
+
+
+def test_quality_threshold_is_twice_chance():
+    assert quality_threshold(10) == pytest.approx(0.2)
+    assert quality_threshold(100) == pytest.approx(0.02)
+    assert quality_threshold(10, factor=3) == pytest.approx(0.3)

@@ -1,0 +1,150 @@
+"""The search driver with stand-in evaluators: budget, population, cache, failures, resume."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from _search_fakes import fake_evaluate, slow_fake
+from evonorm.search.driver import init_run, run_search
+from evonorm.search.presets import get_preset
+from evonorm.search.store import Store
+
+TESTS = Path(__file__).parent
+
+
+def _cfg(**kw):
+    base = dict(dataset="synthetic", budget=30, workers=2, window=6, initial_population=3,
+                tournament_fraction=0.5, archs=("a1", "a2"), timeout=60.0)
+    base.update(kw)
+    return get_preset("tiny", **base)
+
+
+def _check_accounting(store, budget):
+    cands = store.candidates()
+    assert len(cands) == budget == store.num_proposals()
+    assert sorted(c.proposal for c in cands) == list(range(budget))  # each proposal once
+    assert [c.id for c in cands] == list(range(1, budget + 1))
+    assert store.pending_proposals() == []
+    return cands
+
+
+def test_search_spends_budget_and_keeps_aging_population(tmp_path):
+    init_run(tmp_path, _cfg())
+    res = run_search(tmp_path, evaluate_fn=fake_evaluate, progress=False)
+    assert res.complete and res.done == 30
+    with Store(tmp_path, readonly=True) as s:
+        cands = _check_accounting(s, 30)
+        valid = [c for c in cands if c.status == "valid"]
+        assert s.population() == [c.id for c in valid][-6:]
+        assert s.get_meta("status") == "complete"
+        by_id = {c.id: c for c in cands}
+        kids = [c for c in cands if c.origin == "mutation"]
+        assert kids and all(by_id[c.parent_id].status == "valid" and c.parent_id < c.id
+                            for c in kids)
+        assert all(c.origin == "random" and c.parent_id is None for c in cands[:3])
+        assert {c.reason for c in cands if c.status == "rejected"} == {"quality:a1"}
+        assert all(c.fitness == pytest.approx(sum(c.accuracies.values()) / 2) for c in valid)
+        assert all(c.worker for c in cands if not c.cache_hit)
+
+
+def test_random_search_never_mutates(tmp_path):
+    init_run(tmp_path, _cfg(algorithm="random", budget=12))
+    run_search(tmp_path, evaluate_fn=fake_evaluate, progress=False)
+    with Store(tmp_path, readonly=True) as s:
+        assert {c.origin for c in s.candidates()} == {"random"}
+
+
+def test_cache_hits_reuse_earlier_results(tmp_path):
+    # one-node S graphs: a small space, so the same layer comes up again and again
+    init_run(tmp_path, _cfg(budget=40, max_nodes=1, p_random=1.0))
+    run_search(tmp_path, evaluate_fn=fake_evaluate, progress=False)
+    with Store(tmp_path, readonly=True) as s:
+        cands = _check_accounting(s, 40)
+    hits = [c for c in cands if c.cache_hit]
+    fresh = [c for c in cands if not c.cache_hit]
+    assert len(hits) >= 5
+    assert len({c.key for c in fresh}) == len(fresh)  # no layer evaluated twice
+    for h in hits:
+        src = next(c for c in fresh if c.key == h.key or c.fingerprint == h.fingerprint)
+        assert src.id < h.id
+        assert (h.status, h.reason, h.accuracies, h.fitness) == (
+            src.status, src.reason, src.accuracies, src.fitness)
+        assert h.worker is None
+
+
+def test_worker_that_raises_or_dies_is_recorded_and_search_goes_on(tmp_path):
+    init_run(tmp_path, _cfg(budget=24, n_train=-7, retries=1))
+    res = run_search(tmp_path, evaluate_fn=fake_evaluate, progress=False)
+    assert res.complete
+    with Store(tmp_path, readonly=True) as s:
+        cands = _check_accounting(s, 24)
+    failed = [c for c in cands if c.status == "failed"]
+    reasons = {c.reason for c in failed}
+    assert "worker died (exit code 9)" in reasons
+    assert any(r.startswith("error: ValueError: boom (at _search_fakes.py:") for r in reasons)
+    assert any(c.status == "valid" for c in cands)
+    assert res.tally.failed == len(failed)
+
+
+def _proposal_graphs(run):
+    with Store(run, readonly=True) as s:
+        return [p for p in s._db.execute("SELECT idx, graph, origin, parent_id FROM proposals "
+                                          "ORDER BY idx").fetchall()]
+
+
+def test_resume_continues_the_random_stream(tmp_path):
+    """Stopping after 7 candidates and resuming gives exactly the uninterrupted sequence."""
+    cfg = _cfg(budget=16, workers=1)
+    init_run(tmp_path / "whole", cfg)
+    run_search(tmp_path / "whole", evaluate_fn=fake_evaluate, progress=False)
+    init_run(tmp_path / "parts", cfg.replace(budget=7))
+    run_search(tmp_path / "parts", evaluate_fn=fake_evaluate, progress=False)
+    with Store(tmp_path / "parts") as s:
+        s.set_config(cfg.to_dict())
+    run_search(tmp_path / "parts", evaluate_fn=fake_evaluate, progress=False)
+    assert [tuple(r) for r in _proposal_graphs(tmp_path / "parts")] == \
+        [tuple(r) for r in _proposal_graphs(tmp_path / "whole")]
+
+
+KILLABLE = """
+import sys
+sys.path.insert(0, {tests!r})
+from _search_fakes import slow_fake
+from evonorm.search.driver import run_search
+run_search({run!r}, evaluate_fn=slow_fake, progress=False)
+"""
+
+
+def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path):
+    cfg = _cfg(budget=20, workers=1)
+    whole, run = tmp_path / "whole", tmp_path / "killed"
+    init_run(whole, cfg)
+    run_search(whole, evaluate_fn=fake_evaluate, progress=False)
+    init_run(run, cfg)
+    proc = subprocess.Popen([sys.executable, "-c", KILLABLE.format(tests=str(TESTS), run=str(run))])
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with Store(run, readonly=True) as s:
+                if s.num_candidates() >= 6:
+                    break
+            assert proc.poll() is None, "the search ended before it could be killed"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with Store(run, readonly=True) as s:
+        before = s.candidates()
+        assert 6 <= len(before) < 20
+    run_search(run, evaluate_fn=fake_evaluate, progress=False)
+    with Store(run, readonly=True) as s:
+        after = _check_accounting(s, 20)
+    assert after[:len(before)] == before  # nothing finished was lost or redone
+    assert [tuple(r) for r in _proposal_graphs(run)] == [tuple(r) for r in _proposal_graphs(whole)]
