@@ -94,3 +94,35 @@ def test_store_without_candidates_or_config(tmp_path):
     Store(run).close()  # a search that has only created its store
     page = write_report([run]).read_text()
     assert len(images(page)) == 5 and "No valid layer yet" in page
+
+
+def test_report_of_a_driver_written_store(tmp_path):
+    """The real driver, store, graphs and mutation; training replaced by a deterministic fake."""
+    from _search_fakes import fake_evaluate
+    from evonorm.search.driver import init_run, run_search
+    from evonorm.search.presets import get_preset
+
+    run = tmp_path / "fake"
+    init_run(run, get_preset("tiny", workers=1, budget=30, initial_population=3))
+    run_search(run, evaluate_fn=fake_evaluate, progress=False)
+    page = write_report([run]).read_text()
+    data = load_run(run)
+    assert len(data.candidates) == 30 and data.valid and data.population
+    assert len(images(page)) == 5 and "No valid layer yet" not in page
+    top = page.split("Top layers of fake", 1)[1].split("</table>", 1)[0]
+    assert top.count('<code class="formula">') == min(10, len({c.key for c in data.valid}))
+
+
+@pytest.mark.slow
+def test_tiny_real_search_report(tmp_path):
+    from evonorm.search.driver import init_run, run_search
+    from evonorm.search.presets import get_preset
+
+    run = tmp_path / "tiny"
+    init_run(run, get_preset("tiny", workers=1, executor="local"))
+    run_search(run, progress=False)
+    page = write_report([run]).read_text()
+    data = load_run(run)
+    assert len(data.candidates) == data.config["budget"] and len(images(page)) == 5
+    if data.valid:
+        assert "No valid layer yet" not in page
