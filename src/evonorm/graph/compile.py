@@ -79,7 +79,21 @@ def to_module(graph: Graph, num_features: int, *, apply_act: bool = True, groups
     module.layer_graph = graph
     module.num_features, module.groups, module.eps, module.momentum = num_features, groups, eps, momentum
     module.apply_act = apply_act
+    type(module).__reduce__ = _reduce  # fx's own pickling re-traces the code, which our ops do not allow
     return module
+
+
+def _reduce(module: fx.GraphModule):
+    """Pickle a compiled layer as (graph JSON, settings, state): loading recompiles it from the table."""
+    settings = dict(apply_act=module.apply_act, groups=module.groups, eps=module.eps, momentum=module.momentum)
+    return _rebuild, (module.layer_graph.to_json(), module.num_features, settings, module.state_dict(),
+                      module.training)
+
+
+def _rebuild(graph_json: dict, num_features: int, settings: dict, state: dict, training: bool) -> fx.GraphModule:
+    module = to_module(Graph.from_json(graph_json), num_features, **settings)
+    module.load_state_dict(state)
+    return module.train(training)
 
 
 def evaluate(graph: Graph, x: torch.Tensor, v0: torch.Tensor, v1: torch.Tensor, *, groups: int,
