@@ -71,7 +71,8 @@ class _BatchNormAct(nn.BatchNorm2d):
     def _apply(self, fn, recurse=True):
         # the running statistics stay float32 under .half()/.to(bfloat16), like the EvoNorm-B layers
         super()._apply(fn, recurse)
-        self.running_mean, self.running_var = self.running_mean.float(), self.running_var.float()
+        if self.running_var.dtype in (torch.float16, torch.bfloat16):
+            self.running_mean, self.running_var = self.running_mean.float(), self.running_var.float()
         return self
 
     def extra_repr(self) -> str:

@@ -40,7 +40,7 @@ class _EvoNormB(nn.Module):
     def _apply(self, fn, recurse=True):
         # .half()/.to(bfloat16) must not lower the running variance's precision (SPEC: float32).
         super()._apply(fn, recurse)
-        if self.running_var is not None and self.running_var.dtype != torch.float32:
+        if self.running_var is not None and self.running_var.dtype in (torch.float16, torch.bfloat16):
             self.running_var = self.running_var.float()
         return self
 

@@ -1,0 +1,161 @@
+"""Speed and memory of every registered layer against BN-ReLU, measured side by side in one process.
+
+For each shape: forward+backward time (best of several interleaved rounds, so load from other processes hits
+all layers alike) and the bytes saved for backward (counted with torch.autograd.graph.saved_tensors_hooks,
+each storage once), both as ratios to torch's BatchNorm2d + ReLU. timm's EvoNorm2dB0/S0 join when timm imports.
+
+    python benchmarks/bench_layers.py                      # CPU, 2 threads, the three default shapes
+    python benchmarks/bench_layers.py --device cuda        # on a GPU
+    python benchmarks/bench_layers.py --shapes 128,64,24,24 --layers evonorm_s0 evonorm_b0
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+from evonorm.layers import create_norm_act, list_norm_acts
+from evonorm.stats import resolve_groups
+
+DEFAULT_SHAPES = ["128,64,24,24", "128,16,24,24", "8,256,14,14"]
+
+
+def _timm_layers() -> tuple[dict[str, type], str | None]:
+    """timm's EvoNorm2dB0/S0 and a note: (classes, None) when `timm.layers` imports; when only its package
+    __init__ fails (timm 1.0.x imports torchvision there), `timm/layers/evo_norm.py` is loaded on its own;
+    ({}, the reason) when neither works."""
+    try:
+        from timm.layers import EvoNorm2dB0, EvoNorm2dS0
+    except ImportError as e:
+        first = f"{type(e).__name__}: {e}"
+        try:
+            import importlib
+            import importlib.util
+            import os
+            import types
+
+            spec = importlib.util.find_spec("timm")
+            if spec is None or spec.origin is None:
+                return {}, first
+            root = os.path.dirname(spec.origin)
+            saved = {k: sys.modules.get(k) for k in ("timm", "timm.layers")}
+            for name, path in (("timm", root), ("timm.layers", os.path.join(root, "layers"))):
+                pkg = types.ModuleType(name)
+                pkg.__path__ = [path]
+                sys.modules[name] = pkg
+            try:
+                evo = importlib.import_module("timm.layers.evo_norm")
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        sys.modules.pop(k, None)
+                    else:
+                        sys.modules[k] = v
+            EvoNorm2dB0, EvoNorm2dS0 = evo.EvoNorm2dB0, evo.EvoNorm2dS0
+            print(f"# timm: `from timm.layers import ...` failed ({first}); loaded timm/layers/evo_norm.py "
+                  "without the package __init__")
+        except Exception as e2:  # noqa: BLE001 - report and skip the column
+            return {}, f"{first}; loading timm/layers/evo_norm.py alone failed too: {type(e2).__name__}: {e2}"
+    return {"timm_evonorm_b0": EvoNorm2dB0, "timm_evonorm_s0": EvoNorm2dS0}, None
+
+
+def saved_bytes(layer: nn.Module, x: torch.Tensor) -> int:
+    """Bytes of the tensors autograd keeps for backward after one forward (each storage counted once)."""
+    seen: dict[tuple[int, int], int] = {}
+
+    def pack(t: torch.Tensor):
+        storage = t.untyped_storage()
+        seen[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = layer(x)
+    del y
+    return sum(seen.values())
+
+
+def _step(layer: nn.Module, x: torch.Tensor, grad: torch.Tensor) -> None:
+    x.grad = None
+    layer(x).backward(grad)
+
+
+def time_layers(layers: dict[str, nn.Module], x: torch.Tensor, rounds: int, iters: int) -> dict[str, float]:
+    """Best per-iteration fwd+bwd seconds of each layer over `rounds` interleaved rounds of `iters` steps."""
+    grad = torch.randn_like(x)
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+    for layer in layers.values():  # warm-up
+        for _ in range(2):
+            _step(layer, x, grad)
+    times: dict[str, list[float]] = {name: [] for name in layers}
+    for _ in range(rounds):
+        for name, layer in layers.items():
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                _step(layer, x, grad)
+            sync()
+            times[name].append((time.perf_counter() - t0) / iters)
+    return {name: min(ts) for name, ts in times.items()} | {
+        f"{name}@median": statistics.median(ts) for name, ts in times.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
+    ap.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES, help="N,C,H,W shapes")
+    ap.add_argument("--layers", nargs="+", default=None, help="registry names (default: all)")
+    ap.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds (best is reported)")
+    ap.add_argument("--iters", type=int, default=None, help="steps per round (default: 2 on CPU, 20 on CUDA)")
+    ap.add_argument("--no-timm", action="store_true", help="skip timm's EvoNorm2dB0/S0")
+    args = ap.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("bench_layers: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
+    names = args.layers or list_norm_acts()
+    unknown = [n for n in names if n not in list_norm_acts()]
+    if unknown:
+        print(f"bench_layers: unknown layers {unknown}; known: {list_norm_acts()}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    iters = args.iters or (20 if device.type == "cuda" else 2)
+    timm_layers, timm_reason = ({}, "--no-timm") if args.no_timm else _timm_layers()
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} threads"
+    print(f"# torch {torch.__version__}, {where}; fwd+bwd, best of {args.rounds} rounds x {iters} steps")
+    if timm_reason:
+        print(f"# timm column skipped: {timm_reason}")
+    for spec in args.shapes:
+        shape = tuple(int(s) for s in spec.split(","))
+        if len(shape) != 4:
+            print(f"bench_layers: shape {spec!r} is not N,C,H,W", file=sys.stderr)
+            return 2
+        c = shape[1]
+        torch.manual_seed(0)
+        x = torch.randn(shape, device=device, requires_grad=True)
+        layers = {"torch BatchNorm2d+ReLU": nn.Sequential(nn.BatchNorm2d(c), nn.ReLU())}
+        layers |= {n: create_norm_act(n, c) for n in names}
+        layers |= {n: cls(c, groups=resolve_groups(c, 32)) if "s0" in n else cls(c) for n, cls in timm_layers.items()}
+        for layer in layers.values():
+            layer.to(device).train()
+        times = time_layers(layers, x, args.rounds, iters)
+        ref_t = times["torch BatchNorm2d+ReLU"]
+        ref_b = saved_bytes(layers["torch BatchNorm2d+ReLU"], x)
+        print(f"\n## shape {shape}: BN-ReLU {ref_t * 1e3:.2f} ms, {ref_b / 2**20:.1f} MiB saved")
+        print(f"| layer | ms | time / BN-ReLU | median ratio | MiB saved | bytes / BN-ReLU |")
+        print("|---|---:|---:|---:|---:|---:|")
+        ref_med = times["torch BatchNorm2d+ReLU@median"]
+        for name, layer in layers.items():
+            b = saved_bytes(layer, x)
+            print(f"| {name} | {times[name] * 1e3:.2f} | {times[name] / ref_t:.2f} | "
+                  f"{times[name + '@median'] / ref_med:.2f} | {b / 2**20:.1f} | {b / ref_b:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
