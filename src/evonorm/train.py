@@ -21,6 +21,9 @@ from evonorm.data import Dataset, eval_batches, subset, train_batches
 from evonorm.models import ARCHS, build_model
 
 
+WARMUP_STEPS = 3
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """One training run. `width=None` takes the architecture's multiplier times `width_scale`."""
@@ -91,6 +94,7 @@ class TrainResult:
     steps_done: int = 0
     seconds: float = 0.0
     final_loss: float | None = None
+    step_seconds: float | None = None  # mean time of a training step after the warm-up steps
     params: int = 0
     config: dict[str, Any] = field(default_factory=dict)
 
@@ -150,8 +154,12 @@ def train(norm_act: Any, dataset: Dataset, cfg: TrainConfig, *, progress: bool =
         bar = tqdm(total=cfg.steps, desc=f"{cfg.arch}", unit="step", leave=False)
     model.train()
     loss_value = None
+    warm = min(WARMUP_STEPS, cfg.steps // 4)  # first steps pay for allocation and compilation
+    t_warm = None
     try:
         for step, (x, y) in enumerate(batches):
+            if step == warm:
+                t_warm = time.perf_counter()
             for group in opt.param_groups:
                 group["lr"] = lr_at(cfg, step)
             x = x.to(device, memory_format=memory_format, non_blocking=True)
@@ -173,6 +181,8 @@ def train(norm_act: Any, dataset: Dataset, cfg: TrainConfig, *, progress: bool =
     finally:
         if bar is not None:
             bar.close()
+    if t_warm is not None and result.steps_done > warm:
+        result.step_seconds = (time.perf_counter() - t_warm) / (result.steps_done - warm)
     if result.status == "ok":
         result.final_loss = loss_value
         result.accuracy, finite = evaluate(model, ds, cfg.eval_batch_size, device, memory_format)
