@@ -29,14 +29,14 @@ def _rows(t, i: int, j: int):
     return t[i:j] if isinstance(t, torch.Tensor) and t.shape[0] != 1 else t
 
 
-def _reciprocal_den(xc, p, q, bstd3, out):
-    """out = 1 / max(batch_std, p x + q); returns the mask of elements where the instance branch wins."""
+def _den(xc, p, q, bstd3, out, want_mask: bool = False):
+    """out = max(batch_std, p x + q); with want_mask, also the mask of where the instance branch wins."""
     if isinstance(p, float):
         torch.sub(q, xc, out=out)
     else:
-        torch.mul(xc, p, out=out).add_(q)
-    mask = out > bstd3
-    torch.maximum(out, bstd3, out=out).reciprocal_()
+        torch.addcmul(q, xc, p, out=out)
+    mask = out > bstd3 if want_mask else None
+    torch.maximum(out, bstd3, out=out)
     return mask
 
 
@@ -71,8 +71,8 @@ class EvoNormBFunction(torch.autograd.Function):
         w, b = per_channel(weight, ct), per_channel(bias, ct)
         for i, j in chunks:
             xc, yc = x3[i:j], y[i:j]
-            _reciprocal_den(xc, _rows(p, i, j), q[i:j], bstd3, out=yc)
-            yc.mul_(xc).mul_(w).add_(b)
+            _den(xc, _rows(p, i, j), q[i:j], bstd3, out=yc)
+            torch.addcmul(b, torch.div(xc, yc, out=yc), w, out=yc)
         ctx.save_for_backward(x, v, weight, mean_nc, var_nc, bstd, mean_c)
         ctx.training, ctx.eps, ctx.variant = training, eps, variant
         return restore(y, x)
@@ -95,7 +95,8 @@ class EvoNormBFunction(torch.autograd.Function):
         sums = {name: x3.new_empty(n, c) for name in ("dy", "dyrx", "d", "dm", "dmx")}
         for i, j in chunks:
             xc, dyc, r = x3[i:j], dy3[i:j], tmp[: j - i]
-            mask = _reciprocal_den(xc, _rows(p, i, j), q[i:j], bstd3, out=r)
+            mask = _den(xc, _rows(p, i, j), q[i:j], bstd3, out=r, want_mask=True)
+            r.reciprocal_()
             torch.sum(dyc, -1, out=sums["dy"][i:j])
             d = torch.mul(dyc, r, out=dx[i:j]).mul_(xc)  # dy x r
             torch.sum(d, -1, out=sums["dyrx"][i:j])
@@ -124,14 +125,15 @@ class EvoNormBFunction(torch.autograd.Function):
             coef = dbstd / (bstd.view(1, c) * n * length)
             alpha += coef
             delta -= coef * mean_c.view(1, c)
-        # pass 2: dx = gamma r dy + slope * D * mask + alpha x + delta
+        # pass 2: dx = dy r (gamma + slope r x mask) + alpha x + delta
         w3 = w.unsqueeze(-1)
         for i, j in chunks:
             xc, dyc, r, dxc = x3[i:j], dy3[i:j], tmp[: j - i], dx[i:j]
-            mask = _reciprocal_den(xc, _rows(p, i, j), q[i:j], bstd3, out=r)
-            torch.mul(dyc, r, out=dxc)
-            r.mul_(dxc).mul_(xc).mul_(mask).mul_(_rows(slope, i, j))
-            dxc.mul_(w3).add_(r).addcmul_(xc, alpha[i:j].unsqueeze(-1)).add_(delta[i:j].unsqueeze(-1))
+            mask = _den(xc, _rows(p, i, j), q[i:j], bstd3, out=r, want_mask=True)
+            r.reciprocal_()
+            torch.mul(dyc, r, out=dxc)  # dy r
+            r.mul_(xc).mul_(mask).mul_(_rows(slope, i, j)).add_(w3)  # gamma + slope r x [mask]
+            dxc.mul_(r).addcmul_(xc, alpha[i:j].unsqueeze(-1)).add_(delta[i:j].unsqueeze(-1))
         dweight = sums["dyrx"].sum(0).to(weight.dtype)
         dbias = sums["dy"].sum(0).to(weight.dtype)
         return restore(dx, x), dv, dweight, dbias, None, None, None, None, None

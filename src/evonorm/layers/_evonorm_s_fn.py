@@ -50,7 +50,7 @@ class EvoNormSFunction(torch.autograd.Function):
             else:
                 yc.copy_(xc)
                 F.silu(yc, inplace=True)
-            yc.mul_((w * _to_channels(rstd[i:j], c)).unsqueeze(-1)).add_(b)
+            torch.addcmul(b, yc, (w * _to_channels(rstd[i:j], c)).unsqueeze(-1), out=yc)
         ctx.save_for_backward(x, v, weight, mean, rstd)
         ctx.variant, ctx.groups = variant, groups
         return restore(y, x)
