@@ -1,7 +1,8 @@
 """Functional fingerprint of a graph (AutoML-Zero's trick, SPEC "Equality and caching").
 
-The graph runs in float64 on a fixed random input (N=4, C=6, H=W=3, 3 groups of 2 channels, so
-batch / layer / instance / group statistics all differ) with fixed random v0 and v1: once in
+The graph runs in float64 on a fixed random input (N=4, C=8, H=W=3, 4 groups of 2 channels, so
+batch / layer / instance / group statistics all differ; heavy-tailed values with per-channel
+offsets) with fixed v0 and v1 of mixed signs and magnitudes: once in
 training mode (batch statistics, which also updates the running buffers from their initial
 values), then in eval mode on a second fixed input (running statistics). Every output value is
 rounded to 6 significant digits (values below 1e-8 in magnitude count as 0; NaN and +-inf are kept
@@ -18,19 +19,28 @@ import torch
 
 from evonorm.graph.graph import Graph
 
-SHAPE = (4, 6, 3, 3)
-GROUPS = 3
+SHAPE = (4, 8, 3, 3)
+GROUPS = 4
 DIGITS = 6
 TINY = 1e-8
 
 
+V0 = (-2.1, 0.4, 1.7, -0.6, 3.2, -1.3, 0.05, 0.12)
+V1 = (1.4, -0.3, 0.8, 2.5, -1.9, 0.2, -0.07, -0.02)
+"""Fixed v0/v1: both signs and magnitudes on both sides of 1 within and across groups, so that
+max(v, .), v * ., comparisons with statistics and sign-dependent ops all see both cases."""
+
+
 def _inputs() -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(20200406)
-    x1 = torch.randn(SHAPE, generator=gen, dtype=torch.float64)
-    x2 = torch.randn(SHAPE, generator=gen, dtype=torch.float64) * 1.5 + 0.25
-    v0 = torch.randn(SHAPE[1], generator=gen, dtype=torch.float64)
-    v1 = torch.randn(SHAPE[1], generator=gen, dtype=torch.float64) + 1.0
-    return x1, x2, v0, v1
+
+    def sample() -> torch.Tensor:  # heavy-tailed magnitudes, per-channel offsets
+        scale = torch.empty(SHAPE, dtype=torch.float64).uniform_(-1.5, 1.5, generator=gen).exp()
+        offset = torch.randn(1, SHAPE[1], 1, 1, generator=gen, dtype=torch.float64)
+        return torch.randn(SHAPE, generator=gen, dtype=torch.float64) * scale + offset
+
+    x1, x2 = sample(), sample()
+    return x1, x2, torch.tensor(V0, dtype=torch.float64), torch.tensor(V1, dtype=torch.float64)
 
 
 def _round(v: float) -> str:
