@@ -10,6 +10,15 @@ from evonorm.search.rejection import precheck, quality, quality_threshold, stabi
 from evonorm.train import get_preset
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # double backprop on a shared 2-core machine: two threads contend badly under load
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def data():
     return holdout_split(load_dataset("synthetic", n_train=400, n_test=100), 0.25)
@@ -29,10 +38,17 @@ def test_prechecks():
         assert precheck(get_graph(name)) is None, name
 
 
-def test_stability_rejects_exploding_layer(data):
-    rej = stability(get_graph("exp_exp"), data, **STAB)
+@pytest.mark.parametrize("layer", ["exp_exp", "tanh_minus_batch_mean_relu"])
+def test_stability_rejects_exploding_layers(data, layer):
+    trace = []
+    rej = stability(get_graph(layer), data, trace=trace, **STAB)
     assert rej is not None and rej.reason == "stability" and rej.step is not None
-    assert rej.step <= STAB["steps"]
+    assert rej.step <= STAB["steps"] and len(trace) <= rej.step + 1  # stopped early
+
+
+def test_stability_passes_zero_layer(data):
+    # "a trivial zero layer will be perfectly stable" (paper Sec. 4.4)
+    assert stability(get_graph("zero"), data, **STAB) is None
 
 
 @pytest.mark.parametrize("layer", ["bn_relu", "evonorm_b0", "evonorm_s0"])

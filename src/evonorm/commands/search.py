@@ -37,6 +37,8 @@ def build_parser() -> ArgumentParser:
                    "worker is killed and the candidate retried once, then recorded as failed")
     p.add_argument("--window", type=int, default=None, help="population (sliding window) size")
     p.add_argument("--criterion", choices=CRITERIA, default=None, help="tournament winner rule")
+    p.add_argument("--seed-layers", default=None, metavar="NAMES",
+                   help="comma-separated named graphs (e.g. evonorm_s0) evaluated first, as seeds")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--top", type=int, default=10, help="layers in the final table (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -47,12 +49,15 @@ def config_from_args(args):
     from evonorm.search.presets import get_preset
 
     archs = tuple(a.strip() for a in args.archs.split(",") if a.strip()) if args.archs else None
+    seeds = (tuple(a.strip() for a in args.seed_layers.split(",") if a.strip())
+             if args.seed_layers else None)
     try:
         return get_preset(args.preset, space=args.space, algorithm=args.algorithm,
                           budget=args.budget, dataset=args.dataset, data_root=args.data_root,
                           n_train=args.n_train, archs=archs, workers=args.workers,
                           executor=args.executor, address=args.address, timeout=args.timeout,
-                          window=args.window, criterion=args.criterion, seed=args.seed)
+                          window=args.window, criterion=args.criterion, seed=args.seed,
+                          seed_layers=seeds)
     except (ValueError, TypeError) as err:
         raise CommandError(str(err)) from None
 
@@ -71,6 +76,7 @@ def check_setup(cfg):
     """Validate what a run needs before its folder is written: archs, trainer preset, data."""
     from evonorm.data import default_dataset_name
     from evonorm.models import list_archs
+    from evonorm.search.driver import resolve_layer
     from evonorm.search.evaluator import search_dataset, train_config
 
     unknown = [a for a in cfg.archs if a not in list_archs()]
@@ -80,6 +86,8 @@ def check_setup(cfg):
     if cfg.dataset is None:
         cfg = cfg.replace(dataset=default_dataset_name())
     try:
+        for spec in cfg.seed_layers:
+            resolve_layer(spec)
         train_config(cfg, cfg.archs[0])
         train_config(cfg, cfg.archs[0], rerank=True)
         search_dataset(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)

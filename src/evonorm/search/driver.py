@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from evonorm.search.evolution import AgingPopulation, Member, propose
+from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, make_executor
 from evonorm.search.presets import SearchConfig
 from evonorm.search.store import STORE_NAME, Candidate, PendingProposal, Store
@@ -75,6 +75,22 @@ class SearchResult:
     tally: Tally
 
 
+def resolve_layer(spec: str):
+    """A seed layer: a name from evonorm.graph.library or graph JSON text (ValueError if neither)."""
+    import json
+
+    from evonorm.graph import Graph
+    from evonorm.graph.library import NAMED_GRAPHS
+
+    if spec in NAMED_GRAPHS:
+        return NAMED_GRAPHS[spec]
+    try:
+        return Graph.from_json(json.loads(spec))
+    except json.JSONDecodeError:
+        raise ValueError(f"seed layer {spec!r} is neither a named graph "
+                         f"({', '.join(sorted(NAMED_GRAPHS)[:6])}, ...) nor graph JSON") from None
+
+
 def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> Path:
     """Create a run folder and store its config. A non-empty folder needs `force` (it is cleared
     of an earlier store only; other files are left alone)."""
@@ -122,10 +138,15 @@ class _Search:
 
     def _new_proposal(self) -> PendingProposal:
         c = self.cfg
-        p = propose(self.rng, self.population, algorithm=c.algorithm, allow_batch=c.allow_batch,
-                    initial_population=c.initial_population, tournament_fraction=c.tournament_fraction,
-                    tournament_min=c.tournament_min, criterion=c.criterion, mutations=c.mutations,
-                    p_random=c.p_random, max_nodes=c.max_nodes)
+        n = self.store.num_proposals()
+        if n < len(c.seed_layers):  # the user's seed layers first; the rng is not touched
+            p = Proposal(resolve_layer(c.seed_layers[n]).to_json(), "seed")
+        else:
+            p = propose(self.rng, self.population, algorithm=c.algorithm, allow_batch=c.allow_batch,
+                        initial_population=c.initial_population,
+                        tournament_fraction=c.tournament_fraction, tournament_min=c.tournament_min,
+                        criterion=c.criterion, mutations=c.mutations,
+                        p_random=c.p_random, max_nodes=c.max_nodes)
         idx = self.store.add_proposal(p.graph, p.parent_id, p.origin, self.rng.getstate())
         return PendingProposal(idx, p.graph, p.parent_id, p.origin, time.time())
 

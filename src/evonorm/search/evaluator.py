@@ -48,8 +48,13 @@ def search_dataset(name: str, root: str | None, n_train: int | None, holdout: fl
     return holdout_split(ds, frac=holdout, seed=seed)
 
 
-def train_config(cfg: SearchConfig, arch: str, *, steps: int | None = None, rerank: bool = False):
-    """The TrainConfig for `arch`: the named trainer preset with the search's overrides."""
+def train_config(cfg: SearchConfig, arch: str, *, steps: int | None = None, rerank: bool = False,
+                 **extra):
+    """The TrainConfig for `arch`: the named trainer preset with the search's overrides.
+
+    The quality test passes schedule="constant": its short run stands for the first steps of the
+    full run, where a cosine schedule is still at its peak learning rate.
+    """
     from evonorm.train import PRESETS
 
     name = cfg.rerank_preset if rerank else cfg.train_preset
@@ -63,6 +68,7 @@ def train_config(cfg: SearchConfig, arch: str, *, steps: int | None = None, rera
     over.update(arch=arch, seed=cfg.seed)
     if steps is not None:
         over["steps"] = steps
+    over.update(extra)
     return dataclasses.replace(base, **over)
 
 
@@ -124,7 +130,8 @@ def evaluate(payload: dict) -> dict:
             lap("stability")
         if screen and cfg.quality_steps > 0:
             rej, accs = quality(graph, ds, cfg.archs,
-                                lambda a: train_config(cfg, a, steps=cfg.quality_steps),
+                                lambda a: train_config(cfg, a, steps=cfg.quality_steps,
+                                                       schedule="constant"),
                                 factor=cfg.quality_factor)
             lap("quality")
             if rej:

@@ -56,13 +56,13 @@ def _grad_norm(grads: Sequence[Any]):
 
 def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps: int = 100,
               threshold: float = 1e8, batch: int = 8, lr: float = 0.1, seed: int = 0,
-              model_kwargs: dict | None = None) -> Rejection | None:
+              model_kwargs: dict | None = None, trace: list | None = None) -> Rejection | None:
     """Worst-case gradient norm by gradient ascent on ||dL/dtheta||_2 over the conv weights theta.
 
     Double backprop: the gradient norm is differentiated again and each conv weight tensor moves
     `lr` times its own norm along its normalized ascent direction (so every layer is stressed at
     the same relative rate). Rejects at the first step where the norm exceeds `threshold` or is
-    non-finite; passes after `steps` ascent steps otherwise.
+    non-finite; passes after `steps` ascent steps otherwise. `trace` collects the norm per step.
     """
     import torch
     import torch.nn.functional as F
@@ -81,7 +81,6 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
                   dataset.mean, dataset.std)
     y = dataset.train_y[idx]
     theta = [m.weight for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
-    worst = 0.0
     for step in range(steps + 1):
         loss = F.cross_entropy(model(x), y)
         if not torch.isfinite(loss):
@@ -91,13 +90,15 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
         if not used:
             return None  # the loss does not depend on any conv weight: nothing can explode
         norm = _grad_norm([g for _, g in used])
-        value = float(norm)
-        worst = max(worst, value) if math.isfinite(value) else value
+        value = float(norm.detach())
+        if trace is not None:
+            trace.append(value)
         if not math.isfinite(value) or value > threshold:
             return Rejection("stability", step, {"grad_norm": value})
-        if step == steps or norm.grad_fn is None:
-            break
-        ascent = torch.autograd.grad(norm, [w for w, _ in used], allow_unused=True)
+        if step == steps or norm.grad_fn is None or value == 0.0:
+            break  # a vanishing gradient gives no direction to ascend: nothing can explode
+        # the squared norm has the same ascent direction and no sqrt'(0) singularity
+        ascent = torch.autograd.grad(norm * norm, [w for w, _ in used], allow_unused=True)
         with torch.no_grad():
             for (w, _), a in zip(used, ascent):
                 if a is None:

@@ -1,0 +1,77 @@
+"""`evonorm search / resume / rerank` end to end on the tiny preset (synthetic data, real training)."""
+
+import subprocess
+import sys
+
+from pathlib import Path
+
+import pytest
+
+from evonorm.cli import main
+from evonorm.search.store import Store
+
+
+EVONORM = str(Path(sys.executable).parent / "evonorm")  # the installed console script
+
+
+def _run(argv):
+    return main(argv)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["search", "--preset", "nope", "--out", "X"], "invalid choice: 'nope'"),
+    (["search", "--preset", "tiny", "--budget", "0", "--out", "X"], "budget must be >= 1"),
+    (["search", "--preset", "tiny", "--space", "q", "--out", "X"], "invalid choice: 'q'"),
+    (["search", "--preset", "tiny", "--archs", "vgg", "--out", "X"], "unknown architecture(s) vgg"),
+    (["search", "--preset", "tiny", "--dataset", "mnist", "--out", "X"], "unknown dataset 'mnist'"),
+    (["search", "--preset", "tiny", "--seed-layers", "nope", "--out", "X"], "seed layer 'nope'"),
+    (["search", "--preset", "tiny", "--address", "a:1", "--out", "X"], "--address applies to"),
+    (["resume", "nowhere"], "no search store in nowhere"),
+    (["rerank", "nowhere"], "no search store in nowhere"),
+])
+def test_bad_arguments_are_one_line_exit_2(tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    proc = subprocess.run([EVONORM, *argv], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "X").exists()  # nothing half-written
+
+
+def test_search_resume_rerank_tiny(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["search", "--preset", "tiny", "--out", str(run), "--budget", "4", "--workers", "1",
+            "--seed-layers", "evonorm_s0,zero", "--quiet"]
+    assert _run(argv) == 0
+    out = capsys.readouterr().out
+    assert "search complete: 4/4" in out and "rank" in out and "sigma(v1*x)" in out
+    with Store(run, readonly=True) as s:
+        cands = s.candidates()
+        assert len(cands) == 4 and s.get_meta("status") == "complete"
+        assert [c.origin for c in cands[:2]] == ["seed", "seed"] or \
+            sorted(c.origin for c in cands[:2]) == ["seed", "seed"]
+        by_origin = {c.graph["nodes"][-1][0]: c for c in cands if c.origin == "seed"}
+        s0 = next(c for c in cands if c.origin == "seed" and c.status == "valid")
+        assert set(s0.accuracies) == {"resnet50_cifar", "mobilenetv2_cifar"}
+        assert s0.timings.get("train", 0) > 0 and s0.seconds > 0
+        zero = next(c for c in cands if c.origin == "seed" and c.status != "valid")
+        assert zero.reason == "precheck:constant" and zero.reason_step == 0
+        assert by_origin
+    # a non-empty run folder needs --force
+    assert _run(argv) == 2
+    assert "not empty" in capsys.readouterr().err
+    # complete: resume says so and exits 0
+    assert _run(["resume", str(run)]) == 0
+    assert "already complete" in capsys.readouterr().out
+    # rerank the best layer in the preset's larger setting, on the held-out 10%
+    assert _run(["rerank", str(run), "--top", "1"]) == 0
+    assert "rerank" in capsys.readouterr().out
+    with Store(run, readonly=True) as s:
+        (r,) = s.reranks()
+        assert r["candidate_id"] == s0.id and r["status"] == "ok" and r["rank"] == 1
+        assert set(r["accuracies"]) == {"resnet50_cifar", "mobilenetv2_cifar"}
+        assert r["preset"].startswith("tiny[")
+    # raising the budget continues the same run
+    assert _run(["resume", str(run), "--budget", "5", "--quiet"]) == 0
+    with Store(run, readonly=True) as s:
+        assert s.num_candidates() == 5
