@@ -44,7 +44,7 @@ def test_only_live_nodes_are_computed_and_only_used_parameters_exist():
     m = g.to_module(4)
     calls = [n for n in m.graph.nodes if n.op in ("call_function", "call_module")]
     # live: mul(v1, x), sigmoid, mul; plus op_channel(v1) and the affine
-    assert len(calls) == 3 + 2
+    assert len(calls) == 3 + 3  # + the input check
     assert [k for k, _ in m.named_parameters()] == ["v1", "weight", "bias"]
     assert not list(m.buffers())  # the batch_std gene is dead: no running buffer
     assert "batch" not in m.code and "exp" not in m.code
@@ -58,6 +58,14 @@ def test_batch_nodes_get_running_buffers_and_outputs_have_the_input_shape():
     assert m(x).shape == x.shape and m(x).is_contiguous()
     constant = Graph.from_json({"nodes": [["neg", 2]]}).to_module(5)  # output -v0 does not depend on x at all
     assert constant(x).shape == x.shape
+
+
+def test_bad_input_shape_is_a_clear_error():
+    m = get_graph("evonorm_s0").to_module(8)
+    with pytest.raises(ValueError, match=r"expects input of shape \(N, 8, H, W\), got \(2, 4, 3, 3\)"):
+        m(torch.randn(2, 4, 3, 3))
+    with pytest.raises(ValueError, match="expects input of shape"):
+        m(torch.randn(2, 8, 3))
 
 
 def test_apply_act_false_is_a_plain_affine():

@@ -47,7 +47,7 @@ def to_module(graph: Graph, num_features: int, *, apply_act: bool = True, groups
     root.weight = nn.Parameter(torch.ones(num_features))
     root.bias = nn.Parameter(torch.zeros(num_features))
     g = fx.Graph()
-    x = g.placeholder("x")
+    x = g.call_function(P.op_check, (g.placeholder("x"), num_features))
     if not apply_act:
         out = g.call_function(P.op_affine, (x, g.get_attr("weight"), g.get_attr("bias")))
     else:

@@ -43,7 +43,7 @@ def to_python(graph: Graph, class_name: str = "EvoLayer") -> str:
         funcs.append("op_zeros")
     if 2 in live or 3 in live:
         funcs.append("op_channel")
-    funcs += ["op_affine"] + ([] if full else ["op_affine_expand"])
+    funcs += ["op_check", "op_affine"] + ([] if full else ["op_affine_expand"])
     parts = [_source(resolve_groups)] + [_source(getattr(P, f)) for f in funcs]
     has_batch = any(p.batch_dependent for p in prims)
     if has_batch:
@@ -108,7 +108,7 @@ from torch import nn
 {chr(10).join(init)}
 
     def forward(self, x):
-        h0 = x
+        h0 = x = op_check(x, self.num_features)
         if not self.apply_act:
             return op_affine(x, self.weight, self.bias)
 {chr(10).join(body)}

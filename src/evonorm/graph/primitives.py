@@ -142,6 +142,13 @@ def op_group_rms(a, groups: int, eps: float):
 
 # ---- graph plumbing used by the compiled forward ------------------------------------------------
 
+def op_check(x, num_features: int):
+    """A clear error for input the layer cannot take (instead of a broadcasting error deep inside)."""
+    if x.dim() != 4 or x.shape[1] != num_features:
+        raise ValueError(f"layer expects input of shape (N, {num_features}, H, W), got {tuple(x.shape)}")
+    return x
+
+
 def op_zeros(x):
     """The constant `zero` node: a (1, 1, 1, 1) zero that broadcasts to anything."""
     return x.new_zeros((1, 1, 1, 1))
