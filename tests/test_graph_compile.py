@@ -243,3 +243,18 @@ def test_every_named_graph_compiles_and_runs():
         assert y.shape == x.shape, name
         m.eval()
         assert m(x).shape == x.shape
+
+
+def test_double_backward_for_the_stability_test():
+    """Rejection's stability test differentiates a gradient norm: every primitive must allow it."""
+    rng = random.Random(12)
+    graphs = [get_graph("evonorm_b0"), get_graph("evonorm_s0")] + [random_graph(rng) for _ in range(20)]
+    for g in graphs:
+        m = g.to_module(4, groups=2).double()
+        w = torch.randn(4, 4, 1, 1, dtype=torch.float64, requires_grad=True)  # a conv in front of the layer
+        x = torch.randn(3, 4, 3, 3, dtype=torch.float64)
+        y = m(torch.nn.functional.conv2d(x, w))
+        (gw,) = torch.autograd.grad(y.square().mean(), w, create_graph=True, allow_unused=True)
+        if gw is not None and gw.requires_grad:  # layers whose output ignores x have a constant gradient
+            (ggw,) = torch.autograd.grad(gw.norm(), w, allow_unused=True)
+            assert ggw is None or ggw.shape == w.shape
