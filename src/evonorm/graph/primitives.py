@@ -61,7 +61,8 @@ def op_mul(a, b):
 
 def op_div(a, b, eps: float):
     """a / (b + eps * sign(b)), sign(0) = +1 so the divisor is never 0."""
-    return a / torch.where(b >= 0, b + eps, b - eps)
+    e = b.new_tensor(eps)  # 0-dim: where() then makes one full tensor and backward skips it
+    return a / (b + torch.where(b >= 0, e, -e))
 
 
 def op_max(a, b):
