@@ -42,6 +42,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--class-name", default="EvoLayer", help="class name for --python (default: EvoLayer)")
     args = parser.parse_args(argv)
     g = _load(args.graph)
+    code = None
+    if args.python:  # before printing anything: a bad class name must not leave half an answer
+        try:
+            code = g.to_python(args.class_name)
+        except ValueError as err:
+            raise CommandError(str(err)) from None
     canon = g.canonical()
     live = [n for n in g.live_nodes() if n >= 4]
     print(f"formula:         {g.to_text()}")
@@ -54,11 +60,7 @@ def main(argv: list[str]) -> int:
     print(f"fingerprint:     {g.fingerprint()}")
     print(f"json:            {g.dumps()}")
     print(f"canonical:       {canon.dumps()}")
-    if args.python:
-        try:
-            code = g.to_python(args.class_name)
-        except ValueError as err:
-            raise CommandError(str(err)) from None
+    if code is not None:
         print()
         print(code, end="")
     return 0
