@@ -258,3 +258,15 @@ def test_double_backward_for_the_stability_test():
         if gw is not None and gw.requires_grad:  # layers whose output ignores x have a constant gradient
             (ggw,) = torch.autograd.grad(gw.norm(), w, allow_unused=True)
             assert ggw is None or ggw.shape == w.shape
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_runs_on_cuda_like_on_cpu():
+    for name in ("evonorm_b0", "evonorm_s0", "tanh_minus_batch_mean_relu", "zero"):
+        cpu = get_graph(name).to_module(8)
+        gpu = get_graph(name).to_module(8).cuda()
+        x = torch.randn(4, 8, 5, 5)
+        torch.testing.assert_close(gpu(x.cuda()).cpu(), cpu(x), rtol=1e-4, atol=1e-5)
+        cpu.eval(), gpu.eval()
+        torch.testing.assert_close(gpu(x.cuda()).cpu(), cpu(x), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(gpu.state_dict()["bias"].cpu(), cpu.state_dict()["bias"])
