@@ -54,28 +54,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", default=None, help="default: fashion_mnist when installed, else synthetic")
     p.add_argument("--data-root", default=None)
     p.add_argument("--n-train", type=int, default=4000)
-    p.add_argument("--steps", type=int, default=25, help="quality-test training steps per architecture")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--width", type=float, default=0.0625, help="channel multiplier of every architecture")
+    p.add_argument("--steps", type=int, default=40, help="quality-test training steps per architecture")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--width", type=float, default=0.125, help="channel multiplier of every architecture")
     p.add_argument("--preset", default="demo", help="search preset whose quality test is used")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=2, help="parallel processes (one torch thread each)")
+    p.add_argument("--device", default="cpu", help="training device (cpu, cuda)")
     p.add_argument("--out", default=None, help="output folder (default results/random_layers)")
+    p.add_argument("--summarize-only", action="store_true",
+                   help="only write the table and figures from the records gathered so far")
     args = p.parse_args(argv)
-
-    import torch
 
     from evonorm.data import default_dataset_name
     from evonorm.graph import random_graph
-    from evonorm.search.evaluator import search_dataset, train_config
+    from evonorm.search.evaluator import train_config
     from evonorm.search.presets import get_preset
 
-    torch.set_num_threads(2)
     name = args.dataset or default_dataset_name()
     cfg = get_preset(args.preset, dataset=name, data_root=args.data_root, n_train=args.n_train,
                      archs=tuple(args.archs), quality_steps=args.steps, seed=args.seed,
-                     train={"batch_size": args.batch_size, "width": args.width})
-    ds = search_dataset(name, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
-    chance = 1.0 / ds.num_classes
+                     train={"batch_size": args.batch_size, "width": args.width, "device": args.device})
+    chance = 1.0 / (100 if name == "cifar100" else 10)
     d = out_dir("random_layers", args.out)
     rec_path = d / "records.jsonl"
     done = {}
@@ -89,36 +89,69 @@ def main(argv: list[str] | None = None) -> int:
     settings = {**vars(args), "dataset": name,
                 "quality_train": dataclasses.asdict(train_config(cfg, args.archs[0], steps=cfg.quality_steps)),
                 "search_config": cfg.to_dict()}
-    log(f"{name}: {len(ds.train_y)} train / {len(ds.test_y)} held-out images; {len(done)} records kept")
+    log(f"{name}; {len(done)} records kept from an earlier run; {args.workers} worker(s)")
 
     rng = random.Random(args.seed)
     todo = [(r, None) for r in REFERENCES]
     for i in range(args.graphs):
         g = random_graph(rng, allow_batch=args.space == "b")  # drawn in order: same graphs on resume
-        todo.append((f"random_{i:04d}", g))
+        todo.append((f"random_{i:04d}", g.to_json()))
+    if args.summarize_only:
+        todo = [t for t in todo if t[0] in done]
+        settings["note"] = f"partial: {sum(t[0].startswith('random_') for t in todo)} of {args.graphs} graphs"
+    jobs = [(label, g, cfg.to_dict()) for label, g in todo if label not in done]
     t0 = time.time()
     with open(rec_path, "a") as f:
-        for k, (label, g) in enumerate(todo):
-            if label in done:
-                continue
-            rec = {"name": label, "graph": g.to_json() if g is not None else None,
-                   "formula": g.to_text() if g is not None else label,
-                   "key": g.key() if g is not None else None, "accuracies": {}, "outcomes": {}}
-            ts = time.time()
-            for a in args.archs:
-                acc, outcome = quality_accuracy(g if g is not None else label, ds, cfg, a)
-                rec["accuracies"][a] = acc
-                rec["outcomes"][a] = outcome
-            rec["seconds"] = round(time.time() - ts, 2)
+        for k, rec in enumerate(_map(evaluate_layer, jobs, args.workers)):
             f.write(json.dumps(rec) + "\n")
             f.flush()
-            done[label] = rec
-            if k % 10 == 0 or g is None:
-                eta = (time.time() - t0) / (k + 1) * (len(todo) - k - 1)
+            done[rec["name"]] = rec
+            if k % 10 == 0 or not rec["name"].startswith("random_"):
+                eta = (time.time() - t0) / (k + 1) * (len(jobs) - k - 1)
                 accs = " ".join(f"{v:.2f}" if v is not None else "--" for v in rec["accuracies"].values())
-                log(f"{k + 1}/{len(todo)} {label}: {accs} ({rec['seconds']}s, eta {eta / 60:.1f} min)")
+                log(f"{k + 1}/{len(jobs)} {rec['name']}: {accs} ({rec['seconds']}s, eta {eta / 60:.1f} min)")
     summarize([done[label] for label, _ in todo], args.archs, chance, d, settings)
     return 0
+
+
+def evaluate_layer(job) -> dict:
+    """One layer (registry name or random graph JSON) through the quality test on every arch.
+    Runs in a worker process: one torch thread (two threads per process on a busy 2-core machine
+    run ~10x slower than one), data loaded once per process."""
+    import torch
+
+    from evonorm.graph import Graph
+    from evonorm.search.evaluator import search_dataset
+    from evonorm.search.presets import SearchConfig
+
+    torch.set_num_threads(1)
+    label, graph, raw = job
+    cfg = SearchConfig.from_dict(raw)
+    ds = search_dataset(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
+    g = Graph.from_json(graph) if graph is not None else None
+    rec = {"name": label, "graph": graph, "formula": g.to_text() if g is not None else label,
+           "key": g.key() if g is not None else None, "accuracies": {}, "outcomes": {}}
+    ts = time.time()
+    for a in cfg.archs:
+        acc, outcome = quality_accuracy(g if g is not None else label, ds, cfg, a)
+        rec["accuracies"][a] = acc
+        rec["outcomes"][a] = outcome
+    rec["seconds"] = round(time.time() - ts, 2)
+    return rec
+
+
+def _map(fn, jobs, workers: int):
+    """Results as they finish: in this process for one worker, else in spawned processes."""
+    if workers <= 1:
+        yield from map(fn, jobs)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(fn, j) for j in jobs]
+        for fut in as_completed(futures):
+            yield fut.result()
 
 
 def summarize(records, archs, chance, d: Path, settings: dict) -> None:
