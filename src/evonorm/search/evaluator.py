@@ -62,6 +62,7 @@ def train_config(cfg: SearchConfig, arch: str, *, steps: int | None = None, rera
         raise ValueError(f"unknown training preset {name!r} (choose from {', '.join(PRESETS)})")
     base = PRESETS[name]
     over: dict[str, Any] = dict(cfg.rerank_train if rerank else cfg.train)
+    over.update(cfg.arch_train.get(arch, {}))
     if not rerank:  # the search's data is already subset and split; reranks use the preset's size
         over.setdefault("n_train", None)
         over.setdefault("n_test", None)

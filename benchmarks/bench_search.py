@@ -1,0 +1,144 @@
+"""Search costs on this machine: per screened candidate and per full evaluation, the share of
+compute spent on rejected candidates, the cache hit rate, and throughput with 1 vs 2 local workers.
+
+  python benchmarks/bench_search.py costs RUN                # from a finished run's store
+  python benchmarks/bench_search.py throughput --preset demo --budget 12
+  python benchmarks/bench_search.py extrapolate --preset small paper-b paper-s
+
+`extrapolate` times a few real training / stability steps per anchor architecture (after a warm-up)
+at the preset's widths and batch sizes and multiplies out the preset's step counts; datasets the
+machine lacks (CIFAR-10 offline) are replaced by synthetic data of the same shape.
+`throughput` runs the same random search (its proposals do not depend on results, so both runs do
+identical work) with 1 and 2 workers side by side and prints the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def costs(run: Path) -> None:
+    from evonorm.search.driver import reason_group
+    from evonorm.search.store import Store
+
+    with Store(run, readonly=True) as s:
+        cands = s.candidates()
+        cfg = s.config()
+    fresh = [c for c in cands if not c.cache_hit]
+    total = sum(c.seconds for c in fresh) or float("nan")
+    print(f"run {run}: preset {cfg.get('preset')}, {len(cands)} candidates, "
+          f"{len(cands) - len(fresh)} cache hits ({(len(cands) - len(fresh)) / len(cands):.0%})")
+    groups: dict[str, list] = {}
+    for c in fresh:
+        key = "valid" if c.status == "valid" else (
+            "failed" if c.status == "failed" else reason_group(c.reason))
+        groups.setdefault(key, []).append(c)
+    print(f"{'outcome':<12}{'n':>4}{'mean s':>9}{'share of compute':>18}")
+    for key, cs in sorted(groups.items(), key=lambda kv: -sum(c.seconds for c in kv[1])):
+        sec = sum(c.seconds for c in cs)
+        print(f"{key:<12}{len(cs):>4}{sec / len(cs):>9.1f}{sec / total:>18.1%}")
+    rejected = sum(c.seconds for c in fresh if c.status != "valid")
+    print(f"compute on rejected/failed candidates: {rejected / total:.1%} of {total:.0f} worker-s")
+    screen = [sum(v for k, v in c.timings.items() if k in ("precheck", "stability", "quality"))
+              for c in fresh if c.status == "valid"]
+    full = [c.timings.get("train", 0.0) for c in fresh if c.status == "valid"]
+    if screen:
+        print(f"valid candidates: screening {statistics.mean(screen):.1f} s + full training "
+              f"{statistics.mean(full):.1f} s (mean of {len(screen)})")
+
+
+def _time_steps(norm_act, ds, tcfg, n: int, warm: int = 1) -> float:
+    from evonorm.train import train
+
+    a = train(norm_act, ds, tcfg.replace(steps=warm)).seconds
+    b = train(norm_act, ds, tcfg.replace(steps=warm + n)).seconds
+    return max(1e-6, (b - a) / n)
+
+
+def extrapolate(presets: list[str], steps: int) -> None:
+    import torch
+
+    from evonorm.data import holdout_split, load_dataset, synthetic_dataset
+    from evonorm.graph.library import get_graph
+    from evonorm.search.evaluator import train_config
+    from evonorm.search.presets import get_preset
+    from evonorm.search.rejection import stability
+
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    layer = get_graph("evonorm_s0")
+    print(f"torch threads {torch.get_num_threads()}; layer evonorm_s0; {steps} timed steps each")
+    for name in presets:
+        cfg = get_preset(name)
+        try:
+            ds = load_dataset(cfg.dataset or "fashion_mnist", cfg.data_root, n_train=cfg.n_train)
+            dname = ds.name
+        except (FileNotFoundError, ValueError):
+            ds = synthetic_dataset(n_train=cfg.n_train or 4096, n_test=512)
+            dname = f"synthetic stand-in for {cfg.dataset}"
+        ds = holdout_split(ds, cfg.holdout)
+        screen = full = 0.0
+        parts = []
+        for i, arch in enumerate(cfg.archs):
+            tcfg = train_config(cfg, arch)
+            t_step = _time_steps(layer, ds, tcfg, steps)
+            full += t_step * tcfg.steps
+            screen += t_step * cfg.quality_steps
+            if i < cfg.stability_archs and cfg.stability_steps:
+                t0 = time.perf_counter()
+                stability(layer, ds, arch=arch, width=tcfg.resolved_width(), steps=steps,
+                          batch=cfg.stability_batch)
+                t_stab = (time.perf_counter() - t0) / (steps + 1)
+                screen += t_stab * (cfg.stability_steps + 1)
+            parts.append(f"{arch} {t_step:.3f} s/step x {tcfg.steps}")
+        print(f"{name} ({dname}): screened candidate ~{screen:.0f} s, full evaluation "
+              f"~{full:.0f} s (+ screening) | " + "; ".join(parts), flush=True)
+
+
+def throughput(preset: str, budget: int) -> None:
+    from evonorm.search.driver import init_run, run_search
+    from evonorm.search.presets import get_preset
+
+    rates = {}
+    for workers in (1, 2):
+        cfg = get_preset(preset, algorithm="random", budget=budget, workers=workers,
+                         seed_layers=())
+        with tempfile.TemporaryDirectory() as tmp:
+            init_run(Path(tmp) / "run", cfg)
+            t0 = time.perf_counter()
+            res = run_search(Path(tmp) / "run", progress=False)
+            dt = time.perf_counter() - t0
+        rates[workers] = res.done / dt * 60
+        print(f"{workers} worker(s): {res.done} candidates in {dt:.1f} s = "
+              f"{rates[workers]:.2f} candidates/min | {res.tally.line()}", flush=True)
+    print(f"2 workers / 1 worker throughput: {rates[2] / rates[1]:.2f}x")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    c = sub.add_parser("costs")
+    c.add_argument("run", type=Path)
+    e = sub.add_parser("extrapolate")
+    e.add_argument("--preset", nargs="+", default=["small", "paper-b", "paper-s"])
+    e.add_argument("--steps", type=int, default=3)
+    t = sub.add_parser("throughput")
+    t.add_argument("--preset", default="demo")
+    t.add_argument("--budget", type=int, default=12)
+    args = p.parse_args(argv)
+    if args.what == "costs":
+        costs(args.run)
+    elif args.what == "extrapolate":
+        extrapolate(args.preset, args.steps)
+    else:
+        throughput(args.preset, args.budget)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
