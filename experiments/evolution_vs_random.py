@@ -33,24 +33,27 @@ def search_config(args, algorithm: str, seed: int):
                       archs=tuple(args.archs), train=train, quality_steps=args.quality_steps,
                       stability_steps=args.stability_steps, initial_population=args.initial_population,
                       window=args.window, tournament_fraction=args.tournament_fraction,
-                      workers=args.workers, executor="local")
+                      workers=args.workers, executor="local", seed_layers=(),
+                      quality_factor=args.quality_factor)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algorithms", nargs="+", default=ALGOS, choices=ALGOS)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--budget", type=int, default=30, help="candidates per run (equal for every algorithm)")
+    p.add_argument("--budget", type=int, default=20, help="candidates per run (equal for every algorithm)")
     p.add_argument("--preset", default="demo", help="search preset the settings below override")
     p.add_argument("--space", choices=["b", "s"], default="b")
     p.add_argument("--dataset", default=None, help="default: fashion_mnist when installed, else synthetic")
     p.add_argument("--n-train", type=int, default=3000)
     p.add_argument("--archs", nargs="+", default=["resnet50_cifar", "mobilenetv2_cifar"])
-    p.add_argument("--steps", type=int, default=60, help="full-training steps per architecture")
-    p.add_argument("--quality-steps", type=int, default=15)
+    p.add_argument("--steps", type=int, default=40, help="full-training steps per architecture")
+    p.add_argument("--quality-steps", type=int, default=20)
     p.add_argument("--stability-steps", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--width", type=float, default=0.0625)
+    p.add_argument("--width", type=float, default=0.125)
+    p.add_argument("--quality-factor", type=float, default=1.2,
+                   help="reject below this x chance on any arch (paper: 2; short runs need less)")
     p.add_argument("--initial-population", type=int, default=3)
     p.add_argument("--window", type=int, default=20)
     p.add_argument("--tournament-fraction", type=float, default=0.25)
@@ -58,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", default=str(ROOT / "runs" / "evolution_vs_random"),
                    help="folder for the run stores (not committed)")
     p.add_argument("--out", default=None, help="output folder (default results/evolution_vs_random)")
+    p.add_argument("--summarize-only", action="store_true",
+                   help="only write the table and figure from the runs stored so far (partial runs included)")
     args = p.parse_args(argv)
 
     from evonorm.report import load_run
@@ -69,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         for algo in args.algorithms:
             cfg = search_config(args, algo, seed)
             run = runs_dir / f"{algo}_s{seed}"
+            if args.summarize_only:
+                if (run / "store.sqlite").is_file():
+                    runs[(algo, seed)] = load_run(run, name=f"{algo} s{seed}")
+                continue
             if not _same_settings(run, cfg.to_dict()):  # else: resume the earlier run
                 init_run(run, cfg, force=True)
             ts = time.time()
@@ -125,6 +134,7 @@ def summarize(runs: dict, args, d: Path) -> None:
                        ("valid", "best_fitness", "top10_mean_final", "compute_s")},
                     "top10_mean_final_std": _std([r["top10_mean_final"] or 0.0 for r in rs])})
     meta = {"settings": vars(args), "note": "a run with no valid layer counts 0 in the means",
+            "complete_runs": sum(r["candidates"] >= args.budget for r in rows),
             "per_run": rows}
     write_table(d, "evolution_vs_random", agg, meta)
     write_table(d, "evolution_vs_random_runs", rows, {"settings": vars(args)})
