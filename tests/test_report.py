@@ -43,7 +43,7 @@ def fake_candidates(n=60, seed=0):
 
 
 def embedded_pngs(page: str) -> list[bytes]:
-    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)]
+    return [base64.b64decode(m) for m in re.findall(r'<figure id="[^"]+"><img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)]
 
 
 def test_page_embeds_every_figure_and_fills_tables(tmp_path):
@@ -60,6 +60,9 @@ def test_page_embeds_every_figure_and_fills_tables(tmp_path):
     top = html.split("Top layers of evo", 1)[1].split("</table>", 1)[0]
     assert top.count("<tr>") == 1 + 7  # header + one row per distinct key among the valid (i%4==0 -> i%7 takes all 7)
     assert "quality:resnet50_cifar" in html and "bn_relu" in html
+    formulas = re.findall(r'<img class="formula" alt="([^"]*)" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', top)
+    assert len(formulas) == 7 and all(base64.b64decode(b).startswith(PNG) for _, b in formulas)
+    assert "x / max(sqrt(s^2_{b,w,h}(x))" in formulas[0][0]  # EvoNorm-B0's formula as alt text
     assert not list(tmp_path.glob("**/*.tmp"))
 
 

@@ -41,7 +41,7 @@ def make_store(run, n=12):
 
 
 def images(page):
-    return [base64.b64decode(m) for m in re.findall(r'data:image/png;base64,([A-Za-z0-9+/=]+)', page)]
+    return [base64.b64decode(m) for m in re.findall(r'<figure id="[^"]+"><img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)]
 
 
 def test_report_from_a_store(tmp_path):

@@ -44,6 +44,20 @@ def png_bytes(fig: Any, dpi: int = 110) -> bytes:
     return buf.getvalue()
 
 
+def formula_png(latex: str, dpi: int = 150) -> bytes | None:
+    """The formula typeset by matplotlib's mathtext (no TeX install needed); None when mathtext
+    cannot parse it, so the caller shows the plain-text formula alone."""
+    pyplot()
+    from matplotlib import mathtext
+
+    buf = io.BytesIO()
+    try:
+        mathtext.math_to_image(f"${latex}$", buf, dpi=dpi, format="png")
+    except Exception:
+        return None
+    return buf.getvalue()
+
+
 def _message(ax: Any, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=11,
             color="0.35", wrap=True)

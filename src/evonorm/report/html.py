@@ -22,7 +22,8 @@ table{border-collapse:collapse;font-size:.9em;margin:.6em 0}
 th,td{border:1px solid #ccc;padding:.25em .55em;text-align:left;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 code.formula{font-family:ui-monospace,Menlo,Consolas,monospace;white-space:pre-wrap}
-details{font-size:.8em;color:#555}figure{margin:1em 0}img{max-width:100%;border:1px solid #eee}
+details{font-size:.8em;color:#555}figure{margin:1em 0}figure img{max-width:100%;border:1px solid #eee}
+img.formula{max-width:100%}
 figcaption{font-size:.85em;color:#555}.note{color:#666;font-size:.9em}
 """
 
@@ -61,10 +62,17 @@ class Markup(str):
 
 
 def formula_cell(graph_json: Any) -> Markup:
+    """The formula typeset as an embedded PNG (mathtext) above its plain text; LaTeX on demand."""
+    from evonorm.report.figures import formula_png
+
     text = formula(graph_json)
     latex = formula(graph_json, latex=True)
-    extra = f"<details><summary>LaTeX</summary><code>{esc(latex)}</code></details>" if latex != text else ""
-    return Markup(f'<code class="formula">{esc(text)}</code>{extra}')
+    if latex == text:  # the graph could not be parsed: its JSON only
+        return Markup(f'<code class="formula">{esc(text)}</code>')
+    png = formula_png(latex)
+    img = f'<img class="formula" alt="{esc(text)}" src="{data_uri(png)}"><br>' if png else ""
+    return Markup(f'{img}<code class="formula">{esc(text)}</code>'
+                  f"<details><summary>LaTeX</summary><code>{esc(latex)}</code></details>")
 
 
 def summary_rows(runs: Sequence[RunData]) -> list[list[Any]]:
