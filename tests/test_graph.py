@@ -196,3 +196,26 @@ def test_text_and_latex_render_every_op():
                             "z = x \\left(-\\left(x + v_1\\right)^2\\right)")
     assert g.to_text(affine=False) == "sign(z)*ln(|z|) / |exp(x)|, z = x*(-(x + v1)^2)"
     assert str(get_graph("zero")) == "(x*0)*gamma + beta"
+
+
+def test_canonical_form_preserves_the_function_on_random_graphs():
+    rng = random.Random(21)
+    for _ in range(200):
+        g = random_graph(rng)
+        c = g.canonical()
+        assert c.canonical() == c
+        assert c.key() == g.key()
+        assert c.fingerprint() == g.fingerprint()
+        assert len(c.nodes) <= len([n for n in g.live_nodes() if n >= 4])
+        assert [n for n in c.live_nodes() if n >= 4] == list(range(4, c.output + 1))  # no dead nodes left
+        assert c.uses_batch_stats == g.uses_batch_stats
+
+
+def test_mutating_a_dead_node_keeps_the_key():
+    g = Graph.from_json({"nodes": [["sigmoid", 0], ["exp", 0], ["tanh", 0], ["mul", 0, 4]]})
+    rng = random.Random(0)
+    for _ in range(100):
+        m = mutate(g, rng)
+        changed = [i for i, (a, b) in enumerate(zip(g.nodes, m.nodes)) if a != b]
+        if changed and changed[0] in (1, 2):  # nodes 5 and 6 are dead
+            assert m.key() == g.key()
