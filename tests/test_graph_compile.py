@@ -123,7 +123,14 @@ def test_module_pickles_and_deepcopies():
     buf.seek(0)
     loaded = torch.load(buf, weights_only=False)
     torch.testing.assert_close(loaded(x), m(x))
-    torch.testing.assert_close(copy.deepcopy(m)(x), m(x))
+    clone = copy.deepcopy(m)
+    torch.testing.assert_close(clone(x), m(x))
+    assert clone.layer_graph == m.layer_graph and clone.num_features == 8 and not clone.training
+    assert clone.batch7.running_var.data_ptr() != m.batch7.running_var.data_ptr()
+    buf = io.BytesIO()
+    torch.save(clone, buf)  # a copy pickles too
+    buf.seek(0)
+    torch.testing.assert_close(torch.load(buf, weights_only=False)(x), m(x))
 
 
 def test_works_under_torch_compile():

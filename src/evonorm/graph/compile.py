@@ -35,7 +35,7 @@ def _extra_args(prim: P.Primitive, groups: int, eps: float) -> tuple:
 
 
 def to_module(graph: Graph, num_features: int, *, apply_act: bool = True, groups: int = 32,
-              eps: float = 1e-5, momentum: float = 0.1, **kwargs) -> fx.GraphModule:
+              eps: float = 1e-5, momentum: float = 0.1, **kwargs) -> GraphLayer:
     """The layer as a module: y = graph(x) * weight + bias per channel (weight = 1, bias = 0 at init).
 
     Parameters `v0` (init 0) and `v1` (init 1) exist when a live node uses them; each live batch node
@@ -75,22 +75,39 @@ def to_module(graph: Graph, num_features: int, *, apply_act: bool = True, groups
         else:
             out = g.call_function(P.op_affine_expand, (env[graph.output], w, b, x))
     g.output(out)
-    module = fx.GraphModule(root, g, class_name="GraphLayer")
+    module = GraphLayer(root, g, class_name="GraphLayer")
     module.layer_graph = graph
     module.num_features, module.groups, module.eps, module.momentum = num_features, groups, eps, momentum
     module.apply_act = apply_act
-    type(module).__reduce__ = _reduce  # fx's own pickling re-traces the code, which our ops do not allow
     return module
 
 
-def _reduce(module: fx.GraphModule):
-    """Pickle a compiled layer as (graph JSON, settings, state): loading recompiles it from the table."""
-    settings = dict(apply_act=module.apply_act, groups=module.groups, eps=module.eps, momentum=module.momentum)
-    return _rebuild, (module.layer_graph.to_json(), module.num_features, settings, module.state_dict(),
-                      module.training)
+class GraphLayer(fx.GraphModule):
+    """The compiled layer: fx's generated forward plus the graph and settings it was built from.
+
+    Pickling and deepcopy rebuild it from (graph JSON, settings, state_dict): fx's own pickling
+    re-traces the generated code, which the primitives' shape checks do not allow, and fx's deepcopy
+    would drop the attributes."""
+
+    layer_graph: Graph
+
+    def _settings(self) -> dict:
+        return dict(apply_act=self.apply_act, groups=self.groups, eps=self.eps, momentum=self.momentum)
+
+    def __reduce__(self):
+        return _rebuild, (self.layer_graph.to_json(), self.num_features, self._settings(), self.state_dict(),
+                          self.training)
+
+    def __deepcopy__(self, memo):
+        import copy
+
+        state = copy.deepcopy(self.state_dict(), memo)
+        res = _rebuild(self.layer_graph.to_json(), self.num_features, self._settings(), state, self.training)
+        memo[id(self)] = res
+        return res
 
 
-def _rebuild(graph_json: dict, num_features: int, settings: dict, state: dict, training: bool) -> fx.GraphModule:
+def _rebuild(graph_json: dict, num_features: int, settings: dict, state: dict, training: bool) -> GraphLayer:
     module = to_module(Graph.from_json(graph_json), num_features, **settings)
     module.load_state_dict(state)
     return module.train(training)
