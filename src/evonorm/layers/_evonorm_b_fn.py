@@ -3,8 +3,8 @@
 y = x / max(batch_std, p * x + q) * gamma + beta, with (p, q) = (v, instance_std) for B0,
 (instance_rms, instance_rms) for B1 and (-1, instance_rms) for B2. Only the input and per-(sample, channel)
 and per-channel statistics are saved; the denominator, its branch mask and the rest are recomputed in
-backward. Work runs over cache-sized chunks of samples, in place: forward reads x twice (statistics, output),
-backward reads x and dy twice (sums, then dx), since the batch statistic couples the samples.
+backward. Work runs over cache-sized chunks of samples, in place: forward reads x twice (statistics, output);
+backward reads x and dy once, then adds the batch-std path (the one term coupling the samples) to dx.
 """
 
 from __future__ import annotations
@@ -90,50 +90,37 @@ class EvoNormBFunction(torch.autograd.Function):
         p, q = _p_q(variant, v, mean_nc, var_nc, ctx.eps, ct)
         dx = torch.empty_like(x3)
         chunks = sample_chunks(x3)
-        tmp = x3.new_empty((chunks[0][1] - chunks[0][0], c, length))
-        # pass 1: per-(sample, channel) sums; D = dy x r^2, so d loss / d den = -gamma D
+        rows = chunks[0][1] - chunks[0][0]
+        r_buf, t_buf = x3.new_empty((rows, c, length)), x3.new_empty((rows, c, length))
         sums = {name: x3.new_empty(n, c) for name in ("dy", "dyrx", "d", "dm", "dmx")}
-        for i, j in chunks:
-            xc, dyc, r = x3[i:j], dy3[i:j], tmp[: j - i]
-            mask = _den(xc, _rows(p, i, j), q[i:j], bstd3, out=r, want_mask=True)
-            r.reciprocal_()
-            torch.sum(dyc, -1, out=sums["dy"][i:j])
-            d = torch.mul(dyc, r, out=dx[i:j]).mul_(xc)  # dy x r
-            torch.sum(d, -1, out=sums["dyrx"][i:j])
-            torch.sum(d.mul_(r), -1, out=sums["d"][i:j])
-            torch.sum(d.mul_(mask), -1, out=sums["dm"][i:j])
-            if variant != B2:
-                torch.sum(d.mul_(xc), -1, out=sums["dmx"][i:j])
-        dq = -w * sums["dm"]  # (N, C)
-        alpha = torch.zeros_like(dq)  # dx += alpha * x + delta: the paths through the statistics
-        delta = torch.zeros_like(dq)
-        qq = q.squeeze(-1)
-        dv = None
-        if variant == B0:
-            dv = (-w * sums["dmx"]).sum(0).to(v.dtype)
-            alpha += dq / (qq * length)  # through instance_std
-            delta -= dq / (qq * length) * mean_nc
-            slope = -w.unsqueeze(-1) * p
-        elif variant == B1:
-            alpha += (dq - w * sums["dmx"]) / (qq * length)  # through instance_rms (p and q)
-            slope = -w.unsqueeze(-1) * p
-        else:
-            alpha += dq / (qq * length)
-            slope = w.unsqueeze(-1)
-        if training:
-            dbstd = (-w * (sums["d"] - sums["dm"])).sum(0, keepdim=True)  # the max took the batch branch
-            coef = dbstd / (bstd.view(1, c) * n * length)
-            alpha += coef
-            delta -= coef * mean_c.view(1, c)
-        # pass 2: dx = dy r (gamma + slope r x mask) + alpha x + delta
         w3 = w.unsqueeze(-1)
+        slope = w3 if variant == B2 else -w3 * p  # d loss / d x along the instance branch, per D * mask
+        # one pass: everything but the batch-std path, which needs sums over the whole batch
         for i, j in chunks:
-            xc, dyc, r, dxc = x3[i:j], dy3[i:j], tmp[: j - i], dx[i:j]
+            xc, dyc, dxc, r, t = x3[i:j], dy3[i:j], dx[i:j], r_buf[: j - i], t_buf[: j - i]
             mask = _den(xc, _rows(p, i, j), q[i:j], bstd3, out=r, want_mask=True)
-            r.reciprocal_()
+            r.reciprocal_()  # r = 1 / den
+            torch.sum(dyc, -1, out=sums["dy"][i:j])
             torch.mul(dyc, r, out=dxc)  # dy r
-            r.mul_(xc).mul_(mask).mul_(_rows(slope, i, j)).add_(w3)  # gamma + slope r x [mask]
-            dxc.mul_(r).addcmul_(xc, alpha[i:j].unsqueeze(-1)).add_(delta[i:j].unsqueeze(-1))
+            torch.sum(torch.mul(dxc, xc, out=t), -1, out=sums["dyrx"][i:j])  # dy r x: for gamma
+            torch.sum(t.mul_(r), -1, out=sums["d"][i:j])  # D = dy x r^2; d loss / d den = -gamma D
+            torch.sum(t.mul_(mask), -1, out=sums["dm"][i:j])
+            dxc.mul_(w3).addcmul_(t, _rows(slope, i, j))  # gamma r dy + slope D mask
+            if variant != B2:
+                torch.sum(t.mul_(xc), -1, out=sums["dmx"][i:j])
+            dq = -w * sums["dm"][i:j]  # (rows, C): d loss / d q
+            qq = q[i:j].squeeze(-1)
+            if variant == B0:  # q = instance_std: dx += dq / (q L) * (x - mean_nc)
+                alpha = dq / (qq * length)
+                dxc.addcmul_(xc, alpha.unsqueeze(-1)).sub_((alpha * mean_nc[i:j]).unsqueeze(-1))
+            else:  # q (and p for B1) = instance_rms: dx += (dp + dq) / (rms L) * x
+                drms = dq - w * sums["dmx"][i:j] if variant == B1 else dq
+                dxc.addcmul_(xc, (drms / (qq * length)).unsqueeze(-1))
+        if training:  # the max took the batch branch: dx += dbstd / (bstd N L) * (x - mean_c)
+            dbstd = (-w * (sums["d"] - sums["dm"])).sum(0)
+            coef = (dbstd / (bstd * n * length)).view(1, c, 1)
+            dx.addcmul_(x3, coef).sub_(coef * mean_c.view(1, c, 1))
+        dv = (-w * sums["dmx"]).sum(0).to(v.dtype) if variant == B0 else None
         dweight = sums["dyrx"].sum(0).to(weight.dtype)
         dbias = sums["dy"].sum(0).to(weight.dtype)
         return restore(dx, x), dv, dweight, dbias, None, None, None, None, None
