@@ -77,22 +77,20 @@ class EvoNormSFunction(torch.autograd.Function):
             torch.sum(dyc, -1, out=dy_sum[i:j])
             if variant == S0:
                 t = torch.mul(xc, vv, out=tmp[: j - i]).sigmoid_()  # s = sigmoid(v x)
-                torch.mul(xc, t, out=dxc).mul_(dyc)
-                torch.sum(dxc, -1, out=p_sum[i:j])
-                torch.mul(t, t, out=dxc)
-                dxc.neg_().add_(t).mul_(xc).mul_(dyc)  # dy x s (1 - s)
-                t.mul_(dyc).addcmul_(dxc, vv)  # dy * df/dx = dy (s + v x s (1 - s))
-                torch.sum(dxc.mul_(xc), -1, out=r_sum[i:j])  # dy x^2 s (1 - s)
-                dxc.copy_(t)
+                torch.sum(torch.mul(xc, t, out=dxc).mul_(dyc), -1, out=p_sum[i:j])  # dy * f
+                torch.addcmul(t, t, t, value=-1.0, out=dxc).mul_(xc).mul_(dyc)  # dy x s (1 - s)
+                core = t.mul_(dyc).addcmul_(dxc, vv)  # dy * df/dx = dy (s + v x s (1 - s))
+                torch.sum(dxc.mul_(xc), -1, out=r_sum[i:j])  # dy x^2 s (1 - s) = dy * df/dv
             else:
                 torch.sum(F.silu(xc).mul_(dyc), -1, out=p_sum[i:j])
-                torch.ops.aten.silu_backward.grad_input(dyc, xc, grad_input=dxc)  # dy * silu'(x)
+                core = torch.ops.aten.silu_backward.grad_input(dyc, xc, grad_input=dxc)  # dy * silu'(x)
             rstd_c = _to_channels(rstd[i:j], c)
             drstd = (p_sum[i:j] * w).view(j - i, groups, c // groups).sum(-1)
             kk = _to_channels(drstd.mul_(rstd[i:j].pow(3)).div_(-k), c)  # through the statistic
-            dxc.mul_((w * rstd_c).unsqueeze(-1)).addcmul_(xc, kk.unsqueeze(-1))
-            if mean is not None:
-                dxc.sub_((kk * _to_channels(mean[i:j], c)).unsqueeze(-1))
+            const = x3.new_zeros((1, 1)) if mean is None else -(kk * _to_channels(mean[i:j], c))
+            # dx = core * gamma / den + kk * (x - mean)
+            torch.addcmul(const.unsqueeze(-1), core, (w * rstd_c).unsqueeze(-1), out=dxc)
+            dxc.addcmul_(xc, kk.unsqueeze(-1))
         rstd_all = _to_channels(rstd, c)
         dweight = (p_sum * rstd_all).sum(0).to(weight.dtype)
         dv = (w * rstd_all * r_sum).sum(0).to(v.dtype) if variant == S0 else None
