@@ -146,6 +146,7 @@ def main(argv=None) -> int:
     if args.fresh and runs_path.exists():
         runs_path.unlink()
     done = read_runs(runs_path)
+    n_earlier = len(done)
     done_keys = {(r["layer"], r["batch_size"], r["seed"]) for r in done}
     todo = [(layer, b, s) for s in args.seeds for b in args.batches for layer in args.layers
             if (layer, b, s) not in done_keys]
@@ -175,11 +176,11 @@ def main(argv=None) -> int:
     meta = dict(dataset=args.dataset, arch=args.arch, width=args.width, images=args.images,
                 base_lr=args.base_lr, base_batch=args.base_batch, n_train=args.n_train,
                 n_test=args.n_test, seeds=args.seeds, threads=args.threads, jobs=args.jobs,
-                sum_run_seconds=round(cpu_seconds, 1),
+                sum_run_seconds=round(cpu_seconds, 1), runs_from_earlier_invocation=n_earlier,
                 wall_seconds=round(time.perf_counter() - start, 1))
     write_table(d, "table", table, meta)
-    title = (f"{args.arch} x{args.width:g} on {args.dataset}, {args.images} images per run, "
-             f"lr {args.base_lr:g} x batch/{args.base_batch}, seeds {args.seeds}")
+    title = (f"{args.arch} x{args.width:g} on {args.dataset}, {args.images} images per run\n"
+             f"lr {args.base_lr:g} x batch/{args.base_batch}, cosine, seeds {args.seeds}")
     plot(table, args.batches, d / "plot.png", title)
     log(f"wrote {d}/table.md and plot.png; runs took {cpu_seconds:.0f}s in total")
     print((d / "table.md").read_text())
