@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="add EvoNorm-S0/B0 written as plain formulas under torch.compile (compiles per shape)")
     ap.add_argument("--chunk-kb", type=int, default=None,
                     help="tuning: the EvoNorm kernels' CPU working-set size in KiB (default: the package's)")
+    ap.add_argument("--impl", default="auto", choices=["auto", "kernel", "compile"],
+                    help="EvoNorm implementation: auto (compiled formula on CUDA, kernel on CPU), kernel, compile")
     ap.add_argument("--no-timm", action="store_true", help="skip timm's EvoNorm2dB0/S0")
     args = ap.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -160,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     iters = args.iters or (20 if device.type == "cuda" else 2)
     timm_layers, timm_reason = ({}, "--no-timm") if args.no_timm else _timm_layers()
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} threads"
-    print(f"# torch {torch.__version__}, {where}; fwd+bwd, best of {args.rounds} rounds x {iters} steps")
+    print(f"# torch {torch.__version__}, {where}; fwd+bwd, best of {args.rounds} rounds x {iters} steps; "
+          f"EvoNorm impl={args.impl}")
     if timm_reason:
         print(f"# timm column skipped: {timm_reason}")
     for spec in args.shapes:
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(0)
         x = torch.randn(shape, device=device, requires_grad=True)
         layers = {"torch BatchNorm2d+ReLU": nn.Sequential(nn.BatchNorm2d(c), nn.ReLU())}
-        layers |= {n: create_norm_act(n, c) for n in names}
+        layers |= {n: create_norm_act(n, c, impl=args.impl) for n in names}
         layers |= {n: cls(c, groups=resolve_groups(c, 32)) if "s0" in n else cls(c) for n, cls in timm_layers.items()}
         if args.compile:
             layers |= {f"formula_{k} (torch.compile)": _CompiledFormula(k, c) for k in ("s0", "b0")}

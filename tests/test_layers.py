@@ -286,3 +286,29 @@ def test_affine2d():
     layer = _randomize(Affine2d(5, groups=2))
     x = torch.randn(2, 5, 3, 3)
     torch.testing.assert_close(layer(x), x * _c(layer.weight) + _c(layer.bias))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", EVONORMS)
+def test_compiled_formula_matches_kernel(name):
+    """impl="compile" (the default on CUDA) against the hand-written kernel, values and gradients."""
+    kernel = _randomize(create_norm_act(name, 16, impl="kernel"))
+    comp = create_norm_act(name, 16, impl="compile")
+    comp.load_state_dict(kernel.state_dict())
+    x = torch.randn(4, 16, 5, 5, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    g = torch.randn(4, 16, 5, 5)
+    y1, y2 = kernel(x), comp(x2)
+    y1.backward(g)
+    y2.backward(g)
+    torch.testing.assert_close(y2, y1)
+    torch.testing.assert_close(x2.grad, x.grad)
+    for (n, p1), p2 in zip(kernel.named_parameters(), comp.parameters()):
+        torch.testing.assert_close(p2.grad, p1.grad, msg=n)
+    for (n, b1), b2 in zip(kernel.named_buffers(), comp.buffers()):
+        torch.testing.assert_close(b2, b1, msg=n)
+
+
+def test_impl_is_validated():
+    with pytest.raises(ValueError, match="impl must be one of"):
+        create_norm_act("evonorm_s0", 8, impl="triton")

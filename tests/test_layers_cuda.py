@@ -10,20 +10,21 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 EVONORMS = ["evonorm_b0", "evonorm_b1", "evonorm_b2", "evonorm_s0", "evonorm_s1", "evonorm_s2"]
 
 
-def _pair(name, c):
-    cpu = create_norm_act(name, c)
+def _pair(name, c, impl="auto"):
+    cpu = create_norm_act(name, c, impl="kernel")
     with torch.no_grad():
         for p in cpu.parameters():
             p.add_(torch.randn_like(p) * 0.3)
-    gpu = create_norm_act(name, c).cuda()
+    gpu = create_norm_act(name, c, impl=impl).cuda()
     gpu.load_state_dict(cpu.state_dict())
     return cpu, gpu
 
 
+@pytest.mark.parametrize("impl", ["auto", "kernel"])  # auto: torch.compile'd formula on CUDA
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("name", EVONORMS)
-def test_cuda_matches_cpu(name, training):
-    cpu, gpu = _pair(name, 48)
+def test_cuda_matches_cpu(name, training, impl):
+    cpu, gpu = _pair(name, 48, impl)
     cpu.train(training)
     gpu.train(training)
     x = torch.randn(8, 48, 7, 7, requires_grad=True)
@@ -40,9 +41,10 @@ def test_cuda_matches_cpu(name, training):
         torch.testing.assert_close(bg.cpu(), b, msg=n)
 
 
+@pytest.mark.parametrize("impl", ["auto", "kernel"])
 @pytest.mark.parametrize("name", EVONORMS)
-def test_cuda_gradcheck_float64(name):
-    layer = create_norm_act(name, 6, groups=3).double().cuda()
+def test_cuda_gradcheck_float64(name, impl):
+    layer = create_norm_act(name, 6, groups=3, impl=impl).double().cuda()
     x = torch.randn(3, 6, 4, 4, dtype=torch.float64, device="cuda", requires_grad=True)
     assert torch.autograd.gradcheck(lambda x, *ps: layer(x), (x, *layer.parameters()), eps=1e-6, atol=1e-6)
 

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from evonorm.layers._common import affine, check_input
+from evonorm.layers._compiled import IMPLS, compiled, use_compiled
 from evonorm.layers._evonorm_b_fn import B0, B1, B2, EvoNormBFunction
 
 
@@ -20,8 +21,11 @@ class _EvoNormB(nn.Module):
     has_v: bool = False
 
     def __init__(self, num_features: int, *, apply_act: bool = True, eps: float = 1e-5, groups: int = 32,
-                 momentum: float = 0.1, **kwargs):
+                 momentum: float = 0.1, impl: str = "auto", **kwargs):
         super().__init__()
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        self.impl = impl  # "auto": torch.compile'd formula on CUDA, the hand-written autograd kernel elsewhere
         self.num_features = num_features
         self.apply_act = apply_act
         self.eps = eps
@@ -48,6 +52,15 @@ class _EvoNormB(nn.Module):
         check_input(x, self.num_features, type(self).__name__)
         if not self.apply_act:
             return affine(x, self.weight, self.bias)
+        if use_compiled(self.impl, x):
+            y, var = compiled("b")(x, self.v, self.weight, self.bias, self.running_var, self.training, self.eps,
+                                   self.variant)
+            if self.training:
+                with torch.no_grad():
+                    count = x.numel() // x.shape[1]
+                    unbiased = count / (count - 1) if count > 1 else 1.0
+                    self.running_var.mul_(1 - self.momentum).add_(var.float(), alpha=self.momentum * unbiased)
+            return y
         return EvoNormBFunction.apply(x, self.v, self.weight, self.bias, self.running_var, self.training,
                                       self.momentum, self.eps, self.variant)
 

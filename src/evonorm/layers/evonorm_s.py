@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from evonorm.layers._common import affine, check_input
+from evonorm.layers._compiled import IMPLS, compiled, use_compiled
 from evonorm.layers._evonorm_s_fn import S0, S1, S2, EvoNormSFunction
 from evonorm.stats import resolve_groups
 
@@ -17,8 +18,11 @@ class _EvoNormS(nn.Module):
     has_v: bool = False
 
     def __init__(self, num_features: int, *, apply_act: bool = True, eps: float = 1e-5, groups: int = 32,
-                 momentum: float = 0.1, **kwargs):
+                 momentum: float = 0.1, impl: str = "auto", **kwargs):
         super().__init__()
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        self.impl = impl  # "auto": torch.compile'd formula on CUDA, the hand-written autograd kernel elsewhere
         self.num_features = num_features
         self.apply_act = apply_act
         self.eps = eps
@@ -34,6 +38,8 @@ class _EvoNormS(nn.Module):
         check_input(x, self.num_features, type(self).__name__)
         if not self.apply_act:
             return affine(x, self.weight, self.bias)
+        if use_compiled(self.impl, x):
+            return compiled("s")(x, self.v, self.weight, self.bias, self.groups, self.eps, self.variant)
         return EvoNormSFunction.apply(x, self.v, self.weight, self.bias, self.groups, self.eps, self.variant)
 
     def extra_repr(self) -> str:

@@ -1,0 +1,75 @@
+"""The EvoNorm formulas written plainly for torch.compile: the fast path on GPUs.
+
+On a GPU the cost is the number of kernels, and Inductor fuses these formulas into a few Triton kernels
+(and, through its min-cut partitioner, saves about the input alone for backward), which the hand-written
+kernels in `_evonorm_*_fn.py` cannot match launch for launch. On CPU the hand-written kernels are faster.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from evonorm.layers._common import compute_dtype
+
+
+def s_formula(x, v, weight, bias, groups: int, eps: float, variant: int):
+    """EvoNorm-S{variant}: x * sigmoid(v x) / group_std (S0, S1 with v = 1) or / group_rms (S2) * gamma + beta."""
+    n, c = x.shape[:2]
+    ct = compute_dtype(x.dtype)
+    xg = x.to(ct).reshape(n, groups, -1)
+    if variant == 2:
+        den = (xg.square().mean(-1, keepdim=True) + eps).sqrt()
+    else:
+        den = (xg.var(-1, unbiased=False, keepdim=True) + eps).sqrt()
+    x3 = xg.reshape(n, c, -1)
+    den = den.expand_as(xg).reshape(n, c, -1)
+    act = x3 * torch.sigmoid(v.to(ct).view(1, -1, 1) * x3) if variant == 0 else F.silu(x3)
+    y = act / den * weight.to(ct).view(1, -1, 1) + bias.to(ct).view(1, -1, 1)
+    return y.reshape(x.shape).to(x.dtype)
+
+
+def b_formula(x, v, weight, bias, running_var, training: bool, eps: float, variant: int):
+    """EvoNorm-B{variant}: x / max(batch_std, instance branch) * gamma + beta; also returns the batch variance."""
+    n, c = x.shape[:2]
+    ct = compute_dtype(x.dtype)
+    x3 = x.to(ct).reshape(n, c, -1)
+    if training:
+        var_c = x3.var((0, 2), unbiased=False, keepdim=True)
+    else:
+        var_c = running_var.to(ct).view(1, -1, 1)
+    bstd = (var_c + eps).sqrt()
+    if variant == 0:
+        inst = v.to(ct).view(1, -1, 1) * x3 + (x3.var(-1, unbiased=False, keepdim=True) + eps).sqrt()
+    else:
+        rms = (x3.square().mean(-1, keepdim=True) + eps).sqrt()
+        inst = (x3 + 1) * rms if variant == 1 else rms - x3
+    y = x3 / torch.maximum(bstd, inst) * weight.to(ct).view(1, -1, 1) + bias.to(ct).view(1, -1, 1)
+    return y.reshape(x.shape).to(x.dtype), var_c.detach().flatten()
+
+
+@functools.cache
+def compiled(kind: str):
+    """torch.compile'd `s_formula` or `b_formula` (compiled on first call, per shape class)."""
+    return torch.compile(s_formula if kind == "s" else b_formula)
+
+
+def use_compiled(impl: str, x: torch.Tensor) -> bool:
+    """impl "auto": the compiled formula on CUDA (when Triton is there), the hand-written kernel elsewhere."""
+    if impl == "auto":
+        return x.is_cuda and _has_triton()
+    return impl == "compile"
+
+
+@functools.cache
+def _has_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+IMPLS = ("auto", "kernel", "compile")
