@@ -6,7 +6,7 @@ rejection), `random-norej` (random search, every candidate fully trained). Each 
 run folder under --runs (resumable: rerunning the script continues unfinished runs), so
 `evonorm report runs/evolution_vs_random/evolution_s0 --compare ...` draws the same picture.
 
-    python experiments/evolution_vs_random.py                   # ~20-30 min on 2 cores
+    python experiments/evolution_vs_random.py                   # ~30-40 min on 2 cores
     python experiments/evolution_vs_random.py --budget 200 --seeds 0 1 2 3 4 --preset small
 """
 
@@ -25,39 +25,49 @@ ALGOS = ["evolution", "random", "random-norej"]
 
 
 def search_config(args, algorithm: str, seed: int):
+    """The preset's settings with the flags given (None = keep the preset's)."""
     from evonorm.search.presets import get_preset
 
-    train = {"steps": args.steps, "batch_size": args.batch_size, "width": args.width}
+    preset = get_preset(args.preset)
+    train = dict(preset.train)
+    train.update({k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size),
+                                    ("width", args.width)) if v is not None})
     return get_preset(args.preset, algorithm=algorithm, seed=seed, budget=args.budget,
                       space=args.space, dataset=args.dataset, n_train=args.n_train,
-                      archs=tuple(args.archs), train=train, quality_steps=args.quality_steps,
-                      stability_steps=args.stability_steps, initial_population=args.initial_population,
-                      window=args.window, tournament_fraction=args.tournament_fraction,
-                      workers=args.workers, executor="local", seed_layers=(),
-                      quality_factor=args.quality_factor)
+                      archs=tuple(args.archs) if args.archs else None, train=train,
+                      quality_steps=args.quality_steps, stability_steps=args.stability_steps,
+                      initial_population=args.initial_population, window=args.window,
+                      tournament_fraction=args.tournament_fraction, workers=args.workers,
+                      executor="local", quality_factor=args.quality_factor,
+                      **({} if args.seed_layers else {"seed_layers": ()}))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algorithms", nargs="+", default=ALGOS, choices=ALGOS)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--budget", type=int, default=20, help="candidates per run (equal for every algorithm)")
+    p.add_argument("--budget", type=int, default=16, help="candidates per run (equal for every algorithm)")
     p.add_argument("--preset", default="demo", help="search preset the settings below override")
-    p.add_argument("--space", choices=["b", "s"], default="b")
+    p.add_argument("--space", choices=["b", "s"], default=None, help="default: the preset's")
+    p.add_argument("--no-seed-layers", dest="seed_layers", action="store_false",
+                   help="start from random graphs only (default: the preset's seed layers, GN/LN/IN-ReLU "
+                        "for demo, evaluated first by every algorithm alike)")
     p.add_argument("--dataset", default=None, help="default: fashion_mnist when installed, else synthetic")
-    p.add_argument("--n-train", type=int, default=3000)
-    p.add_argument("--archs", nargs="+", default=["resnet50_cifar", "mobilenetv2_cifar"])
-    p.add_argument("--steps", type=int, default=40, help="full-training steps per architecture")
-    p.add_argument("--quality-steps", type=int, default=20)
-    p.add_argument("--stability-steps", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--width", type=float, default=0.125)
-    p.add_argument("--quality-factor", type=float, default=1.2,
-                   help="reject below this x chance on any arch (paper: 2; short runs need less)")
-    p.add_argument("--initial-population", type=int, default=3)
-    p.add_argument("--window", type=int, default=20)
-    p.add_argument("--tournament-fraction", type=float, default=0.25)
-    p.add_argument("--workers", type=int, default=2)
+    # Evaluation settings: None keeps the preset's (demo: 2 archs, width 0.0625, batch 32,
+    # quality test 50 steps at 1.2x chance, full training 100 steps, Fashion-MNIST 3000 images).
+    p.add_argument("--n-train", type=int, default=None)
+    p.add_argument("--archs", nargs="+", default=None)
+    p.add_argument("--steps", type=int, default=None, help="full-training steps per architecture")
+    p.add_argument("--quality-steps", type=int, default=None)
+    p.add_argument("--stability-steps", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--width", type=float, default=None)
+    p.add_argument("--quality-factor", type=float, default=None,
+                   help="reject below this x chance on any arch (paper: 2; demo: 1.2 for short runs)")
+    p.add_argument("--initial-population", type=int, default=None)
+    p.add_argument("--window", type=int, default=None)
+    p.add_argument("--tournament-fraction", type=float, default=None)
+    p.add_argument("--workers", type=int, default=2, help="2 on 2 cores: one torch thread each")
     p.add_argument("--runs", default=str(ROOT / "runs" / "evolution_vs_random"),
                    help="folder for the run stores (not committed)")
     p.add_argument("--out", default=None, help="output folder (default results/evolution_vs_random)")
