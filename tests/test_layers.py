@@ -312,3 +312,18 @@ def test_compiled_formula_matches_kernel(name):
 def test_impl_is_validated():
     with pytest.raises(ValueError, match="impl must be one of"):
         create_norm_act("evonorm_s0", 8, impl="triton")
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("name", EVONORMS)
+def test_double_backward(name, training):
+    """create_graph=True (the search's stability test) works and its gradients are the kernel's."""
+    layer = _randomize(create_norm_act(name, 6, groups=3)).double().train(training)
+    x = torch.randn(4, 6, 3, 3, dtype=torch.float64, requires_grad=True)
+    params = list(layer.parameters())
+    assert torch.autograd.gradgradcheck(lambda x, *ps: layer(x), (x, *params), eps=1e-6, atol=1e-5)
+    g = torch.randn(4, 6, 3, 3, dtype=torch.float64)
+    first = torch.autograd.grad(layer(x), [x, *params], g)
+    second = torch.autograd.grad(layer(x), [x, *params], g, create_graph=True)
+    for a, b in zip(first, second):
+        torch.testing.assert_close(a, b)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from evonorm.layers._common import as_ncl, per_channel, restore, sample_chunks
+from evonorm.layers._formula import b_formula, differentiable_grads
 
 B0, B1, B2 = 0, 1, 2  # variants
 
@@ -73,15 +74,19 @@ class EvoNormBFunction(torch.autograd.Function):
             xc, yc = x3[i:j], y[i:j]
             _den(xc, _rows(p, i, j), q[i:j], bstd3, out=yc)
             torch.addcmul(b, torch.div(xc, yc, out=yc), w, out=yc)
-        ctx.save_for_backward(x, v, weight, mean_nc, var_nc, bstd, mean_c)
+        ctx.save_for_backward(x, v, weight, bias, mean_nc, var_nc, bstd, mean_c)
         ctx.training, ctx.eps, ctx.variant = training, eps, variant
+        ctx.running_var = None if training else running_var.clone()  # for a double backward in eval
         return restore(y, x)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, dy):
-        x, v, weight, mean_nc, var_nc, bstd, mean_c = ctx.saved_tensors
+        x, v, weight, bias, mean_nc, var_nc, bstd, mean_c = ctx.saved_tensors
         variant, training = ctx.variant, ctx.training
+        if torch.is_grad_enabled():  # create_graph=True: differentiate the plain formula instead
+            grads = differentiable_grads(b_formula, (x, v, weight, bias),
+                                         (ctx.running_var, training, ctx.eps, variant), dy)
+            return (*grads, None, None, None, None, None)
         x3, dy3 = as_ncl(x), as_ncl(dy)
         n, c, length = x3.shape
         ct = x3.dtype

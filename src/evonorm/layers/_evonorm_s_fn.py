@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from evonorm.layers._common import as_ncl, per_channel, restore, sample_chunks
+from evonorm.layers._formula import differentiable_grads, s_formula
 
 S0, S1, S2 = 0, 1, 2  # variants
 
@@ -51,15 +52,17 @@ class EvoNormSFunction(torch.autograd.Function):
                 yc.copy_(xc)
                 F.silu(yc, inplace=True)
             torch.addcmul(b, yc, (w * _to_channels(rstd[i:j], c)).unsqueeze(-1), out=yc)
-        ctx.save_for_backward(x, v, weight, mean, rstd)
-        ctx.variant, ctx.groups = variant, groups
+        ctx.save_for_backward(x, v, weight, bias, mean, rstd)
+        ctx.variant, ctx.groups, ctx.eps = variant, groups, eps
         return restore(y, x)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, dy):
-        x, v, weight, mean, rstd = ctx.saved_tensors
+        x, v, weight, bias, mean, rstd = ctx.saved_tensors
         variant, groups = ctx.variant, ctx.groups
+        if torch.is_grad_enabled():  # create_graph=True: differentiate the plain formula instead
+            grads = differentiable_grads(s_formula, (x, v, weight, bias), (groups, ctx.eps, variant), dy)
+            return (*grads, None, None, None)
         x3, dy3 = as_ncl(x), as_ncl(dy)
         n, c, length = x3.shape
         ct = x3.dtype

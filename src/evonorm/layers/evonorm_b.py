@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from evonorm.layers._common import affine, check_input
-from evonorm.layers._compiled import IMPLS, compiled, use_compiled
+from evonorm.layers._formula import IMPLS, compiled, use_compiled
 from evonorm.layers._evonorm_b_fn import B0, B1, B2, EvoNormBFunction
 
 

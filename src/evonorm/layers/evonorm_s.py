@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from evonorm.layers._common import affine, check_input
-from evonorm.layers._compiled import IMPLS, compiled, use_compiled
+from evonorm.layers._formula import IMPLS, compiled, use_compiled
 from evonorm.layers._evonorm_s_fn import S0, S1, S2, EvoNormSFunction
 from evonorm.stats import resolve_groups
 

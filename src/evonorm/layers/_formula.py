@@ -1,8 +1,11 @@
-"""The EvoNorm formulas written plainly for torch.compile: the fast path on GPUs.
+"""The EvoNorm formulas written plainly, for two uses.
 
-On a GPU the cost is the number of kernels, and Inductor fuses these formulas into a few Triton kernels
-(and, through its min-cut partitioner, saves about the input alone for backward), which the hand-written
-kernels in `_evonorm_*_fn.py` cannot match launch for launch. On CPU the hand-written kernels are faster.
+1. Under torch.compile, the fast path on GPUs: there the cost is the number of kernels, and Inductor fuses
+   these formulas into a few Triton kernels (its min-cut partitioner saves about the input alone for backward),
+   which the hand-written kernels in `_evonorm_*_fn.py` cannot match launch for launch. On CPU the
+   hand-written kernels are faster.
+2. Double backprop (create_graph=True, e.g. the search's stability test): the hand-written kernels' backward
+   then differentiates these formulas with autograd, so second derivatives are exact too.
 """
 
 from __future__ import annotations
@@ -73,3 +76,13 @@ def _has_triton() -> bool:
 
 
 IMPLS = ("auto", "kernel", "compile")
+
+
+def differentiable_grads(formula, tensors, args, dy):
+    """d(formula(*tensors, *args)) / d(tensors) . dy with a graph (create_graph), None where not needed."""
+    with torch.enable_grad():
+        wanted = [t for t in tensors if t is not None and t.requires_grad]
+        y = formula(*tensors, *args)
+        y = y[0] if isinstance(y, tuple) else y
+        grads = iter(torch.autograd.grad(y, wanted, dy, create_graph=True, allow_unused=True))
+    return [next(grads) if t is not None and t.requires_grad else None for t in tensors]
