@@ -146,10 +146,12 @@ PRESETS: dict[str, SearchConfig] = {
     # At tiny widths and batches MobileNetV2 wants a lower lr than the paper's 0.1 (it stays at
     # chance for 100 steps at 0.1, reaches ~35% in 60 steps at 0.02), and 50 steps only take
     # textbook layers to 12-25%, so the quality bar is 1.2x chance. The search starts from three textbook S-space layers
-    # (GroupNorm/LayerNorm/InstanceNorm-ReLU) so a budget of a few dozen finds valid layers.
+    # (GroupNorm/LayerNorm/InstanceNorm-ReLU) and mutates once (not twice) with fewer random
+    # restarts, so that a budget of a few dozen finds valid layers at all: two mutations of a
+    # six-node layer, or a fresh random graph, almost never pass rejection at this scale.
     "demo": SearchConfig(
-        preset="demo", n_train=3000, space="s", budget=80, window=16, initial_population=2,
-        tournament_fraction=0.25, archs=("resnet50_cifar", "mobilenetv2_cifar"),
+        preset="demo", n_train=3000, space="s", budget=72, window=16, initial_population=1,
+        tournament_fraction=0.25, mutations=1, p_random=0.3, archs=("resnet50_cifar", "mobilenetv2_cifar"),
         seed_layers=tuple(json.dumps(_norm_relu(k)) for k in ("group", "layer", "instance")),
         train_preset="tiny", train={"steps": 100, "batch_size": 32, "width": 0.0625, "lr": 0.1},
         arch_train={"mobilenetv2_cifar": {"lr": 0.02}},
