@@ -167,9 +167,11 @@ def train_batches(ds: Dataset, batch_size: int, steps: int, *, seed: int = 0,
     order = torch.randperm(n, generator=gen)
     pos = 0
     for _ in range(steps):
-        if pos + batch_size > n:  # a new epoch; keep the tail so small sets still give full batches
-            order = torch.cat([order[pos:], torch.randperm(n, generator=gen)])
-            pos = 0
+        if pos + batch_size > len(order):  # new epoch(s); keep the tail so batches stay full
+            parts = [order[pos:]]
+            while sum(len(p) for p in parts) < batch_size:
+                parts.append(torch.randperm(n, generator=gen))
+            order, pos = torch.cat(parts), 0
         idx = order[pos:pos + batch_size]
         pos += batch_size
         x = random_crop_flip(ds.train_x[idx], size, gen, flip=flip)
