@@ -145,6 +145,8 @@ def test_train_batches_are_seeded_cropped_and_normalized():
     assert abs(float(x.mean())) < 0.5 and 0.5 < float(x.std()) < 2
     # 5 batches of 32 from 100 images cross an epoch boundary and stay full
     assert all(len(yb) == 32 for _, yb in a)
+    tiny = synthetic_dataset(10, 4, seed=0)  # fewer images than a batch: still full batches
+    assert [len(yb) for _, yb in train_batches(tiny, 32, 3)] == [32, 32, 32]
     full = torch.cat([xb for xb, _ in eval_batches(ds, 8)])
     assert torch.allclose(full, normalize(ds.test_x, ds.mean, ds.std))
 
