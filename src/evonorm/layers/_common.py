@@ -58,3 +58,10 @@ def sample_chunks(x3: torch.Tensor, chunk_bytes: int | None = None) -> list[tupl
     per_sample = max(1, x3[0].numel() * x3.element_size())
     step = max(1, (chunk_bytes or CPU_CHUNK_BYTES) // per_sample)
     return [(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+@torch.no_grad()
+def update_running_var(running_var: torch.Tensor, batch_var: torch.Tensor, count: int, momentum: float) -> None:
+    """BatchNorm's rule: running = (1 - m) running + m * unbiased batch variance (count values per channel)."""
+    unbiased = count / (count - 1) if count > 1 else 1.0
+    running_var.mul_(1.0 - momentum).add_(batch_var.to(running_var.dtype), alpha=momentum * unbiased)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from evonorm.layers._common import as_ncl, per_channel, restore, sample_chunks
+from evonorm.layers._common import as_ncl, per_channel, restore, sample_chunks, update_running_var
 from evonorm.layers._formula import b_formula, differentiable_grads
 
 B0, B1, B2 = 0, 1, 2  # variants
@@ -60,9 +60,7 @@ class EvoNormBFunction(torch.autograd.Function):
         if training:
             mean_c = mean_nc.mean(0)
             var_c = (var_nc + (mean_nc - mean_c).square()).mean(0)  # law of total variance, biased
-            count = n * length
-            unbiased = count / (count - 1) if count > 1 else 1.0
-            running_var.mul_(1.0 - momentum).add_(var_c.to(running_var.dtype), alpha=momentum * unbiased)
+            update_running_var(running_var, var_c, n * length, momentum)
         else:
             mean_c = None
             var_c = running_var.to(ct)

@@ -1,0 +1,42 @@
+"""What every EvoNorm module shares: gamma/beta (and v), `apply_act=False` as a plain affine, `impl`."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from evonorm.layers._common import affine, check_input
+from evonorm.layers._formula import IMPLS
+
+
+class EvoNormBase(nn.Module):
+    """Subclasses set `variant`, `has_v` and implement `_norm_act(x)` (the apply_act=True path)."""
+
+    variant: int = 0
+    has_v: bool = False
+
+    def __init__(self, num_features: int, *, apply_act: bool = True, eps: float = 1e-5, momentum: float = 0.1,
+                 impl: str = "auto"):
+        super().__init__()
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        self.impl = impl  # "auto": torch.compile'd formula on CUDA, the hand-written autograd kernel elsewhere
+        self.num_features = num_features
+        self.apply_act = apply_act
+        self.eps = eps
+        self.momentum = momentum
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        if apply_act and self.has_v:
+            self.v = nn.Parameter(torch.ones(num_features))
+        else:
+            self.register_parameter("v", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_input(x, self.num_features, type(self).__name__)
+        if not self.apply_act:
+            return affine(x, self.weight, self.bias)
+        return self._norm_act(x)
+
+    def _norm_act(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
