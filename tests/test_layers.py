@@ -327,3 +327,15 @@ def test_double_backward(name, training):
     second = torch.autograd.grad(layer(x), [x, *params], g, create_graph=True)
     for a, b in zip(first, second):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_b0"])
+def test_inside_a_torch_compiled_model(name):
+    """A model holding the hand-written kernels can itself be torch.compile'd (TrainConfig.compile)."""
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), create_norm_act(name, 16, impl="kernel")).eval()
+    x = torch.randn(4, 3, 8, 8, requires_grad=True)
+    y = torch.compile(model)(x)
+    y.sum().backward()
+    torch.testing.assert_close(y, model(x))
+    assert torch.isfinite(x.grad).all()
