@@ -198,7 +198,8 @@ def summarize(records, archs, chance, d: Path, settings: dict) -> None:
     bn = [r for r in refs if r["name"] == "bn_relu"]
     bn_mean = (sum(v for v in bn[0]["accuracies"].values() if v is not None) / len(archs)) if bn else None
     save_png(F.accuracy_histogram(cands, archs, chance=chance, reference=bn_mean), d / "random_layers_histogram.png")
-    save_png(F.calibration(cands, archs, chance=chance), d / "random_layers_calibration.png")
+    ref_accs = {r["name"]: {a: v for a, v in r["accuracies"].items() if v is not None} for r in refs}
+    save_png(F.calibration(cands, archs, chance=chance, references=ref_accs), d / "random_layers_calibration.png")
     log(f"near chance on all archs: {all_near:.1%}; pass quality on all: {len(passes)}/{len(rand)}, "
         f"on some but not all: {len(some) - len(passes)}; wrote {d}")
 

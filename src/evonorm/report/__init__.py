@@ -39,7 +39,7 @@ def make_figures(runs: Sequence[RunData]) -> list[tuple[str, str, bytes]]:
                                           origin=hist_origin))),
         ("calibration", "Cross-architecture calibration: each finished candidate's accuracy on one "
          "architecture against another (paper Fig. 4).",
-         F.png_bytes(F.calibration(run.candidates, archs, chance=chance))),
+         F.png_bytes(F.calibration(run.candidates, archs, chance=chance, references=run.references))),
         ("pareto", "Accuracies of the population's layers on the first two architectures; red: "
          "Pareto front over all architectures; large markers: reference layers.",
          F.png_bytes(F.pareto(run))),

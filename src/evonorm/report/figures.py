@@ -171,8 +171,9 @@ def accuracy_histogram(candidates: Sequence[Any], archs: Sequence[str], *, chanc
 
 
 def calibration(candidates: Sequence[Any], archs: Sequence[str], *, chance: float = 0.1,
-                origin: str | None = None) -> Any:
-    """Fig. 4: accuracy on one architecture against another, for every pair of architectures."""
+                origin: str | None = None, references: dict[str, dict[str, float]] | None = None) -> Any:
+    """Fig. 4: accuracy on one architecture against another, for every pair of architectures;
+    `references` (layer -> {arch: accuracy}) are drawn as labelled markers."""
     plt = pyplot()
     pairs = list(itertools.combinations(archs, 2))
     fig, axes = plt.subplots(1, max(1, len(pairs)), figsize=(4.2 * max(1, len(pairs)), 4.0),
@@ -184,6 +185,13 @@ def calibration(candidates: Sequence[Any], archs: Sequence[str], *, chance: floa
     for ax, (a, b) in zip(axes[0], pairs):
         xs, ys = accs[a], accs[b]
         ax.scatter(xs, ys, s=9, alpha=0.5, color="C0", linewidths=0)
+        markers = itertools.cycle("*^sDPX")
+        for k, (name, acc) in enumerate(sorted((references or {}).items())):
+            if _finite(acc.get(a)) and _finite(acc.get(b)):
+                ax.scatter([acc[a]], [acc[b]], marker=next(markers), s=80, color=f"C{k + 1}",
+                           edgecolors="k", label=name, zorder=5)
+        if references:
+            ax.legend(fontsize=7, loc="upper left")
         ax.plot([0, 1], [0, 1], color="0.6", linewidth=0.8, linestyle=":")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
