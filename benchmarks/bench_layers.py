@@ -64,31 +64,6 @@ def _timm_layers() -> tuple[dict[str, type], str | None]:
     return {"timm_evonorm_b0": EvoNorm2dB0, "timm_evonorm_s0": EvoNorm2dS0}, None
 
 
-class _CompiledFormula(nn.Module):
-    """EvoNorm-S0 or -B0 (training) as the plain formula under torch.compile: the other way to fuse."""
-
-    def __init__(self, kind: str, c: int):
-        super().__init__()
-        self.kind, self.groups = kind, resolve_groups(c, 32)
-        self.weight, self.bias, self.v = (nn.Parameter(torch.full((c,), f)) for f in (1.0, 0.0, 1.0))
-        self.fn = torch.compile(self._s0 if kind == "s0" else self._b0)
-
-    def _s0(self, x, v, w, b):
-        n, c = x.shape[:2]
-        var = x.view(n, self.groups, -1).var(-1, unbiased=False, keepdim=True)
-        den = (var + 1e-5).sqrt().expand(n, self.groups, x[0].numel() // self.groups).reshape(x.shape)
-        return x * torch.sigmoid(v.view(1, -1, 1, 1) * x) / den * w.view(1, -1, 1, 1) + b.view(1, -1, 1, 1)
-
-    def _b0(self, x, v, w, b):
-        bstd = (x.var((0, 2, 3), unbiased=False, keepdim=True) + 1e-5).sqrt()
-        istd = (x.var((2, 3), unbiased=False, keepdim=True) + 1e-5).sqrt()
-        den = torch.maximum(bstd, v.view(1, -1, 1, 1) * x + istd)
-        return x / den * w.view(1, -1, 1, 1) + b.view(1, -1, 1, 1)
-
-    def forward(self, x):
-        return self.fn(x, self.v, self.weight, self.bias)
-
-
 def saved_bytes(layer: nn.Module, x: torch.Tensor) -> int:
     """Bytes of the tensors autograd keeps for backward after one forward (each storage counted once)."""
     seen: dict[tuple[int, int], int] = {}
@@ -137,8 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", nargs="+", default=None, help="registry names (default: all)")
     ap.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds (best is reported)")
     ap.add_argument("--iters", type=int, default=None, help="steps per round (default: 2 on CPU, 20 on CUDA)")
-    ap.add_argument("--compile", action="store_true",
-                    help="add EvoNorm-S0/B0 written as plain formulas under torch.compile (compiles per shape)")
     ap.add_argument("--chunk-kb", type=int, default=None,
                     help="tuning: the EvoNorm kernels' CPU working-set size in KiB (default: the package's)")
     ap.add_argument("--impl", default="auto", choices=["auto", "kernel", "compile"],
@@ -177,8 +150,6 @@ def main(argv: list[str] | None = None) -> int:
         layers = {"torch BatchNorm2d+ReLU": nn.Sequential(nn.BatchNorm2d(c), nn.ReLU())}
         layers |= {n: create_norm_act(n, c, impl=args.impl) for n in names}
         layers |= {n: cls(c, groups=resolve_groups(c, 32)) if "s0" in n else cls(c) for n, cls in timm_layers.items()}
-        if args.compile:
-            layers |= {f"formula_{k} (torch.compile)": _CompiledFormula(k, c) for k in ("s0", "b0")}
         for layer in layers.values():
             layer.to(device).train()
         times = time_layers(layers, x, args.rounds, iters)
