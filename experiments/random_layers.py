@@ -37,7 +37,8 @@ def quality_accuracy(norm_act, ds, cfg, arch: str) -> tuple[float | None, str]:
     from evonorm.search.rejection import quality
 
     try:
-        rej, accs = quality(norm_act, ds, [arch], lambda a: train_config(cfg, a, steps=cfg.quality_steps),
+        rej, accs = quality(norm_act, ds, [arch],  # exactly as evonorm.search.evaluator calls it
+                            lambda a: train_config(cfg, a, steps=cfg.quality_steps, schedule="constant"),
                             factor=cfg.quality_factor)
     except Exception as err:  # a random layer may fail to compile or run
         return None, f"error: {type(err).__name__}"
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue  # a line cut by a crash
             done[r["name"]] = r
     settings = {**vars(args), "dataset": name,
-                "quality_train": dataclasses.asdict(train_config(cfg, args.archs[0], steps=cfg.quality_steps)),
+                "quality_train": dataclasses.asdict(train_config(cfg, args.archs[0], steps=cfg.quality_steps,
+                                                                 schedule="constant")),
                 "search_config": cfg.to_dict()}
     log(f"{name}; {len(done)} records kept from an earlier run; {args.workers} worker(s)")
 
