@@ -126,3 +126,19 @@ def test_tiny_real_search_report(tmp_path):
     assert len(data.candidates) == data.config["budget"] and len(images(page)) == 5
     if data.valid:
         assert "No valid layer yet" not in page
+
+
+@pytest.mark.slow
+def test_references_are_trained_once_with_the_runs_settings(tmp_path, capsys):
+    from evonorm.search.driver import init_run
+    from evonorm.search.presets import get_preset
+
+    run = tmp_path / "refs"
+    init_run(run, get_preset("tiny"))
+    assert cli_main(["report", str(run), "--references", "gn_relu"]) == 0
+    refs = json.loads((run / "references.json").read_text())
+    assert set(refs) == {"gn_relu"} and set(refs["gn_relu"]) == set(get_preset("tiny").archs)
+    assert "gn_relu" in (run / "report.html").read_text()
+    capsys.readouterr()
+    assert cli_main(["report", str(run), "--references", "gn_relu"]) == 0  # kept, not retrained
+    assert "reference gn_relu" not in capsys.readouterr().out
