@@ -26,6 +26,8 @@ def _run(argv):
     (["search", "--preset", "tiny", "--dataset", "mnist", "--out", "X"], "unknown dataset 'mnist'"),
     (["search", "--preset", "tiny", "--seed-layers", "nope", "--out", "X"], "seed layer 'nope'"),
     (["search", "--preset", "tiny", "--address", "a:1", "--out", "X"], "--address applies to"),
+    (["search", "--preset", "tiny", "--seed-layers", "evonorm_b0", "--out", "X"],
+     "uses batch statistics"),
     (["resume", "nowhere"], "no search store in nowhere"),
     (["rerank", "nowhere"], "no search store in nowhere"),
 ])

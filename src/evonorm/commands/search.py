@@ -87,7 +87,8 @@ def check_setup(cfg):
         cfg = cfg.replace(dataset=default_dataset_name())
     try:
         for spec in cfg.seed_layers:
-            resolve_layer(spec)
+            if resolve_layer(spec).uses_batch_stats and not cfg.allow_batch:
+                raise ValueError(f"seed layer {spec!r} uses batch statistics: not in the S space")
         train_config(cfg, cfg.archs[0])
         train_config(cfg, cfg.archs[0], rerank=True)
         search_dataset(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)

@@ -150,7 +150,7 @@ PRESETS: dict[str, SearchConfig] = {
     # restarts, so that a budget of a few dozen finds valid layers at all: two mutations of a
     # six-node layer, or a fresh random graph, almost never pass rejection at this scale.
     "demo": SearchConfig(
-        preset="demo", n_train=3000, space="s", budget=72, window=16, initial_population=1,
+        preset="demo", n_train=3000, space="s", budget=100, window=16, initial_population=1,
         tournament_fraction=0.25, mutations=1, p_random=0.3, archs=("resnet50_cifar", "mobilenetv2_cifar"),
         seed_layers=tuple(json.dumps(_norm_relu(k)) for k in ("group", "layer", "instance")),
         train_preset="tiny", train={"steps": 100, "batch_size": 32, "width": 0.0625, "lr": 0.1},
