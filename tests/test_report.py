@@ -13,7 +13,6 @@ from evonorm.cli import main as cli_main  # noqa: E402
 from evonorm.report import build_report, make_figures  # noqa: E402
 from evonorm.report.data import (  # noqa: E402
     RunData,
-    pareto_front,
     reason_category,
     top_layers,
 )
@@ -81,11 +80,6 @@ def test_top_layers_groups_by_key_and_counts_how_often_found():
              {"id": 4, "key": "c", "status": "failed", "reason": "nonfinite"}]
     rows = top_layers(cands)
     assert [(r["key"], r["found"], r["best"].id) for r in rows] == [("a", 3, 1), ("b", 1, 3)]
-
-
-def test_pareto_front_maximizes_every_coordinate():
-    pts = [(0.5, 0.5), (0.6, 0.4), (0.4, 0.4), (0.5, 0.5), (0.2, 0.9), (0.6, 0.3)]
-    assert pareto_front(pts) == [0, 1, 3, 4]
 
 
 def test_progress_curve_tracks_top10_of_the_population_window():

@@ -241,17 +241,3 @@ def formula(graph_json: Any, *, latex: bool = False) -> str:
         return g.to_latex() if latex else g.to_text()
     except Exception:
         return json.dumps(graph_json, separators=(",", ":")) if graph_json is not None else "?"
-
-
-def pareto_front(points: Sequence[Sequence[float]]) -> list[int]:
-    """Indices of the non-dominated points (maximizing every coordinate)."""
-    front = []
-    for i, p in enumerate(points):
-        dominated = False
-        for j, q in enumerate(points):
-            if j != i and all(b >= a for a, b in zip(p, q)) and any(b > a for a, b in zip(p, q)):
-                dominated = True
-                break
-        if not dominated:
-            front.append(i)
-    return front

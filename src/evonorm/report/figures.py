@@ -13,13 +13,8 @@ import itertools
 import math
 from typing import Any, Sequence
 
-from evonorm.report.data import (
-    RunData,
-    _finite,
-    as_candidate,
-    pareto_front,
-    reason_category,
-)
+from evonorm.report.data import RunData, _finite, as_candidate, reason_category
+from evonorm.search.evolution import pareto_front  # the search's own definition of the front
 
 
 def pyplot():
