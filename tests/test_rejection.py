@@ -24,7 +24,7 @@ def data():
     return holdout_split(load_dataset("synthetic", n_train=400, n_test=100), 0.25)
 
 
-STAB = dict(arch="resnet50_cifar", width=0.0625, steps=15, batch=4)
+STAB = dict(arch="resnet50_cifar", width=0.0625, steps=8, batch=4)
 
 
 def test_prechecks():
