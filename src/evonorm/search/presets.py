@@ -157,8 +157,8 @@ PRESETS: dict[str, SearchConfig] = {
         arch_train={"mobilenetv2_cifar": {"lr": 0.02}},
         stability_steps=10, stability_batch=8, quality_steps=50, quality_factor=1.2,
         timeout=600.0, rerank_preset="tiny",
-        rerank_train={"steps": 300, "batch_size": 64, "width": 0.125, "n_train": 10000,
-                      "n_test": 2000}, rerank_top=5),
+        rerank_train={"steps": 300, "batch_size": 64, "width": 0.0625, "n_train": 10000,
+                      "n_test": 2000}, rerank_top=3),
     # A real but small search: three archs, the trainer's `small` preset, paper-style rejection.
     "small": SearchConfig(
         preset="small", n_train=10000, budget=200, window=100, initial_population=20,
