@@ -100,12 +100,12 @@ def extrapolate(presets: list[str], steps: int) -> None:
               f"~{full:.0f} s (+ screening) | " + "; ".join(parts), flush=True)
 
 
-def throughput(preset: str, budget: int) -> None:
+def throughput(preset: str, budget: int, order: list[int]) -> None:
     from evonorm.search.driver import init_run, run_search
     from evonorm.search.presets import get_preset
 
     rates = {}
-    for workers in (1, 2):
+    for workers in order:
         cfg = get_preset(preset, algorithm="random", budget=budget, workers=workers,
                          seed_layers=())
         with tempfile.TemporaryDirectory() as tmp:
@@ -116,7 +116,8 @@ def throughput(preset: str, budget: int) -> None:
         rates[workers] = res.done / dt * 60
         print(f"{workers} worker(s): {res.done} candidates in {dt:.1f} s = "
               f"{rates[workers]:.2f} candidates/min | {res.tally.line()}", flush=True)
-    print(f"2 workers / 1 worker throughput: {rates[2] / rates[1]:.2f}x")
+    a, b = sorted(rates)
+    print(f"{b} workers / {a} worker(s) throughput: {rates[b] / rates[a]:.2f}x")
 
 
 def main(argv=None) -> int:
@@ -130,13 +131,15 @@ def main(argv=None) -> int:
     t = sub.add_parser("throughput")
     t.add_argument("--preset", default="demo")
     t.add_argument("--budget", type=int, default=12)
+    t.add_argument("--workers", type=int, nargs=2, default=[1, 2], metavar=("FIRST", "SECOND"),
+                   help="worker counts in the order run (swap them to check for load drift)")
     args = p.parse_args(argv)
     if args.what == "costs":
         costs(args.run)
     elif args.what == "extrapolate":
         extrapolate(args.preset, args.steps)
     else:
-        throughput(args.preset, args.budget)
+        throughput(args.preset, args.budget, args.workers)
     return 0
 
 
