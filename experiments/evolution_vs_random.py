@@ -141,7 +141,20 @@ def _curve_on_grid(run, budget: int) -> list[float]:
         while j < len(xs) and xs[j] <= n:
             cur = means[j]
             j += 1
-        out.append(cur)
+        out.append(cur if n <= len(run.finished) else math.nan)  # an unfinished run stops
+    return out
+
+
+def _valid_on_grid(run, budget: int) -> list[float]:
+    """Valid layers found after each of 1..budget candidates (nan past an unfinished run's end)."""
+    out, count = [], 0
+    fin = run.finished
+    for n in range(1, budget + 1):
+        if n <= len(fin):
+            count += fin[n - 1].status == "valid"
+            out.append(float(count))
+        else:
+            out.append(math.nan)
     return out
 
 
@@ -170,20 +183,26 @@ def summarize(runs: dict, args, d: Path) -> None:
     write_table(d, "evolution_vs_random_runs", rows, {"settings": vars(args)})
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     xs = list(range(1, args.budget + 1))
     for i, algo in enumerate(args.algorithms):
-        curves = [_curve_on_grid(run, args.budget) for (a, _), run in sorted(runs.items()) if a == algo]
-        mean = [_mean([c[k] for c in curves if not math.isnan(c[k])], nan=True) for k in range(len(xs))]
-        lo = [min((c[k] for c in curves if not math.isnan(c[k])), default=math.nan) for k in range(len(xs))]
-        hi = [max((c[k] for c in curves if not math.isnan(c[k])), default=math.nan) for k in range(len(xs))]
-        ax.plot(xs, mean, color=f"C{i}", label=f"{algo} ({len(curves)} seeds)")
-        ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.2, linewidth=0)
-    ax.set_xlabel("candidates evaluated")
+        runs_a = [run for (a, _), run in sorted(runs.items()) if a == algo]
+        for axis, grid in ((ax, _curve_on_grid), (ax2, _valid_on_grid)):
+            curves = [grid(run, args.budget) for run in runs_a]
+            cols = [[c[k] for c in curves if not math.isnan(c[k])] for k in range(len(xs))]
+            axis.plot(xs, [_mean(v, nan=True) for v in cols], color=f"C{i}",
+                      label=f"{algo} ({len(curves)} seeds)")
+            axis.fill_between(xs, [min(v, default=math.nan) for v in cols],
+                              [max(v, default=math.nan) for v in cols], color=f"C{i}", alpha=0.2,
+                              linewidth=0)
     ax.set_ylabel("mean fitness of the top-10 valid layers")
-    ax.set_title("Evolution vs random search (line: mean over seeds, band: min-max)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    ax.set_title("Search progress (line: mean over seeds, band: min-max)", fontsize=10)
+    ax2.set_ylabel("valid layers found")
+    ax2.set_title("Valid layers found", fontsize=10)
+    for axis in (ax, ax2):
+        axis.set_xlabel("candidates evaluated")
+        axis.legend(fontsize=8)
+        axis.grid(alpha=0.3)
     save_png(fig, d / "evolution_vs_random.png")
     for r in agg:
         log(f"{r['algorithm']:13s} valid {r['valid_mean']:.1f}  best {r['best_fitness_mean']:.4f}  "
