@@ -178,6 +178,7 @@ def summarize(runs: dict, args, d: Path) -> None:
                     "top10_mean_final_std": _std([r["top10_mean_final"] or 0.0 for r in rs])})
     meta = {"settings": vars(args), "note": "a run with no valid layer counts 0 in the means",
             "complete_runs": sum(r["candidates"] >= args.budget for r in rows),
+            "search_config": next(iter(runs.values())).config if runs else {},
             "per_run": rows}
     write_table(d, "evolution_vs_random", agg, meta)
     write_table(d, "evolution_vs_random_runs", rows, {"settings": vars(args)})

@@ -31,6 +31,11 @@ ARCHS = ["resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar"]
 REFERENCES = ["bn_relu", "evonorm_b0", "evonorm_s0"]
 
 
+def cfg_schedule(cfg) -> str:
+    """The quality run's lr schedule: the search's ("constant") unless --schedule said otherwise."""
+    return cfg.train.get("schedule", "constant")
+
+
 def quality_accuracy(norm_act, ds, cfg, arch: str) -> tuple[float | None, str]:
     """The search's quality test on one architecture: (accuracy or None, outcome); never raises."""
     from evonorm.search.evaluator import train_config
@@ -38,7 +43,7 @@ def quality_accuracy(norm_act, ds, cfg, arch: str) -> tuple[float | None, str]:
 
     try:
         rej, accs = quality(norm_act, ds, [arch],  # exactly as evonorm.search.evaluator calls it
-                            lambda a: train_config(cfg, a, steps=cfg.quality_steps, schedule="constant"),
+                            lambda a: train_config(cfg, a, steps=cfg.quality_steps, schedule=cfg_schedule(cfg)),
                             factor=cfg.quality_factor)
     except Exception as err:  # a random layer may fail to compile or run
         return None, f"error: {type(err).__name__}"
@@ -59,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--width", type=float, default=0.125, help="channel multiplier of every architecture")
     p.add_argument("--preset", default="demo", help="search preset whose quality test is used")
+    p.add_argument("--schedule", choices=["constant", "cosine"], default=None,
+                   help="quality-run lr schedule (default: constant, as the search's quality test)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2, help="parallel processes (one torch thread each)")
     p.add_argument("--device", default="cpu", help="training device (cpu, cuda)")
@@ -75,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     name = args.dataset or default_dataset_name()
     cfg = get_preset(args.preset, dataset=name, data_root=args.data_root, n_train=args.n_train,
                      archs=tuple(args.archs), quality_steps=args.steps, seed=args.seed,
-                     train={"batch_size": args.batch_size, "width": args.width, "device": args.device})
+                     train={"batch_size": args.batch_size, "width": args.width, "device": args.device,
+                            **({"schedule": args.schedule} if args.schedule else {})})
     chance = 1.0 / (100 if name == "cifar100" else 10)
     d = out_dir("random_layers", args.out)
     rec_path = d / "records.jsonl"
@@ -89,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             done[r["name"]] = r
     settings = {**vars(args), "dataset": name,
                 "quality_train": dataclasses.asdict(train_config(cfg, args.archs[0], steps=cfg.quality_steps,
-                                                                 schedule="constant")),
+                                                                 schedule=cfg_schedule(cfg))),
                 "search_config": cfg.to_dict()}
     log(f"{name}; {len(done)} records kept from an earlier run; {args.workers} worker(s)")
 
