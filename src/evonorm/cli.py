@@ -62,4 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Route through the package module so `CommandError` is the class the commands raise
+    # (run as a script, this file is also loaded as `__main__`, a second copy).
+    from evonorm.cli import main as _main
+
+    sys.exit(_main())
