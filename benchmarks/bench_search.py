@@ -5,7 +5,7 @@ compute spent on rejected candidates, the cache hit rate, and throughput with 1 
   python benchmarks/bench_search.py throughput --preset demo --budget 12
   python benchmarks/bench_search.py extrapolate --preset small paper-b paper-s
 
-`extrapolate` times a few real training / stability steps per anchor architecture (after a warm-up)
+`extrapolate` times a few SGD / stability steps per anchor architecture (after a warm-up step)
 at the preset's widths and batch sizes and multiplies out the preset's step counts; datasets the
 machine lacks (CIFAR-10 offline) are replaced by synthetic data of the same shape.
 `throughput` runs the same random search (its proposals do not depend on results, so both runs do
@@ -54,11 +54,24 @@ def costs(run: Path) -> None:
 
 
 def _time_steps(norm_act, ds, tcfg, n: int, warm: int = 1) -> float:
-    from evonorm.train import train
+    """Seconds per SGD step of `tcfg.arch` at its width, batch and crop (after `warm` steps)."""
+    import torch
 
-    a = train(norm_act, ds, tcfg.replace(steps=warm)).seconds
-    b = train(norm_act, ds, tcfg.replace(steps=warm + n)).seconds
-    return max(1e-6, (b - a) / n)
+    from evonorm.data import train_batches
+    from evonorm.models import build_model
+
+    model = build_model(tcfg.arch, norm_act, num_classes=ds.num_classes,
+                        width=tcfg.resolved_width(), in_chans=ds.train_x.shape[1])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    batches = list(train_batches(ds, tcfg.batch_size, warm + n, seed=0))
+    for i, (x, y) in enumerate(batches):
+        if i == warm:
+            t0 = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return (time.perf_counter() - t0) / n
 
 
 def extrapolate(presets: list[str], steps: int) -> None:
