@@ -10,4 +10,3 @@ else
     evonorm search --preset demo --space s --out "$RUN" "$@"
 fi
 evonorm report "$RUN"
-echo "report: $RUN/report.html"
