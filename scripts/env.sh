@@ -9,9 +9,17 @@ STAMP="$VENV/.evonorm-installed-$EXTRAS-$(cksum < "$ROOT/pyproject.toml" | cut -
 if [ ! -f "$STAMP" ]; then
     echo "setting up $VENV (extras: $EXTRAS)" >&2
     python3 -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip >&2 || true
-    "$VENV/bin/python" -m pip install -q "torch==2.13.0" >&2
-    "$VENV/bin/python" -m pip install -q -e "$ROOT[$EXTRAS]" "torch==2.13.0" >&2
+    pip_install() {  # quiet; on failure show pip's messages (minus its notes about absent local mirrors)
+        local log rc=0
+        log=$(mktemp)
+        "$VENV/bin/python" -m pip install -q "$@" 2>"$log" || rc=$?
+        grep -v "^WARNING: Location" "$log" >&2 || true
+        rm -f "$log"
+        return $rc
+    }
+    pip_install --upgrade pip || true
+    pip_install "torch==2.13.0"
+    pip_install -e "$ROOT[$EXTRAS]" "torch==2.13.0"
     touch "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
