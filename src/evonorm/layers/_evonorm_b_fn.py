@@ -5,6 +5,9 @@ y = x / max(batch_std, p * x + q) * gamma + beta, with (p, q) = (v, instance_std
 and per-channel statistics are saved; the denominator, its branch mask and the rest are recomputed in
 backward. Work runs over cache-sized chunks of samples, in place: forward reads x twice (statistics, output);
 backward reads x and dy once, then adds the batch-std path (the one term coupling the samples) to dx.
+On CPU the instance statistics come from torch's fused group-norm kernel (one group per channel), the branch
+mask is a float tensor (a bool one is several times slower to write and multiply by) and the batch-std
+term is added chunk by chunk, so its second op finds dx in cache.
 """
 
 from __future__ import annotations
@@ -30,15 +33,16 @@ def _rows(t, i: int, j: int):
     return t[i:j] if isinstance(t, torch.Tensor) and t.shape[0] != 1 else t
 
 
-def _den(xc, p, q, bstd3, out, want_mask: bool = False):
-    """out = max(batch_std, p x + q); with want_mask, also the mask of where the instance branch wins."""
+def _den(xc, p, q, bstd3, out, mask=None):
+    """out = max(batch_std, p x + q); `mask`, if given, gets 1.0 where the instance branch wins, else 0.0
+    (a float mask: on CPU a bool one is several times slower to write and to multiply by)."""
     if isinstance(p, float):
         torch.sub(q, xc, out=out)
     else:
         torch.addcmul(q, xc, p, out=out)
-    mask = out > bstd3 if want_mask else None
+    if mask is not None:
+        torch.gt(out, bstd3, out=mask)
     torch.maximum(out, bstd3, out=out)
-    return mask
 
 
 class EvoNormBFunction(torch.autograd.Function):
@@ -52,11 +56,10 @@ class EvoNormBFunction(torch.autograd.Function):
         y = torch.empty_like(x3)
         mean_nc, var_nc = x3.new_empty(n, c), x3.new_empty(n, c)
         chunks = sample_chunks(x3)
-        for i, j in chunks:
-            torch.mean(x3[i:j], -1, out=mean_nc[i:j])
-            centred = torch.sub(x3[i:j], mean_nc[i:j].unsqueeze(-1), out=y[i:j])  # two-pass variance
-            torch.linalg.vector_norm(centred, dim=-1, out=var_nc[i:j])
-        var_nc.square_().div_(length)
+        for i, j in chunks:  # torch's fused group norm, one group per channel: mean and 1 / sqrt(var + eps)
+            _, mean_nc[i:j], var_nc[i:j] = torch.ops.aten.native_group_norm(x3[i:j], None, None, j - i, c,
+                                                                            length, c, eps)
+        var_nc.pow_(-2).sub_(eps).clamp_min_(0.0)  # back from 1 / sqrt(var + eps) to var
         if training:
             mean_c = mean_nc.mean(0)
             var_c = (var_nc + (mean_nc - mean_c).square()).mean(0)  # law of total variance, biased
@@ -94,14 +97,15 @@ class EvoNormBFunction(torch.autograd.Function):
         dx = torch.empty_like(x3)
         chunks = sample_chunks(x3)
         rows = chunks[0][1] - chunks[0][0]
-        r_buf, t_buf = x3.new_empty((rows, c, length)), x3.new_empty((rows, c, length))
+        r_buf, t_buf, m_buf = (x3.new_empty((rows, c, length)) for _ in range(3))
         sums = {name: x3.new_empty(n, c) for name in ("dy", "dyrx", "d", "dm", "dmx")}
         w3 = w.unsqueeze(-1)
         slope = w3 if variant == B2 else -w3 * p  # d loss / d x along the instance branch, per D * mask
         # one pass: everything but the batch-std path, which needs sums over the whole batch
         for i, j in chunks:
-            xc, dyc, dxc, r, t = x3[i:j], dy3[i:j], dx[i:j], r_buf[: j - i], t_buf[: j - i]
-            mask = _den(xc, _rows(p, i, j), q[i:j], bstd3, out=r, want_mask=True)
+            xc, dyc, dxc = x3[i:j], dy3[i:j], dx[i:j]
+            r, t, mask = r_buf[: j - i], t_buf[: j - i], m_buf[: j - i]
+            _den(xc, _rows(p, i, j), q[i:j], bstd3, out=r, mask=mask)
             r.reciprocal_()  # r = 1 / den
             torch.sum(dyc, -1, out=sums["dy"][i:j])
             torch.mul(dyc, r, out=dxc)  # dy r
@@ -122,7 +126,9 @@ class EvoNormBFunction(torch.autograd.Function):
         if training:  # the max took the batch branch: dx += dbstd / (bstd N L) * (x - mean_c)
             dbstd = (-w * (sums["d"] - sums["dm"])).sum(0)
             coef = (dbstd / (bstd * n * length)).view(1, c, 1)
-            dx.addcmul_(x3, coef).sub_(coef * mean_c.view(1, c, 1))
+            shift = coef * mean_c.view(1, c, 1)
+            for i, j in chunks:  # chunked, so the second op finds dx in cache
+                dx[i:j].addcmul_(x3[i:j], coef).sub_(shift)
         dv = (-w * sums["dmx"]).sum(0).to(v.dtype) if variant == B0 else None
         dweight = sums["dyrx"].sum(0).to(weight.dtype)
         dbias = sums["dy"].sum(0).to(weight.dtype)
