@@ -47,7 +47,7 @@ def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
 
 # Working-set size for the kernels' sample chunks: on CPU each chunk's temporaries stay in the core's cache,
 # so a layer reads its input and writes its output about once per pass instead of once per elementwise op.
-CPU_CHUNK_BYTES = 1 << 20
+CPU_CHUNK_BYTES = 2 << 20  # the L2 size of this 2-core VM; measured a bit faster than 1 MiB here
 
 
 def sample_chunks(x3: torch.Tensor, chunk_bytes: int | None = None) -> list[tuple[int, int]]:
