@@ -101,6 +101,7 @@ class EvoNormBFunction(torch.autograd.Function):
         sums = {name: x3.new_empty(n, c) for name in ("dy", "dyrx", "d", "dm", "dmx")}
         w3 = w.unsqueeze(-1)
         slope = w3 if variant == B2 else -w3 * p  # d loss / d x along the instance branch, per D * mask
+        lin, off = x3.new_empty(n, c), x3.new_zeros(n, c)  # dx += lin * x + off, through the statistics
         # one pass: everything but the batch-std path, which needs sums over the whole batch
         for i, j in chunks:
             xc, dyc, dxc = x3[i:j], dy3[i:j], dx[i:j]
@@ -118,17 +119,18 @@ class EvoNormBFunction(torch.autograd.Function):
             dq = -w * sums["dm"][i:j]  # (rows, C): d loss / d q
             qq = q[i:j].squeeze(-1)
             if variant == B0:  # q = instance_std: dx += dq / (q L) * (x - mean_nc)
-                alpha = dq / (qq * length)
-                dxc.addcmul_(xc, alpha.unsqueeze(-1)).sub_((alpha * mean_nc[i:j]).unsqueeze(-1))
+                lin[i:j] = dq / (qq * length)
+                off[i:j] = -lin[i:j] * mean_nc[i:j]
             else:  # q (and p for B1) = instance_rms: dx += (dp + dq) / (rms L) * x
-                drms = dq - w * sums["dmx"][i:j] if variant == B1 else dq
-                dxc.addcmul_(xc, (drms / (qq * length)).unsqueeze(-1))
+                lin[i:j] = (dq - w * sums["dmx"][i:j] if variant == B1 else dq) / (qq * length)
+            if not training:
+                dxc.addcmul_(xc, lin[i:j].unsqueeze(-1)).add_(off[i:j].unsqueeze(-1))
         if training:  # the max took the batch branch: dx += dbstd / (bstd N L) * (x - mean_c)
             dbstd = (-w * (sums["d"] - sums["dm"])).sum(0)
-            coef = (dbstd / (bstd * n * length)).view(1, c, 1)
-            shift = coef * mean_c.view(1, c, 1)
-            for i, j in chunks:  # chunked, so the second op finds dx in cache
-                dx[i:j].addcmul_(x3[i:j], coef).sub_(shift)
+            coef = dbstd / (bstd * n * length)
+            lin, off = (lin + coef).unsqueeze(-1), (off - coef * mean_c).unsqueeze(-1)
+            for i, j in chunks:  # with the instance-statistic terms: two ops, the second finds dx in cache
+                dx[i:j].addcmul_(x3[i:j], lin[i:j]).add_(off[i:j])
         dv = (-w * sums["dmx"]).sum(0).to(v.dtype) if variant == B0 else None
         dweight = sums["dyrx"].sum(0).to(weight.dtype)
         dbias = sums["dy"].sum(0).to(weight.dtype)
