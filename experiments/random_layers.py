@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import random
 import sys
 import time
@@ -38,12 +37,11 @@ def cfg_schedule(cfg) -> str:
 
 def quality_accuracy(norm_act, ds, cfg, arch: str) -> tuple[float | None, str]:
     """The search's quality test on one architecture: (accuracy or None, outcome); never raises."""
-    from evonorm.search.evaluator import train_config
+    from evonorm.search.evaluator import quality_config
     from evonorm.search.rejection import quality
 
     try:
-        rej, accs = quality(norm_act, ds, [arch],  # exactly as evonorm.search.evaluator calls it
-                            lambda a: train_config(cfg, a, steps=cfg.quality_steps, schedule=cfg_schedule(cfg)),
+        rej, accs = quality(norm_act, ds, [arch], lambda a: quality_config(cfg, a, cfg_schedule(cfg)),
                             factor=cfg.quality_factor)
     except Exception as err:  # a random layer may fail to compile or run
         return None, f"error: {type(err).__name__}"
@@ -76,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from evonorm.data import default_dataset_name
     from evonorm.graph import random_graph
-    from evonorm.search.evaluator import train_config
+    from evonorm.search.evaluator import quality_config
     from evonorm.search.presets import get_preset
 
     name = args.dataset or default_dataset_name()
@@ -96,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue  # a line cut by a crash
             done[r["name"]] = r
     settings = {**vars(args), "dataset": name,
-                "quality_train": dataclasses.asdict(train_config(cfg, args.archs[0], steps=cfg.quality_steps,
-                                                                 schedule=cfg_schedule(cfg))),
+                "quality_train": dataclasses.asdict(quality_config(cfg, args.archs[0], cfg_schedule(cfg))),
                 "search_config": cfg.to_dict()}
     log(f"{name}; {len(done)} records kept from an earlier run; {args.workers} worker(s)")
 

@@ -73,6 +73,12 @@ def train_config(cfg: SearchConfig, arch: str, *, steps: int | None = None, rera
     return dataclasses.replace(base, **over)
 
 
+def quality_config(cfg, arch: str, schedule: str = "constant"):
+    """The quality test's training run on one architecture: the preset's settings, cut to
+    `quality_steps` at a constant lr (it stands in for the first steps of the full run)."""
+    return train_config(cfg, arch, steps=cfg.quality_steps, schedule=schedule)
+
+
 def _result(status: str, rejection: Rejection | None = None, accuracies=None,
             timings=None) -> dict:
     accs = dict(accuracies or {})
@@ -130,9 +136,7 @@ def evaluate(payload: dict) -> dict:
                     return _result("rejected", rej, timings=timings)
             lap("stability")
         if screen and cfg.quality_steps > 0:
-            rej, accs = quality(graph, ds, cfg.archs,
-                                lambda a: train_config(cfg, a, steps=cfg.quality_steps,
-                                                       schedule="constant"),
+            rej, accs = quality(graph, ds, cfg.archs, lambda a: quality_config(cfg, a),
                                 factor=cfg.quality_factor)
             lap("quality")
             if rej:
