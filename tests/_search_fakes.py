@@ -52,3 +52,27 @@ def slow_fake(payload: dict) -> dict:
     """fake_evaluate at a pace a test can kill the driver in the middle of."""
     time.sleep(0.25)
     return fake_evaluate(payload)
+
+
+def sigkill_after(proc, run, n: int, timeout: float) -> None:
+    """Wait until `run`'s store holds n finished candidates, then SIGKILL `proc` (a search).
+
+    Fails if the process ends first: the test must kill a search in mid-flight."""
+    import signal
+
+    from evonorm.search.store import Store
+
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (run / "store.sqlite").exists():
+                with Store(run, readonly=True) as s:
+                    if s.num_candidates() >= n:
+                        break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the search ended before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

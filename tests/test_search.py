@@ -1,15 +1,12 @@
 """The search driver with stand-in evaluators: budget, population, cache, failures, resume."""
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from _search_fakes import fake_evaluate, slow_fake
+from _search_fakes import fake_evaluate, sigkill_after, slow_fake
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.presets import get_preset
 from evonorm.search.store import Store
@@ -127,19 +124,7 @@ def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path):
     run_search(whole, evaluate_fn=fake_evaluate, progress=False)
     init_run(run, cfg)
     proc = subprocess.Popen([sys.executable, "-c", KILLABLE.format(tests=str(TESTS), run=str(run))])
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            with Store(run, readonly=True) as s:
-                if s.num_candidates() >= 6:
-                    break
-            assert proc.poll() is None, "the search ended before it could be killed"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    sigkill_after(proc, run, 6, timeout=120)
     with Store(run, readonly=True) as s:
         before = s.candidates()
         assert 6 <= len(before) < 20

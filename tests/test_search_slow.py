@@ -1,7 +1,5 @@
 """Heavy search checks (pytest -m slow): the real CLI killed with SIGKILL and resumed."""
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -9,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from _search_fakes import sigkill_after
 from evonorm.search.store import Store
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")
@@ -21,20 +20,7 @@ def test_cli_search_sigkill_and_resume(tmp_path):
                              "--workers", "2", "--seed-layers", "evonorm_s0,evonorm_s1",
                              "--out", str(run), "--quiet"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline and proc.poll() is None:
-            if (run / "store.sqlite").exists():
-                with Store(run, readonly=True) as s:
-                    if s.num_candidates() >= 3:
-                        break
-            time.sleep(0.1)
-        assert proc.poll() is None, "the search ended before it could be killed"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    sigkill_after(proc, run, 3, timeout=150)
     with Store(run, readonly=True) as s:
         before = s.candidates()
         proposals_before = s.num_proposals()
