@@ -191,6 +191,9 @@ class _Search:
             if info["key"] == key or (fp is not None and info["fp"] == fp):
                 self.waiting.setdefault(info["key"], []).append((prop, key, fp))
                 return
+        self._submit(prop, key, fp, attempts)
+
+    def _submit(self, prop: PendingProposal, key: str, fp: str | None, attempts: int) -> None:
         self.executor.submit(prop.idx, {"graph": prop.graph, "config": self.payload_config})
         self.in_flight[prop.idx] = {"prop": prop, "key": key, "fp": fp, "attempts": attempts}
 
@@ -212,7 +215,7 @@ class _Search:
                 self._record(prop, key, fp, out.result, worker=out.worker, seconds=out.seconds)
             elif out.kind in (DIED, TIMEOUT) and info["attempts"] < self.cfg.retries:
                 self.log(f"candidate {prop.idx}: {out.error}; retrying")
-                self.executor_submit_retry(prop, key, fp, info["attempts"] + 1)
+                self._submit(prop, key, fp, info["attempts"] + 1)
                 continue
             else:
                 reason = out.error if out.kind != ERROR else f"error: {out.error}"
@@ -220,10 +223,6 @@ class _Search:
                              worker=out.worker, seconds=out.seconds)
             for wprop, _, _ in self.waiting.pop(key, []):
                 self.pending.appendleft(wprop)  # now answered from the cache (or re-run if failed)
-
-    def executor_submit_retry(self, prop, key, fp, attempts) -> None:
-        self.executor.submit(prop.idx, {"graph": prop.graph, "config": self.payload_config})
-        self.in_flight[prop.idx] = {"prop": prop, "key": key, "fp": fp, "attempts": attempts}
 
     def run(self) -> None:
         while True:
