@@ -7,6 +7,7 @@ from torch import nn
 
 from evonorm.layers._common import affine, check_input
 from evonorm.layers._formula import IMPLS
+from evonorm.layers._plain import exporting, fx_leaf
 
 
 class EvoNormBase(nn.Module):
@@ -14,6 +15,7 @@ class EvoNormBase(nn.Module):
 
     variant: int = 0
     has_v: bool = False
+    __constants__ = ["variant"]  # TorchScript reads the class attribute
 
     def __init__(self, num_features: int, *, apply_act: bool = True, eps: float = 1e-5, momentum: float = 0.1,
                  impl: str = "auto"):
@@ -33,10 +35,22 @@ class EvoNormBase(nn.Module):
             self.register_parameter("v", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_input(x, self.num_features, type(self).__name__)
-        if not self.apply_act:
-            return affine(x, self.weight, self.bias)
-        return self._norm_act(x)
+        if torch.jit.is_scripting():  # TorchScript compiles only this branch
+            return self._plain(x, "EvoNorm")
+        else:
+            leaf = fx_leaf(self, x)
+            if leaf is not None:
+                return leaf
+            if exporting(x):  # traced, exported or compiled: the plain formulas, whatever `impl` says
+                return self._plain(x, type(self).__name__)
+            check_input(x, self.num_features, type(self).__name__)
+            if not self.apply_act:
+                return affine(x, self.weight, self.bias)
+            return self._norm_act(x)
 
     def _norm_act(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _plain(self, x: torch.Tensor, layer: str) -> torch.Tensor:
+        """The exportable path (evonorm.layers._plain): the whole forward as plain tensor ops."""
         raise NotImplementedError

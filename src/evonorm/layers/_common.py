@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import torch
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """Statistics and arithmetic run in float32 for half/bfloat16 inputs (SPEC), else in the input dtype."""
-    return torch.float32 if dtype in _LOW_PRECISION else dtype
+    return torch.float32 if dtype == torch.float16 or dtype == torch.bfloat16 else dtype
 
 
 def check_input(x: torch.Tensor, num_features: int, layer: str) -> None:
     """A clear message for a tensor the layer cannot normalize (instead of a shape error deep inside)."""
     if x.dim() < 2 or x.shape[1] != num_features:
         raise ValueError(
-            f"{layer} expects input of shape (N, {num_features}, ...), got {tuple(x.shape)}"
+            f"{layer} expects input of shape (N, {num_features}, ...), got {list(x.shape)}"
         )
 
 
@@ -41,7 +38,7 @@ def per_channel(p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """gamma * x + beta per channel, for any (N, C, ...) input; the output keeps the input dtype."""
-    shape = (1, -1) + (1,) * (x.dim() - 2)
+    shape = [1, -1] + [1] * (x.dim() - 2)
     return torch.addcmul(bias.to(x.dtype).view(shape), x, weight.to(x.dtype).view(shape))
 
 
@@ -60,8 +57,8 @@ def sample_chunks(x3: torch.Tensor, chunk_bytes: int | None = None) -> list[tupl
     return [(i, min(i + step, n)) for i in range(0, n, step)]
 
 
-@torch.no_grad()
 def update_running_var(running_var: torch.Tensor, batch_var: torch.Tensor, count: int, momentum: float) -> None:
     """BatchNorm's rule: running = (1 - m) running + m * unbiased batch variance (count values per channel)."""
     unbiased = count / (count - 1) if count > 1 else 1.0
-    running_var.mul_(1.0 - momentum).add_(batch_var.to(running_var.dtype), alpha=momentum * unbiased)
+    with torch.no_grad():
+        running_var.mul_(1.0 - momentum).add_(batch_var.to(running_var.dtype), alpha=momentum * unbiased)

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from evonorm.layers._common import affine, check_input
+from evonorm.layers._plain import fx_leaf
 
 
 class Affine2d(nn.Module):
@@ -18,7 +19,13 @@ class Affine2d(nn.Module):
         self.bias = nn.Parameter(torch.zeros(num_features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_input(x, self.num_features, type(self).__name__)
+        if torch.jit.is_scripting():
+            check_input(x, self.num_features, "Affine2d")
+        else:
+            leaf = fx_leaf(self, x)
+            if leaf is not None:
+                return leaf
+            check_input(x, self.num_features, type(self).__name__)
         return affine(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:

@@ -12,12 +12,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from evonorm.layers._common import affine, check_input, compute_dtype
+from evonorm.layers._plain import exporting, fx_leaf
+from evonorm.layers.sync import SyncGroup, batch_norm_synced, sync_active
 from evonorm.stats import resolve_groups
 
 
 def _swish(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """x * sigmoid(v * x), v per channel (trainable Swish)."""
-    return x * torch.sigmoid(x * v.to(x.dtype).view(1, -1, *([1] * (x.dim() - 2))))
+    return x * torch.sigmoid(x * v.to(x.dtype).view([1, -1] + [1] * (x.dim() - 2)))
 
 
 class _NormAct(nn.Module):
@@ -30,7 +32,14 @@ class _NormAct(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_input(x, self.num_features, type(self).__name__)
+        if torch.jit.is_scripting():  # TorchScript compiles only this branch
+            return self._forward(x, "norm-act layer")
+        else:
+            leaf = fx_leaf(self, x)
+            return leaf if leaf is not None else self._forward(x, type(self).__name__)
+
+    def _forward(self, x: torch.Tensor, layer: str) -> torch.Tensor:
+        check_input(x, self.num_features, layer)
         y = self.normalize(x.to(compute_dtype(x.dtype)))
         if self.apply_act:
             y = self.act(y)
@@ -54,8 +63,23 @@ class _BatchNormAct(nn.BatchNorm2d):
         super().__init__(num_features, eps=eps, momentum=momentum)
         self.apply_act = apply_act
 
+    sync: SyncGroup | None = None  # set by convert_sync_norm_act: all-reduce the batch statistics
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_input(x, self.num_features, type(self).__name__)
+        if torch.jit.is_scripting():  # TorchScript compiles only this branch
+            return self._forward(x, "norm-act layer")
+        else:
+            leaf = fx_leaf(self, x)
+            if leaf is not None:
+                return leaf
+            if self.training and sync_active(self.sync) and not exporting(x):
+                check_input(x, self.num_features, type(self).__name__)
+                y = batch_norm_synced(x.to(compute_dtype(x.dtype)), self, self.sync)
+                return (self.act(y) if self.apply_act else y).to(x.dtype)
+            return self._forward(x, type(self).__name__)
+
+    def _forward(self, x: torch.Tensor, layer: str) -> torch.Tensor:
+        check_input(x, self.num_features, layer)
         xc = x.to(compute_dtype(x.dtype))
         if self.training:
             self.num_batches_tracked.add_(1)
@@ -160,9 +184,9 @@ class FilterResponseNorm2d(_AffineNormAct):
         self.tau = nn.Parameter(torch.zeros(num_features)) if self.apply_act else None
 
     def normalize(self, x):
-        dims = tuple(range(2, x.dim()))
+        dims = list(range(2, x.dim()))
         y = x * torch.rsqrt(x.square().mean(dims, keepdim=True) + self.eps)
         return affine(y, self.weight, self.bias)
 
     def act(self, y):
-        return torch.maximum(y, self.tau.to(y.dtype).view(1, -1, *([1] * (y.dim() - 2))))
+        return torch.maximum(y, self.tau.to(y.dtype).view([1, -1] + [1] * (y.dim() - 2)))

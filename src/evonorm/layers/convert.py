@@ -20,12 +20,17 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from evonorm.layers.baselines import _BatchNormAct
-from evonorm.layers.registry import create_norm_act
+from evonorm.layers.registry import get_norm_act
+from evonorm.layers.sync import convert_sync_norm_act
 
 _ACT_MODULES = (nn.ReLU, nn.ReLU6, nn.SiLU, nn.GELU)
 _ACT_FUNCTIONS = {F.relu: "relu", F.relu6: "relu6", F.silu: "silu", F.gelu: "gelu", torch.relu: "relu",
                   torch.relu_: "relu", F.hardtanh: "hardtanh"}
 _ACT_METHODS = {"relu": "relu", "relu_": "relu"}
+# Modules looked through between a BatchNorm and its activation (timm's DropBlock2d / DropPath by class name,
+# so timm is not needed here); with a fused activation they end up after it.
+_PASSTHROUGH_NAMES = frozenset({"DropBlock2d", "DropPath"})
+_PLAIN_BN_FORWARDS = (nn.BatchNorm2d.forward, nn.SyncBatchNorm.forward)
 
 
 @dataclass
@@ -65,15 +70,37 @@ class ConvertReport:
         return "\n".join(lines)
 
 
-def _is_bn(m: nn.Module) -> bool:
-    return isinstance(m, nn.BatchNorm2d) and not isinstance(m, _BatchNormAct)
+def _is_bn(m: nn.Module | None) -> bool:
+    return isinstance(m, (nn.BatchNorm2d, nn.SyncBatchNorm)) and not isinstance(m, _BatchNormAct)
+
+
+def _is_passthrough(m: nn.Module | None) -> bool:
+    """Identity and the dropouts that scale by a non-negative mask (so ReLU commutes with them)."""
+    return isinstance(m, (nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)) or (
+        m is not None and type(m).__name__ in _PASSTHROUGH_NAMES)
+
+
+def _inner(bn: nn.Module, qual: str) -> tuple[nn.Module | None, nn.Module | None]:
+    """(drop, act) inside a timm-style BatchNormAct2d (forward: bn -> drop -> act), None for Identity ones;
+    (None, None) for a plain BatchNorm. A BatchNorm subclass with some other forward raises: its function
+    could not be kept."""
+    drop, act = getattr(bn, "drop", None), getattr(bn, "act", None)
+    if type(bn).forward in _PLAIN_BN_FORWARDS:
+        return None, None
+    if isinstance(act, nn.Module) and _is_passthrough(drop):
+        return (None if isinstance(drop, nn.Identity) else drop), (None if isinstance(act, nn.Identity) else act)
+    raise ValueError(f"{qual or '<root>'}: {type(bn).__name__} is a BatchNorm with its own forward that "
+                     "convert_norm_act cannot read (it knows timm's BatchNormAct2d: .drop then .act); "
+                     "nothing was changed")
 
 
 class _Tracer(fx.Tracer):
-    """Keeps evonorm's own layers (autograd Functions inside) as leaves, like torch.nn's."""
+    """Keeps evonorm's own layers (autograd Functions inside) and every BatchNorm (timm's BatchNormAct2d
+    included) as leaves, like torch.nn's."""
 
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        return type(m).__module__.startswith("evonorm.layers") or super().is_leaf_module(m, qualname)
+        return (type(m).__module__.startswith("evonorm.layers") or _is_bn(m)
+                or super().is_leaf_module(m, qualname))
 
 
 def _activation_of(node: fx.Node, modules: dict[str, nn.Module], prefix: str = "") -> str | None:
@@ -94,10 +121,63 @@ def _activation_of(node: fx.Node, modules: dict[str, nn.Module], prefix: str = "
     return None
 
 
-def _new_layer(bn: nn.BatchNorm2d, name: str, apply_act: bool, kwargs: dict) -> nn.Module:
-    layer = create_norm_act(name, bn.num_features, **{**kwargs, "apply_act": apply_act})
+def _external_act(node: fx.Node, modules: dict[str, nn.Module]) -> fx.Node | None:
+    """The activation that is the only consumer of `node`, looking through Identity / dropout modules."""
+    cur = node
+    while True:
+        users = list(cur.users)
+        if len(users) != 1 or users[0].args[:1] != (cur,):
+            return None
+        user = users[0]
+        if user.op == "call_module" and _is_passthrough(modules.get(user.target)) and len(user.args) == 1:
+            cur = user
+            continue
+        return user if _activation_of(user, modules) is not None else None
+
+
+def _new_layer(bn: nn.Module, name: str, apply_act: bool, kwargs: dict) -> nn.Module:
+    """The layer for one BatchNorm, carrying its gamma/beta (and, for a BN baseline, its eps, momentum and
+    running statistics), on its device; synchronised like it when it is a SyncBatchNorm."""
+    cls = get_norm_act(name)
+    if issubclass(cls, nn.BatchNorm2d):
+        kwargs = {"eps": bn.eps, **({"momentum": bn.momentum} if bn.momentum is not None else {}), **kwargs}
+    layer = cls(bn.num_features, **{**kwargs, "apply_act": apply_act})
+    state = {"weight": bn.weight, "bias": bn.bias} if bn.affine else {}
+    if isinstance(layer, nn.BatchNorm2d) and bn.track_running_stats:
+        state.update(running_mean=bn.running_mean, running_var=bn.running_var,
+                     num_batches_tracked=bn.num_batches_tracked)
+    with torch.no_grad():
+        for key, value in state.items():
+            target = getattr(layer, key, None)
+            if isinstance(target, torch.Tensor) and target.shape == value.shape:
+                target.copy_(value)
+    if isinstance(bn, nn.SyncBatchNorm):
+        layer = convert_sync_norm_act(layer, bn.process_group)
     ref = next(iter(bn.parameters()), None) if bn.affine else bn.running_mean
     return layer.to(device=ref.device) if ref is not None else layer
+
+
+def _replace(bn: nn.Module, qual: str, name: str, kwargs: dict, report: ConvertReport,
+             external: str | None = None) -> nn.Module:
+    """The module that takes `bn`'s place; `external` describes an activation after it that is fused.
+
+    An activation inside a BatchNormAct2d is fused when a layer can fuse it, else kept after the new layer;
+    its dropout (and any between a BatchNorm and a fused external activation) then follows the activation:
+    the same function for ReLU, and at eval for any activation."""
+    drop, act = _inner(bn, qual)
+    fused, tail = external, [drop]
+    if act is not None and isinstance(act, _ACT_MODULES):
+        fused = f"{type(act).__name__} module {qual}.act"
+    elif act is not None:
+        tail.append(act)
+        report.notes.append(f"{qual}: its {type(act).__name__} is not an activation a layer fuses; it is kept "
+                            "after the new layer")
+    tail = [m for m in tail if m is not None]
+    if fused and drop is not None:
+        report.notes.append(f"{qual}: {type(drop).__name__} now follows the fused activation")
+    layer = _new_layer(bn, name, fused is not None, kwargs)
+    report.replaced.append(Replacement(qual, bn.num_features, type(layer).__name__, fused is not None, fused))
+    return nn.Sequential(layer, *tail) if tail else layer
 
 
 def _set(root: nn.Module, qualname: str, module: nn.Module) -> None:
@@ -113,56 +193,54 @@ def _convert_traced(module: nn.Module, graph: fx.Graph, prefix: str, name: str, 
     for node in graph.nodes:
         if node.op == "call_module":
             calls[node.target] = calls.get(node.target, 0) + 1
-    pairs: dict[str, fx.Node | None] = {}  # BN target -> fused activation node (None: lone)
+    pairs: dict[str, tuple[fx.Node | None, str | None]] = {}  # BN target -> (fused activation node, its name)
     for node in graph.nodes:
         if node.op != "call_module" or not _is_bn(modules[node.target]):
             continue
-        users = list(node.users)
-        act = users[0] if len(users) == 1 and users[0].args[:1] == (node,) else None
-        if act is not None and _activation_of(act, modules) is None:
-            act = None
-        if calls[node.target] > 1:  # one BN module called at several places: keep it simple and safe
+        has_own_act = _inner(modules[node.target], prefix + node.target)[1] is not None
+        act = None if has_own_act else _external_act(node, modules)
+        if act is not None and calls[node.target] > 1:  # one BN module called at several places: keep it safe
             act = None
             report.notes.append(f"{prefix}{node.target} is called {calls[node.target]} times: not fused")
-        pairs[node.target] = act
-    in_place = all(a is None or (a.op == "call_module" and calls[a.target] == 1) for a in pairs.values())
-    for bn_name, act in pairs.items():
-        bn = modules[bn_name]
-        desc = _activation_of(act, modules, prefix) if act is not None else None
-        report.replaced.append(Replacement(prefix + bn_name, bn.num_features, "", act is not None, desc))
-    if in_place:
-        for bn_name, act in pairs.items():
-            _set(module, bn_name, _new_layer(modules[bn_name], name, act is not None, kwargs))
+        if act is not None and act.args[0] is not node:
+            report.notes.append(f"{prefix}{node.target}: {act.args[0].target} (between it and its activation) "
+                                "now follows the fused activation")
+        pairs[node.target] = (act, _activation_of(act, modules, prefix) if act is not None else None)
+    if all(a is None or (a.op == "call_module" and calls[a.target] == 1) for a, _ in pairs.values()):
+        for bn_name, (act, desc) in pairs.items():
+            _set(module, bn_name, _replace(modules[bn_name], prefix + bn_name, name, kwargs, report, desc))
             if act is not None:
                 _set(module, act.target, nn.Identity())
         result = module
     else:
-        for act in pairs.values():
+        for act, _ in pairs.values():
             if act is not None:
                 act.replace_all_uses_with(act.args[0])
                 graph.erase_node(act)
         graph.lint()
         result = fx.GraphModule(module, graph, class_name=type(module).__name__)
-        for bn_name, act in pairs.items():
-            _set(result, bn_name, _new_layer(modules[bn_name], name, act is not None, kwargs))
+        for bn_name, (_, desc) in pairs.items():
+            _set(result, bn_name, _replace(modules[bn_name], prefix + bn_name, name, kwargs, report, desc))
         report.mode = "fx"
-    for r in report.replaced[len(report.replaced) - len(pairs):]:
-        r.layer = type(result.get_submodule(r.name[len(prefix):])).__name__
     # BatchNorms the trace never called (dead code in forward): replaced as lone ones
     for qual, m in list(result.named_modules()):
         if _is_bn(m):
-            _set(result, qual, _new_layer(m, name, False, kwargs))
-            report.replaced.append(Replacement(prefix + qual, m.num_features, type(result.get_submodule(qual)).__name__,
-                                               False, None))
+            _set(result, qual, _replace(m, prefix + qual, name, kwargs, report))
             report.notes.append(f"{prefix}{qual} is not called in the traced forward: replaced as a lone BatchNorm")
     return result
 
 
+def _next_act(children: list[tuple[str, nn.Module]], idx: int) -> int | None:
+    """Index of the activation module after children[idx] in a Sequential, looking through pass-throughs."""
+    j = idx + 1
+    while j < len(children) and _is_passthrough(children[j][1]):
+        j += 1
+    return j if j < len(children) and isinstance(children[j][1], _ACT_MODULES) else None
+
+
 def _convert(module: nn.Module, prefix: str, name: str, kwargs: dict, report: ConvertReport) -> nn.Module:
     if _is_bn(module):
-        new = _new_layer(module, name, False, kwargs)
-        report.replaced.append(Replacement(prefix.rstrip("."), module.num_features, type(new).__name__, False))
-        return new
+        return _replace(module, prefix.rstrip("."), name, kwargs, report)
     if not any(_is_bn(m) for m in module.modules()):
         return module
     try:
@@ -175,17 +253,12 @@ def _convert(module: nn.Module, prefix: str, name: str, kwargs: dict, report: Co
         return _convert_traced(module, graph, prefix, name, kwargs, report)
     children = list(module.named_children())
     for idx, (child_name, child) in enumerate(children):
-        nxt = children[idx + 1][1] if idx + 1 < len(children) else None
-        if _is_bn(child) and isinstance(module, nn.Sequential) and isinstance(nxt, _ACT_MODULES):
-            setattr(module, child_name, _new_layer(child, name, True, kwargs))
-            report.replaced.append(Replacement(prefix + child_name, child.num_features,
-                                               type(getattr(module, child_name)).__name__, True,
-                                               f"{type(nxt).__name__} module {prefix}{children[idx + 1][0]}"))
-            setattr(module, children[idx + 1][0], nn.Identity())
-        elif _is_bn(child):
-            new = _new_layer(child, name, False, kwargs)
-            setattr(module, child_name, new)
-            report.replaced.append(Replacement(prefix + child_name, child.num_features, type(new).__name__, False))
+        act = _next_act(children, idx) if isinstance(module, nn.Sequential) and _is_bn(child) else None
+        if act is not None and _inner(child, prefix + child_name)[1] is None:
+            act_name, act_module = children[act]
+            desc = f"{type(act_module).__name__} module {prefix}{act_name}"
+            setattr(module, child_name, _replace(child, prefix + child_name, name, kwargs, report, desc))
+            setattr(module, act_name, nn.Identity())
         else:
             new = _convert(child, f"{prefix}{child_name}.", name, kwargs, report)
             if new is not child:
@@ -200,7 +273,10 @@ def convert_norm_act(model: nn.Module, name: str, **kwargs) -> tuple[nn.Module, 
     sharing `model`'s other submodules when the graph had to be rewritten (report.mode == "fx").
     `kwargs` go to the layer (e.g. groups=16, eps=1e-3); new layers are created on the BatchNorm's device.
     """
-    create_norm_act(name, 1)  # unknown names fail here, before anything is changed
+    get_norm_act(name)  # unknown names fail here, before anything is changed
+    for qual, m in model.named_modules():  # as do BatchNorm subclasses whose function could not be kept
+        if _is_bn(m):
+            _inner(m, qual)
     report = ConvertReport(norm_act=name)
     was_training = model.training
     result = _convert(model, "", name, kwargs, report)

@@ -12,10 +12,16 @@ from evonorm.layers._base import EvoNormBase
 from evonorm.layers._common import update_running_var
 from evonorm.layers._evonorm_b_fn import B0, B1, B2, EvoNormBFunction
 from evonorm.layers._formula import compiled, use_compiled
+from evonorm.layers._plain import b_plain
+from evonorm.layers.sync import SyncGroup, b_norm_act_synced, sync_active
+
+torch.fx.wrap("b_plain")  # one leaf node under torch.fx.symbolic_trace
 
 
 class _EvoNormB(EvoNormBase):
     """Shared body of the B layers: the float32 running variance on top of EvoNormBase."""
+
+    sync: SyncGroup | None = None  # set by convert_sync_norm_act: all-reduce the batch statistics
 
     def __init__(self, num_features: int, *, apply_act: bool = True, eps: float = 1e-5, groups: int = 32,
                  momentum: float = 0.1, impl: str = "auto", **kwargs):
@@ -31,6 +37,9 @@ class _EvoNormB(EvoNormBase):
         return self
 
     def _norm_act(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and sync_active(self.sync):
+            return b_norm_act_synced(x, self.v, self.weight, self.bias, self.running_var, self.momentum, self.eps,
+                                     self.variant, self.sync)
         if use_compiled(self.impl, x):
             y, var = compiled("b")(x, self.v, self.weight, self.bias, self.running_var, self.training, self.eps,
                                    self.variant)
@@ -39,6 +48,10 @@ class _EvoNormB(EvoNormBase):
             return y
         return EvoNormBFunction.apply(x, self.v, self.weight, self.bias, self.running_var, self.training,
                                       self.momentum, self.eps, self.variant)
+
+    def _plain(self, x: torch.Tensor, layer: str) -> torch.Tensor:
+        return b_plain(x, self.v, self.weight, self.bias, layer, self.num_features, self.apply_act,
+                       self.running_var, self.training, self.momentum, self.eps, self.variant)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, apply_act={self.apply_act}"

@@ -7,7 +7,10 @@ import torch
 from evonorm.layers._base import EvoNormBase
 from evonorm.layers._evonorm_s_fn import S0, S1, S2, EvoNormSFunction
 from evonorm.layers._formula import compiled, use_compiled
+from evonorm.layers._plain import s_plain
 from evonorm.stats import resolve_groups
+
+torch.fx.wrap("s_plain")  # one leaf node under torch.fx.symbolic_trace
 
 
 class _EvoNormS(EvoNormBase):
@@ -22,6 +25,10 @@ class _EvoNormS(EvoNormBase):
         if use_compiled(self.impl, x):
             return compiled("s")(x, self.v, self.weight, self.bias, self.groups, self.eps, self.variant)
         return EvoNormSFunction.apply(x, self.v, self.weight, self.bias, self.groups, self.eps, self.variant)
+
+    def _plain(self, x: torch.Tensor, layer: str) -> torch.Tensor:
+        return s_plain(x, self.v, self.weight, self.bias, layer, self.num_features, self.apply_act, self.groups,
+                       self.eps, self.variant)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, groups={self.groups}, eps={self.eps}, apply_act={self.apply_act}"

@@ -1,0 +1,58 @@
+"""The EvoNorm layers' exportable path: the plain formulas (`_formula.py`), with the input check, the
+apply_act=False affine and the running-variance update, as TorchScript-able functions.
+
+The hand-written autograd kernels (and impl="compile"/"triton") run Python loops over sample chunks and
+out= ops that torch.jit.script cannot compile, that a tracer bakes into constants (the legacy ONNX exporter
+wrote a graph with no inputs) and that pin the batch size in torch.export. So a layer takes this path by
+itself while scripted, traced (torch.jit.trace), exported (torch.export, ONNX) or compiled: see
+`exporting`. Under torch.fx a layer inside the traced model is one call_module node (`fx_leaf`); a layer
+traced as the root calls these functions as single leaf nodes (`torch.fx.wrap` where they are called), so no
+shape check runs as Python control flow on a Proxy.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import fx, nn
+
+from evonorm.layers._common import affine, check_input, update_running_var
+from evonorm.layers._formula import b_formula, s_formula
+
+
+def exporting(x: torch.Tensor) -> bool:
+    """Whether `x` is being traced, exported or compiled (not plain eager execution)."""
+    return (isinstance(x, fx.Proxy) or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+            or torch.compiler.is_compiling())
+
+
+def fx_leaf(module: nn.Module, x) -> torch.Tensor | None:
+    """Under torch.fx tracing of a model holding `module`: a call_module node for it, so fx keeps it as a
+    leaf (as it keeps torch.nn's layers) and the traced model runs its forward, fast kernels included;
+    None when not fx-tracing or when `module` is the traced root itself."""
+    if not isinstance(x, fx.Proxy) or module is x.tracer.root:
+        return None
+    return x.tracer.create_proxy("call_module", x.tracer.path_of_module(module), (x,), {})
+
+
+def s_plain(x: torch.Tensor, v: Optional[torch.Tensor], weight: torch.Tensor, bias: torch.Tensor, layer: str,
+            num_features: int, apply_act: bool, groups: int, eps: float, variant: int) -> torch.Tensor:
+    """An EvoNorm-S layer's forward as plain tensor ops."""
+    check_input(x, num_features, layer)
+    if not apply_act:
+        return affine(x, weight, bias)
+    return s_formula(x, v, weight, bias, groups, eps, variant)
+
+
+def b_plain(x: torch.Tensor, v: Optional[torch.Tensor], weight: torch.Tensor, bias: torch.Tensor, layer: str,
+            num_features: int, apply_act: bool, running_var: Optional[torch.Tensor], training: bool,
+            momentum: float, eps: float, variant: int) -> torch.Tensor:
+    """An EvoNorm-B layer's forward as plain tensor ops (updates `running_var` in training)."""
+    check_input(x, num_features, layer)
+    if not apply_act:
+        return affine(x, weight, bias)
+    y, var = b_formula(x, v, weight, bias, running_var, training, eps, variant)
+    if training and running_var is not None:
+        update_running_var(running_var, var, x.numel() // x.shape[1], momentum)
+    return y
