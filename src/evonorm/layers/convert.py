@@ -87,7 +87,8 @@ def _inner(bn: nn.Module, qual: str) -> tuple[nn.Module | None, nn.Module | None
     drop, act = getattr(bn, "drop", None), getattr(bn, "act", None)
     if type(bn).forward in _PLAIN_BN_FORWARDS:
         return None, None
-    if isinstance(act, nn.Module) and _is_passthrough(drop):
+    if (act is not None or drop is not None) and (act is None or isinstance(act, nn.Module)) and (
+            drop is None or _is_passthrough(drop)):  # timm's SyncBatchNormAct may lack either attribute
         return (None if isinstance(drop, nn.Identity) else drop), (None if isinstance(act, nn.Identity) else act)
     raise ValueError(f"{qual or '<root>'}: {type(bn).__name__} is a BatchNorm with its own forward that "
                      "convert_norm_act cannot read (it knows timm's BatchNormAct2d: .drop then .act); "
@@ -133,6 +134,15 @@ def _external_act(node: fx.Node, modules: dict[str, nn.Module]) -> fx.Node | Non
             cur = user
             continue
         return user if _activation_of(user, modules) is not None else None
+
+
+def _between(bn: fx.Node, act: fx.Node | None, modules: dict[str, nn.Module]) -> list[str]:
+    """The non-Identity modules the chain bn -> ... -> act passes through (all dropouts)."""
+    names, cur = [], act.args[0] if act is not None else bn
+    while cur is not bn:
+        names.append(cur.target)
+        cur = cur.args[0]
+    return [n for n in reversed(names) if not isinstance(modules.get(n), nn.Identity)]
 
 
 def _new_layer(bn: nn.Module, name: str, apply_act: bool, kwargs: dict) -> nn.Module:
@@ -202,8 +212,9 @@ def _convert_traced(module: nn.Module, graph: fx.Graph, prefix: str, name: str, 
         if act is not None and calls[node.target] > 1:  # one BN module called at several places: keep it safe
             act = None
             report.notes.append(f"{prefix}{node.target} is called {calls[node.target]} times: not fused")
-        if act is not None and act.args[0] is not node:
-            report.notes.append(f"{prefix}{node.target}: {act.args[0].target} (between it and its activation) "
+        between = _between(node, act, modules)
+        if between:
+            report.notes.append(f"{prefix}{node.target}: {', '.join(between)} (between it and its activation) "
                                 "now follows the fused activation")
         pairs[node.target] = (act, _activation_of(act, modules, prefix) if act is not None else None)
     if all(a is None or (a.op == "call_module" and calls[a.target] == 1) for a, _ in pairs.values()):
