@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from evonorm.layers.sync import SyncGroup, batch_stat_synced, sync_active
+
 RUNNING = {"mean": ("running_mean", 0.0), "std": ("running_var", 1.0), "rms": ("running_sq", 1.0)}
 """Per statistic: the running buffer's name and initial value."""
 
@@ -49,6 +51,8 @@ class BatchStat(nn.Module):
     """One batch aggregation node: batch statistic in training (updating its running buffer),
     the running estimate in eval. Called as `node(h, x)`; x (the layer input) gives the count n."""
 
+    sync: SyncGroup | None = None  # set by convert_sync_norm_act: all-reduce the batch statistics
+
     def __init__(self, num_features: int, stat: str, *, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()
         self.stat, self.eps, self.momentum = stat, eps, momentum
@@ -65,7 +69,10 @@ class BatchStat(nn.Module):
     def forward(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         running = getattr(self, self.buffer_name)
         if self.training:
-            r, update = batch_stat_train(h, self.stat, self.eps, x.numel() // x.shape[1])
+            if sync_active(self.sync):
+                r, update = batch_stat_synced(h, x, self.stat, self.eps, self.sync)
+            else:
+                r, update = batch_stat_train(h, self.stat, self.eps, x.numel() // x.shape[1])
             with torch.no_grad():
                 running.mul_(1.0 - self.momentum).add_(update.to(running.dtype), alpha=self.momentum)
             return r

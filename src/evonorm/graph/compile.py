@@ -15,6 +15,7 @@ from torch import nn
 from evonorm.graph import primitives as P
 from evonorm.graph.batch import BatchStat, batch_stat_eval, batch_stat_train
 from evonorm.graph.graph import INPUTS, NUM_INPUTS, Graph
+from evonorm.layers.tracing import fx_leaf
 from evonorm.stats import resolve_groups
 
 
@@ -90,6 +91,12 @@ class GraphLayer(fx.GraphModule):
     would drop the attributes."""
 
     layer_graph: Graph
+
+    def __call__(self, *args, **kwargs):
+        # inside a model traced by torch.fx: one call_module node, as for torch.nn's layers (fx would otherwise
+        # trace into the generated code, whose input check and dtype rules are Python control flow)
+        leaf = fx_leaf(self, args[0]) if args else None
+        return leaf if leaf is not None else super().__call__(*args, **kwargs)
 
     def _settings(self) -> dict:
         return dict(apply_act=self.apply_act, groups=self.groups, eps=self.eps, momentum=self.momentum)

@@ -7,7 +7,7 @@ from torch import nn
 
 from evonorm.layers._common import affine, check_input
 from evonorm.layers._formula import IMPLS
-from evonorm.layers._plain import exporting, fx_leaf
+from evonorm.layers.tracing import exporting, fx_leaf
 
 
 class EvoNormBase(nn.Module):

@@ -5,7 +5,7 @@ The hand-written autograd kernels (and impl="compile"/"triton") run Python loops
 out= ops that torch.jit.script cannot compile, that a tracer bakes into constants (the legacy ONNX exporter
 wrote a graph with no inputs) and that pin the batch size in torch.export. So a layer takes this path by
 itself while scripted, traced (torch.jit.trace), exported (torch.export, ONNX) or compiled: see
-`exporting`. Under torch.fx a layer inside the traced model is one call_module node (`fx_leaf`); a layer
+`evonorm.layers.tracing.exporting`. Under torch.fx a layer inside the traced model is one call_module node (`tracing.fx_leaf`); a layer
 traced as the root calls these functions as single leaf nodes (`torch.fx.wrap` where they are called), so no
 shape check runs as Python control flow on a Proxy.
 """
@@ -15,25 +15,9 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from torch import fx, nn
 
 from evonorm.layers._common import affine, check_input, update_running_var
 from evonorm.layers._formula import b_formula, s_formula
-
-
-def exporting(x: torch.Tensor) -> bool:
-    """Whether `x` is being traced, exported or compiled (not plain eager execution)."""
-    return (isinstance(x, fx.Proxy) or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
-            or torch.compiler.is_compiling())
-
-
-def fx_leaf(module: nn.Module, x) -> torch.Tensor | None:
-    """Under torch.fx tracing of a model holding `module`: a call_module node for it, so fx keeps it as a
-    leaf (as it keeps torch.nn's layers) and the traced model runs its forward, fast kernels included;
-    None when not fx-tracing or when `module` is the traced root itself."""
-    if not isinstance(x, fx.Proxy) or module is x.tracer.root:
-        return None
-    return x.tracer.create_proxy("call_module", x.tracer.path_of_module(module), (x,), {})
 
 
 def s_plain(x: torch.Tensor, v: Optional[torch.Tensor], weight: torch.Tensor, bias: torch.Tensor, layer: str,

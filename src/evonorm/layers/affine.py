@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from evonorm.layers._common import affine, check_input
-from evonorm.layers._plain import fx_leaf
+from evonorm.layers.tracing import fx_leaf
 
 
 class Affine2d(nn.Module):

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from evonorm.layers._common import affine, check_input, compute_dtype
-from evonorm.layers._plain import exporting, fx_leaf
+from evonorm.layers.tracing import exporting, fx_leaf
 from evonorm.layers.sync import SyncGroup, batch_norm_synced, sync_active
 from evonorm.stats import resolve_groups
 
@@ -115,6 +115,8 @@ class BatchNormPReLU2d(_BatchNormAct):
         self.prelu = nn.PReLU(num_features) if self.apply_act else None
 
     def act(self, y):
+        if self.prelu is None:  # apply_act=False (never called then; TorchScript compiles it anyway)
+            return y
         return F.prelu(y, self.prelu.weight.to(y.dtype))
 
 
@@ -133,6 +135,8 @@ class BatchNormSwish(_BatchNormAct):
         self.v = nn.Parameter(torch.ones(num_features)) if self.apply_act else None
 
     def act(self, y):
+        if self.v is None:  # apply_act=False (never called then; TorchScript compiles it anyway)
+            return y
         return _swish(y, self.v)
 
 
@@ -189,4 +193,6 @@ class FilterResponseNorm2d(_AffineNormAct):
         return affine(y, self.weight, self.bias)
 
     def act(self, y):
+        if self.tau is None:  # apply_act=False (never called then; TorchScript compiles it anyway)
+            return y
         return torch.maximum(y, self.tau.to(y.dtype).view([1, -1] + [1] * (y.dim() - 2)))
