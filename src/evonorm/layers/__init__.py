@@ -3,6 +3,7 @@
 >>> from evonorm.layers import create_norm_act, convert_norm_act
 >>> layer = create_norm_act("evonorm_s0", 64)           # drop-in for BatchNorm2d(64) + ReLU
 >>> model, report = convert_norm_act(model, "evonorm_b0")  # every BatchNorm2d (+ its activation)
+>>> model = convert_sync_norm_act(model)                  # DDP: batch statistics over every rank
 """
 
 from evonorm.layers.affine import Affine2d
@@ -21,6 +22,7 @@ from evonorm.layers.convert import ConvertReport, Replacement, convert_norm_act
 from evonorm.layers.evonorm_b import EvoNormB0, EvoNormB1, EvoNormB2
 from evonorm.layers.evonorm_s import EvoNormS0, EvoNormS1, EvoNormS2
 from evonorm.layers.registry import NORM_ACTS, create_norm_act, get_norm_act, is_batch_dependent, list_norm_acts
+from evonorm.layers.sync import convert_sync_norm_act
 
 __all__ = [
     "Affine2d",
@@ -43,6 +45,7 @@ __all__ = [
     "PixelNormReLU",
     "Replacement",
     "convert_norm_act",
+    "convert_sync_norm_act",
     "create_norm_act",
     "get_norm_act",
     "is_batch_dependent",
