@@ -23,6 +23,7 @@ from evonorm.layers.evonorm_b import EvoNormB0, EvoNormB1, EvoNormB2
 from evonorm.layers.evonorm_s import EvoNormS0, EvoNormS1, EvoNormS2
 from evonorm.layers.registry import NORM_ACTS, create_norm_act, get_norm_act, is_batch_dependent, list_norm_acts
 from evonorm.layers.sync import convert_sync_norm_act
+from evonorm.layers.timm_compat import TIMM_EVONORMS, convert_timm_evonorm, from_timm, timm_settings
 
 __all__ = [
     "Affine2d",
@@ -31,6 +32,7 @@ __all__ = [
     "BatchNormSwish",
     "BatchNormSwish1",
     "ConvertReport",
+    "TIMM_EVONORMS",
     "EvoNormB0",
     "EvoNormB1",
     "EvoNormB2",
@@ -46,8 +48,11 @@ __all__ = [
     "Replacement",
     "convert_norm_act",
     "convert_sync_norm_act",
+    "convert_timm_evonorm",
     "create_norm_act",
+    "from_timm",
     "get_norm_act",
     "is_batch_dependent",
     "list_norm_acts",
+    "timm_settings",
 ]

@@ -144,9 +144,9 @@ class _AffineNormAct(_NormAct):
     """A normalization with its own per-channel gamma (`weight`) and beta (`bias`)."""
 
     def __init__(self, num_features: int, *, apply_act: bool = True, eps: float = 1e-5, groups: int = 32,
-                 momentum: float = 0.1, **kwargs):
+                 group_size: int | None = None, momentum: float = 0.1, **kwargs):
         super().__init__(num_features, apply_act, eps)
-        self.groups = resolve_groups(num_features, groups)
+        self.groups = resolve_groups(num_features, groups, group_size)
         self.weight = nn.Parameter(torch.ones(num_features))
         self.bias = nn.Parameter(torch.zeros(num_features))
 

@@ -17,9 +17,9 @@ class _EvoNormS(EvoNormBase):
     """Shared body of the S layers: the group rule on top of EvoNormBase."""
 
     def __init__(self, num_features: int, *, apply_act: bool = True, eps: float = 1e-5, groups: int = 32,
-                 momentum: float = 0.1, impl: str = "auto", **kwargs):
+                 group_size: int | None = None, momentum: float = 0.1, impl: str = "auto", **kwargs):
         super().__init__(num_features, apply_act=apply_act, eps=eps, momentum=momentum, impl=impl)
-        self.groups = resolve_groups(num_features, groups)
+        self.groups = resolve_groups(num_features, groups, group_size)
 
     def _norm_act(self, x: torch.Tensor) -> torch.Tensor:
         if use_compiled(self.impl, x):
