@@ -257,7 +257,8 @@ def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], dict] | Non
         own_executor = executor is None
         if own_executor:
             executor = make_executor(cfg.executor, fn, cfg.num_workers, timeout=cfg.timeout,
-                                     address=cfg.address)
+                                     address=cfg.address, device=getattr(cfg, "device", "cpu"),
+                                     data_root=cfg.data_root)
         bar = None
         if progress and sys.stderr.isatty():
             from tqdm import tqdm

@@ -220,8 +220,24 @@ class LocalExecutor:
         self.close()
 
 
-def _ray_task(fn: Callable[[dict], dict], threads: int, payload: dict) -> dict:
+def ray_runtime_env(data_root: str | None = None) -> dict:
+    """What a Ray worker on another machine needs besides torch: this evonorm package (py_modules, so
+    every node runs the driver's code) and, when given, the data folder (working_dir: uploaded once per
+    run, the worker's current directory). Ray limits an upload to about 500 MiB."""
+    import evonorm
+
+    env: dict[str, Any] = {"py_modules": [os.path.dirname(os.path.abspath(evonorm.__file__))]}
+    if data_root:
+        if not os.path.isdir(data_root):
+            raise ValueError(f"data folder {data_root!r} does not exist")
+        env["working_dir"] = os.path.abspath(data_root)
+    return env
+
+
+def _ray_task(fn: Callable[[dict], dict], threads: int, payload: dict, shipped_data: bool = False) -> dict:
     _set_threads(threads)
+    if shipped_data:  # the data folder arrived as the working_dir: read it from here
+        payload = {**payload, "config": {**payload["config"], "data_root": os.getcwd()}}
     start = time.perf_counter()
     result = fn(payload)
     return {"result": result, "worker": f"{socket.gethostname()}:{os.getpid()}",
@@ -236,7 +252,8 @@ class RayExecutor:
     """
 
     def __init__(self, fn: Callable[[dict], dict], workers: int = 0, *, timeout: float = 3600.0,
-                 threads: int = 1, address: str | None = None):
+                 threads: int = 1, address: str | None = None, runtime_env: dict | None = None,
+                 num_gpus: float | None = 0.0):
         try:
             import ray
         except ImportError as err:
@@ -251,9 +268,18 @@ class RayExecutor:
                                   "log_to_driver": False, "configure_logging": False}
             if address is None:
                 kw["num_cpus"] = workers or os.cpu_count() or 1
+            if runtime_env:
+                kw["runtime_env"] = runtime_env
             ray.init(**kw)
         self.workers = workers or int(ray.cluster_resources().get("CPU", 1))
-        self._remote = ray.remote(num_cpus=1, max_retries=0)(_ray_task)
+        if num_gpus is None:  # a GPU run: the cluster's GPUs shared by the workers (at most one each)
+            gpus = ray.cluster_resources().get("GPU", 0)
+            if gpus <= 0:
+                raise RuntimeError("a GPU run, but the Ray cluster has no GPU")
+            num_gpus = min(1.0, gpus / self.workers)
+        self.num_gpus = num_gpus
+        self._shipped_data = bool(runtime_env and "working_dir" in runtime_env)
+        self._remote = ray.remote(num_cpus=1, num_gpus=num_gpus, max_retries=0)(_ray_task)
         self._fn_ref = ray.put(fn)
         self._running: dict[Any, tuple[int, float]] = {}
 
@@ -261,7 +287,7 @@ class RayExecutor:
         return max(0, self.workers - len(self._running))
 
     def submit(self, task_id: int, payload: dict) -> None:
-        ref = self._remote.remote(self._fn_ref, self.threads, payload)
+        ref = self._remote.remote(self._fn_ref, self.threads, payload, self._shipped_data)
         self._running[ref] = (task_id, time.monotonic())
 
     def wait(self, timeout: float) -> list[Outcome]:
@@ -311,12 +337,14 @@ class RayExecutor:
 
 
 def make_executor(kind: str, fn: Callable[[dict], dict], workers: int, *, timeout: float,
-                  address: str | None = None):
-    """The executor named by the config (`local` | `ray`)."""
+                  address: str | None = None, device: str = "cpu", data_root: str | None = None):
+    """The executor named by the config (`local` | `ray`). On an existing Ray cluster (`address`) the
+    package and the data folder are shipped to the workers; `device` "cuda" asks Ray for GPU shares."""
     if kind == "local":
         return LocalExecutor(fn, workers, timeout=timeout)
     if kind == "ray":
         return RayExecutor(fn, workers, timeout=timeout,
                            threads=threads_per_worker(workers) if address is None else 1,
-                           address=address)
+                           address=address, runtime_env=ray_runtime_env(data_root) if address else None,
+                           num_gpus=None if device == "cuda" else 0.0)
     raise ValueError(f"unknown executor {kind!r} (choose from local, ray)")

@@ -1,0 +1,89 @@
+"""The search on an existing Ray cluster (`ray start --head` on 127.0.0.1, started and stopped here): the
+workers run the evonorm package and read the data folder the driver ships (runtime_env), not this tree."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    """A one-node cluster in its own process group (stopped by its id: never `ray stop`, which would end
+    every Ray process on the machine)."""
+    pytest.importorskip("ray", reason="ray is not installed (the `ray` extra)")
+    port = _free_port()
+    log = open(tmp_path / "ray_head.log", "w")
+    head = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", f"--port={port}",
+         "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if head.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"ray start --head did not come up: {(tmp_path / 'ray_head.log').read_text()[-2000:]}")
+                time.sleep(1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(timeout=30)
+        log.close()
+
+
+@pytest.mark.slow
+def test_existing_cluster_gets_package_and_data(ray_head, tmp_path):
+    import ray
+
+    import _ray_probe
+    from evonorm.search.driver import init_run, run_search
+    from evonorm.search.executors import OK, make_executor
+    from evonorm.search.presets import get_preset
+    from evonorm.search.store import Store
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "marker.txt").write_text("shipped")
+    ray.cloudpickle.register_pickle_by_value(_ray_probe)
+    ex = make_executor("ray", _ray_probe.probe, 2, timeout=300.0, address=ray_head, data_root=str(data))
+    try:
+        assert ex.num_gpus == 0.0
+        ex.submit(1, {"config": {"data_root": "/not/on/the/worker"}})
+        got, end = [], time.monotonic() + 300
+        while not got and time.monotonic() < end:
+            got = ex.wait(1.0)
+    finally:
+        ex.close()
+    assert got and got[0].kind == OK, got
+    assert got[0].result["marker"] == "shipped"  # read from the uploaded copy of the data folder
+    shipped = got[0].result["evonorm"]
+    assert not shipped.startswith(str(ROOT)), shipped  # imported from the uploaded package
+
+    cfg = get_preset("tiny", executor="ray", workers=2, budget=2, address=ray_head, seed_layers=("evonorm_s0",))
+    init_run(tmp_path / "run", cfg)
+    res = run_search(tmp_path / "run", progress=False)
+    assert res.complete and res.done == 2
+    with Store(tmp_path / "run", readonly=True) as store:
+        assert all(c.status in ("valid", "rejected") and c.worker for c in store.candidates())

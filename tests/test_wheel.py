@@ -1,0 +1,38 @@
+"""The package builds as a wheel (`python -m build`) that installs into a fresh venv, where `evonorm --help`
+runs from the installed files (not this source tree)."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_builds_installs_and_runs(tmp_path):
+    pytest.importorskip("build", reason="build is in the `test` extra")
+    src = tmp_path / "src_copy"  # build from a copy: the build writes egg-info next to the sources
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(src)], check=True,
+                   capture_output=True, timeout=600)
+    wheels = list(dist.glob("evonorm-*.whl"))
+    assert len(wheels) == 1
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheels[0]), "torch==2.13.0"], check=True,
+                   capture_output=True, timeout=900)
+    out = subprocess.run([str(venv / "bin" / "evonorm"), "--help"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "search" in out.stdout and "train" in out.stdout
+    where = subprocess.run([str(py), "-c", "import evonorm.layers, sys; print(evonorm.layers.__file__)"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert str(venv) in where and str(ROOT) not in where
