@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from evonorm.layers._common import affine, check_input, compute_dtype
-from evonorm.layers.tracing import exporting, fx_leaf
+from evonorm.layers.tracing import fx_leaf
 from evonorm.layers.sync import SyncGroup, batch_norm_synced, sync_active
 from evonorm.stats import resolve_groups
 
@@ -72,7 +72,7 @@ class _BatchNormAct(nn.BatchNorm2d):
             leaf = fx_leaf(self, x)
             if leaf is not None:
                 return leaf
-            if self.training and sync_active(self.sync) and not exporting(x):
+            if self.training and sync_active(self.sync):
                 check_input(x, self.num_features, type(self).__name__)
                 y = batch_norm_synced(x.to(compute_dtype(x.dtype)), self, self.sync)
                 return (self.act(y) if self.apply_act else y).to(x.dtype)

@@ -1,15 +1,23 @@
 """`convert_norm_act`: put a normalization-activation layer into an existing model.
 
-Every BatchNorm2d is replaced. Where a BatchNorm's only consumer is a ReLU / ReLU6 / SiLU / GELU (a module,
-a functional call or a tensor method), the pair becomes one layer with `apply_act=True`; a BatchNorm with any
-other consumer becomes the layer with `apply_act=False`. The data flow comes from torch.fx. When the
-activation modules can simply be swapped for `nn.Identity` the model is changed in place and keeps its class
-("module" mode); when an activation is a functional call or a module shared with another use, the graph is
-rewritten and an `fx.GraphModule` is returned ("fx" mode). A module that fx cannot trace (data-dependent
-control flow) is handled child by child: its traceable children are converted as above, and its own
-BatchNorms are fused only with an activation that directly follows them in an `nn.Sequential`.
-"""
+Every BatchNorm2d / SyncBatchNorm is replaced, timm's BatchNormAct2d and SyncBatchNormAct included. Where a
+BatchNorm's only consumer is a ReLU / ReLU6 / SiLU / GELU (a module, a functional call or a tensor method,
+in place or not), possibly through nn.Identity, Dropout, DropBlock or DropPath modules, the pair becomes one
+layer with `apply_act=True` (the dropouts then follow it: the same function for ReLU, and at eval); a
+BatchNorm with any other consumer becomes the layer with `apply_act=False`. A BatchNormAct2d's own
+activation is fused the same way, or kept after the new layer when no layer fuses it (e.g. Hardswish); a
+BatchNorm subclass with some other forward raises with its name before anything changes. The new layer
+takes the BatchNorm's gamma/beta (and, for a bn_* baseline, its eps, momentum and running statistics), so
+converting with the baseline equal to the original (bn_relu over ReLU, bn_swish1 over SiLU) keeps the
+model's function; one replacing a SyncBatchNorm is synchronised over its process group.
 
+The data flow comes from torch.fx. When the activation modules can simply be swapped for `nn.Identity` the
+model is changed in place and keeps its class ("module" mode); when an activation is a functional call or
+a module shared with another use, the graph is rewritten and an `fx.GraphModule` is returned ("fx" mode).
+A module that fx cannot trace (data-dependent control flow) is handled child by child: its traceable
+children are converted as above, and its own BatchNorms are fused only with an activation that follows
+them in an `nn.Sequential`.
+"""
 from __future__ import annotations
 
 import operator
@@ -278,7 +286,7 @@ def _convert(module: nn.Module, prefix: str, name: str, kwargs: dict, report: Co
 
 
 def convert_norm_act(model: nn.Module, name: str, **kwargs) -> tuple[nn.Module, ConvertReport]:
-    """Replace every BatchNorm2d of `model` with the layer `name` (fusing a following activation).
+    """Replace every BatchNorm2d / SyncBatchNorm of `model` with the layer `name` (fusing its activation).
 
     Returns (model, report). Use the returned model: it is `model` changed in place, or a `fx.GraphModule`
     sharing `model`'s other submodules when the graph had to be rewritten (report.mode == "fx").

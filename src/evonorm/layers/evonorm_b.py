@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from evonorm.layers._base import EvoNormBase
-from evonorm.layers._common import update_running_var
+from evonorm.layers._common import check_input, update_running_var
 from evonorm.layers._evonorm_b_fn import B0, B1, B2, EvoNormBFunction
 from evonorm.layers._formula import compiled, use_compiled
 from evonorm.layers._plain import b_plain
@@ -50,6 +50,10 @@ class _EvoNormB(EvoNormBase):
                                       self.momentum, self.eps, self.variant)
 
     def _plain(self, x: torch.Tensor, layer: str) -> torch.Tensor:
+        if not torch.jit.is_scripting():  # synced statistics under torch.compile / export too (not TorchScript)
+            if self.training and sync_active(self.sync):
+                check_input(x, self.num_features, layer)
+                return self._norm_act(x)
         return b_plain(x, self.v, self.weight, self.bias, layer, self.num_features, self.apply_act,
                        self.running_var, self.training, self.momentum, self.eps, self.variant)
 
