@@ -9,4 +9,4 @@ def probe(payload: dict) -> dict:
 
     with open(os.path.join(payload["config"]["data_root"], "marker.txt")) as f:
         marker = f.read()
-    return {"evonorm": evonorm.__file__, "marker": marker}
+    return {"evonorm": evonorm.__file__, "marker": marker, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}

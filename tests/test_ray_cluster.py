@@ -22,14 +22,14 @@ def _free_port() -> int:
 
 @pytest.fixture
 def ray_head(tmp_path):
-    """A one-node cluster in its own process group (stopped by its id: never `ray stop`, which would end
+    """A one-node cluster (declaring one GPU, a Ray resource only: nothing runs on it) in its own process group (stopped by its id: never `ray stop`, which would end
     every Ray process on the machine)."""
     pytest.importorskip("ray", reason="ray is not installed (the `ray` extra)")
     port = _free_port()
     log = open(tmp_path / "ray_head.log", "w")
     head = subprocess.Popen(
         [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", f"--port={port}",
-         "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+         "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=1", "--include-dashboard=false", "--disable-usage-stats"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
     try:
@@ -67,9 +67,10 @@ def test_existing_cluster_gets_package_and_data(ray_head, tmp_path):
     data.mkdir()
     (data / "marker.txt").write_text("shipped")
     ray.cloudpickle.register_pickle_by_value(_ray_probe)
-    ex = make_executor("ray", _ray_probe.probe, 2, timeout=300.0, address=ray_head, data_root=str(data))
+    ex = make_executor("ray", _ray_probe.probe, 2, timeout=300.0, address=ray_head, data_root=str(data),
+                       device="cuda")
     try:
-        assert ex.num_gpus == 0.0
+        assert ex.num_gpus == 0.5  # the cluster's one GPU shared by the 2 workers
         ex.submit(1, {"config": {"data_root": "/not/on/the/worker"}})
         got, end = [], time.monotonic() + 300
         while not got and time.monotonic() < end:
@@ -77,6 +78,7 @@ def test_existing_cluster_gets_package_and_data(ray_head, tmp_path):
     finally:
         ex.close()
     assert got and got[0].kind == OK, got
+    assert got[0].result["gpus"] == "0"  # Ray gave the task its GPU share
     assert got[0].result["marker"] == "shipped"  # read from the uploaded copy of the data folder
     shipped = got[0].result["evonorm"]
     assert not shipped.startswith(str(ROOT)), shipped  # imported from the uploaded package
