@@ -2,10 +2,12 @@
 workers run the evonorm package and read the data folder the driver ships (runtime_env), not this tree."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,8 +29,12 @@ def ray_head(tmp_path):
     pytest.importorskip("ray", reason="ray is not installed (the `ray` extra)")
     port = _free_port()
     log = open(tmp_path / "ray_head.log", "w")
+    # its own temp dir (short: Ray's socket paths must stay short), so it never leaves the machine-wide
+    # /tmp/ray/ray_current_cluster behind, which a later `ray.init()` elsewhere would try to join
+    temp_dir = tempfile.mkdtemp(prefix="evr")
     head = subprocess.Popen(
         [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", f"--port={port}",
+         f"--temp-dir={temp_dir}",
          "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=1", "--include-dashboard=false", "--disable-usage-stats"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
@@ -51,6 +57,7 @@ def ray_head(tmp_path):
             os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=30)
         log.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.mark.slow

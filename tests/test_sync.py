@@ -114,7 +114,7 @@ def test_convert_sync_marks_every_batch_layer_and_converts_torch_batchnorm():
     new = convert_sync_norm_act(model, process_group=None)
     assert new is model and isinstance(model[1], nn.SyncBatchNorm)
     synced = [type(m).__name__ for m in model.modules() if getattr(m, "sync", None) is not None]
-    assert synced == ["EvoNormB0", "BatchNormReLU2d", "BatchStat", "BatchStat", "EvoNormB2"]
+    assert synced == ["EvoNormB0", "BatchNormReLU2d", "SyncedBatchStat", "SyncedBatchStat", "EvoNormB2"]
     assert getattr(model[2], "sync", None) is None  # sample-based: nothing to synchronise
     x = torch.randn(2, 3, 6, 6)  # no process group: the layers compute as before
     torch.testing.assert_close(model[0](x), _model()(x))

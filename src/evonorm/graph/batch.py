@@ -51,8 +51,6 @@ class BatchStat(nn.Module):
     """One batch aggregation node: batch statistic in training (updating its running buffer),
     the running estimate in eval. Called as `node(h, x)`; x (the layer input) gives the count n."""
 
-    sync: SyncGroup | None = None  # set by convert_sync_norm_act: all-reduce the batch statistics
-
     def __init__(self, num_features: int, stat: str, *, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()
         self.stat, self.eps, self.momentum = stat, eps, momentum
@@ -69,14 +67,33 @@ class BatchStat(nn.Module):
     def forward(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         running = getattr(self, self.buffer_name)
         if self.training:
-            if sync_active(self.sync):
-                r, update = batch_stat_synced(h, x, self.stat, self.eps, self.sync)
-            else:
-                r, update = batch_stat_train(h, self.stat, self.eps, x.numel() // x.shape[1])
+            r, update = self.train_statistic(h, x)
             with torch.no_grad():
                 running.mul_(1.0 - self.momentum).add_(update.to(running.dtype), alpha=self.momentum)
             return r
         return batch_stat_eval(running, self.stat, self.eps, h.dtype)
 
+    def train_statistic(self, h: torch.Tensor, x: torch.Tensor):
+        """(statistic, update for the running buffer) of this batch."""
+        return batch_stat_train(h, self.stat, self.eps, x.numel() // x.shape[1])
+
     def extra_repr(self) -> str:
         return f"{self.stat}, eps={self.eps}, momentum={self.momentum}"
+
+
+class SyncedBatchStat(BatchStat):
+    """A batch op whose training statistic covers every rank's batch: what `convert_sync_norm_act` puts
+    in place of a BatchStat (a subclass, so the self-contained source `to_python` copies stays as is)."""
+
+    sync: SyncGroup | None = None
+
+    @classmethod
+    def from_plain(cls, node: BatchStat) -> SyncedBatchStat:
+        new = cls(getattr(node, node.buffer_name).numel(), node.stat, eps=node.eps, momentum=node.momentum)
+        new.load_state_dict(node.state_dict())
+        return new.to(getattr(node, node.buffer_name).device).train(node.training)
+
+    def train_statistic(self, h: torch.Tensor, x: torch.Tensor):
+        if sync_active(self.sync):
+            return batch_stat_synced(h, x, self.stat, self.eps, self.sync)
+        return super().train_statistic(h, x)

@@ -117,6 +117,10 @@ def convert_sync_norm_act(module: nn.Module, process_group: Any = None) -> nn.Mo
 
 
 def _convert(module: nn.Module, sync: SyncGroup) -> nn.Module:
+    from evonorm.graph.batch import BatchStat, SyncedBatchStat  # graph builds on layers: imported here
+
+    if type(module) is BatchStat:
+        module = SyncedBatchStat.from_plain(module)
     if _syncable(module):
         module.sync = sync
     if type(module) in _TORCH_BATCHNORMS:

@@ -248,8 +248,9 @@ class RayExecutor:
     """The same interface on Ray: local Ray (`address=None`) or an existing cluster (`address`).
 
     Ray's own task retries are off (max_retries=0) so the driver retries dead and hung workers the
-    same way for every executor. `runtime_env` (see `ray_runtime_env`) goes with every task; `num_gpus`
-    is each task's GPU share, None for the cluster's GPUs divided among the workers.
+    same way for every executor. `runtime_env` (see `ray_runtime_env`) is the job's when this executor
+    starts Ray (Ray uploads local folders only for a whole job); `num_gpus` is each task's GPU share,
+    None for the cluster's GPUs divided among the workers.
     """
 
     def __init__(self, fn: Callable[[dict], dict], workers: int = 0, *, timeout: float = 3600.0,
@@ -269,6 +270,8 @@ class RayExecutor:
                                   "log_to_driver": False, "configure_logging": False}
             if address is None:
                 kw["num_cpus"] = workers or os.cpu_count() or 1
+            if runtime_env:  # uploads (package, data folder) are only possible for the whole job
+                kw["runtime_env"] = runtime_env
             ray.init(**kw)
         self.workers = workers or int(ray.cluster_resources().get("CPU", 1))
         if num_gpus is None:  # a GPU run: the cluster's GPUs shared by the workers (at most one each)
@@ -277,10 +280,9 @@ class RayExecutor:
                 raise RuntimeError("a GPU run, but the Ray cluster has no GPU")
             num_gpus = min(1.0, gpus / self.workers)
         self.num_gpus = num_gpus
-        self._shipped_data = bool(runtime_env and "working_dir" in runtime_env)
-        # the runtime_env goes with each task, so it applies also when Ray was initialised by the caller
-        options: dict[str, Any] = {"runtime_env": runtime_env} if runtime_env else {}
-        self._remote = ray.remote(num_cpus=1, num_gpus=num_gpus, max_retries=0, **options)(_ray_task)
+        # where the caller initialised Ray, its own ray.init(runtime_env=...) decides what is shipped
+        self._shipped_data = self._started_ray and bool(runtime_env and "working_dir" in runtime_env)
+        self._remote = ray.remote(num_cpus=1, num_gpus=num_gpus, max_retries=0)(_ray_task)
         self._fn_ref = ray.put(fn)
         self._running: dict[Any, tuple[int, float]] = {}
 
