@@ -11,7 +11,7 @@ import torch
 from evonorm.layers._base import EvoNormBase
 from evonorm.layers._common import update_running_var
 from evonorm.layers._evonorm_b_fn import B0, B1, B2, EvoNormBFunction
-from evonorm.layers._formula import compiled, use_compiled
+from evonorm.layers._formula import compiled, resolve_impl, triton_kernels
 
 
 class _EvoNormB(EvoNormBase):
@@ -31,14 +31,16 @@ class _EvoNormB(EvoNormBase):
         return self
 
     def _norm_act(self, x: torch.Tensor) -> torch.Tensor:
-        if use_compiled(self.impl, x):
+        impl = resolve_impl(self.impl, x)
+        if impl == "compile":
             y, var = compiled("b")(x, self.v, self.weight, self.bias, self.running_var, self.training, self.eps,
                                    self.variant)
             if self.training:
                 update_running_var(self.running_var, var, x.numel() // x.shape[1], self.momentum)
             return y
-        return EvoNormBFunction.apply(x, self.v, self.weight, self.bias, self.running_var, self.training,
-                                      self.momentum, self.eps, self.variant)
+        fn = triton_kernels().EvoNormBTriton if impl == "triton" else EvoNormBFunction
+        return fn.apply(x, self.v, self.weight, self.bias, self.running_var, self.training, self.momentum, self.eps,
+                        self.variant)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, apply_act={self.apply_act}"
