@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--impl", default="auto", choices=["auto", "kernel", "compile", "triton"],
                     help="EvoNorm implementation: auto (Triton kernels on CUDA, kernel on CPU), kernel, compile, "
                          "triton")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="input dtype (parameters stay float32; EvoNorm statistics run in float32)")
     ap.add_argument("--no-timm", action="store_true", help="skip timm's EvoNorm2dB0/S0")
     args = ap.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} threads"
     load = f"; load average {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else ""
     print(f"# torch {torch.__version__}, {where}; fwd+bwd, {args.rounds} interleaved rounds x {iters} steps; "
-          f"EvoNorm impl={args.impl}{load}")
+          f"{args.dtype} input; EvoNorm impl={args.impl}{load}")
     if timm_reason:
         print(f"# timm column skipped: {timm_reason}")
     summary: dict[str, dict[str, str]] = {}
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         c = shape[1]
         torch.manual_seed(0)
-        x = torch.randn(shape, device=device, requires_grad=True)
+        x = torch.randn(shape, device=device).to(getattr(torch, args.dtype)).requires_grad_()
         layers = {REF: nn.Sequential(nn.BatchNorm2d(c), nn.ReLU())}
         layers |= {n: create_norm_act(n, c, impl=args.impl) for n in names}
         layers |= {n: cls(c, groups=resolve_groups(c, 32)) if "s0" in n else cls(c) for n, cls in timm_layers.items()}
