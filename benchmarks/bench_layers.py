@@ -88,7 +88,8 @@ def _step(layer: nn.Module, x: torch.Tensor, grad: torch.Tensor) -> None:
     layer(x).backward(grad)
 
 
-def time_layers(layers: dict[str, nn.Module], x: torch.Tensor, rounds: int, iters: int) -> dict[str, list[float]]:
+def time_layers(layers: dict[str, nn.Module], x: torch.Tensor, rounds: int, iters: int,
+                clock=time.perf_counter) -> dict[str, list[float]]:
     """Per-iteration fwd+bwd seconds of each layer in each of `rounds` interleaved rounds of `iters` steps."""
     grad = torch.randn_like(x)
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
@@ -100,11 +101,11 @@ def time_layers(layers: dict[str, nn.Module], x: torch.Tensor, rounds: int, iter
     for r in range(rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
             sync()
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(iters):
                 _step(layers[name], x, grad)
             sync()
-            times[name].append((time.perf_counter() - t0) / iters)
+            times[name].append((clock() - t0) / iters)
     return times
 
 
@@ -126,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--impl", default="auto", choices=["auto", "kernel", "compile", "triton"],
                     help="EvoNorm implementation: auto (Triton kernels on CUDA, kernel on CPU), kernel, compile, "
                          "triton")
+    ap.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                    help="wall (default) or cpu: this process's CPU time, which a loaded machine disturbs far less "
+                         "(use with --threads 1, where no thread waits for another)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                     help="input dtype (parameters stay float32; EvoNorm statistics run in float32)")
     ap.add_argument("--no-timm", action="store_true", help="skip timm's EvoNorm2dB0/S0")
@@ -149,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} threads"
     load = f"; load average {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else ""
     print(f"# torch {torch.__version__}, {where}; fwd+bwd, {args.rounds} interleaved rounds x {iters} steps; "
-          f"{args.dtype} input; EvoNorm impl={args.impl}{load}")
+          f"{args.dtype} input; EvoNorm impl={args.impl}; {args.clock} clock{load}")
     if timm_reason:
         print(f"# timm column skipped: {timm_reason}")
     summary: dict[str, dict[str, str]] = {}
@@ -166,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         layers |= {n: cls(c, groups=resolve_groups(c, 32)) if "s0" in n else cls(c) for n, cls in timm_layers.items()}
         for layer in layers.values():
             layer.to(device).train()
-        times = time_layers(layers, x, args.rounds, iters)
+        clock = time.process_time if args.clock == "cpu" else time.perf_counter
+        times = time_layers(layers, x, args.rounds, iters, clock)
         ref_b = saved_bytes(layers[REF], x)
         ref_ms = statistics.median(times[REF]) * 1e3
         print(f"\n## shape {shape}: BN-ReLU {ref_ms:.2f} ms (median), {ref_b / 2**20:.1f} MiB saved")
