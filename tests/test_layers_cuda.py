@@ -20,7 +20,7 @@ def _pair(name, c, impl="auto"):
     return cpu, gpu
 
 
-@pytest.mark.parametrize("impl", ["auto", "kernel"])  # auto: torch.compile'd formula on CUDA
+@pytest.mark.parametrize("impl", ["auto", "kernel", "compile", "triton"])  # auto: the compiled formula on CUDA
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("name", EVONORMS)
 def test_cuda_matches_cpu(name, training, impl):
@@ -41,7 +41,7 @@ def test_cuda_matches_cpu(name, training, impl):
         torch.testing.assert_close(bg.cpu(), b, msg=n)
 
 
-@pytest.mark.parametrize("impl", ["auto", "kernel"])
+@pytest.mark.parametrize("impl", ["auto", "kernel", "compile"])
 @pytest.mark.parametrize("name", EVONORMS)
 def test_cuda_gradcheck_float64(name, impl):
     layer = create_norm_act(name, 6, groups=3, impl=impl).double().cuda()

@@ -1,9 +1,8 @@
 """The EvoNorm formulas written plainly, for two uses.
 
-1. Under torch.compile, the fast path on GPUs: there the cost is the number of kernels, and Inductor fuses
-   these formulas into a few Triton kernels (its min-cut partitioner saves about the input alone for backward),
-   which the hand-written kernels in `_evonorm_*_fn.py` cannot match launch for launch. On CPU the
-   hand-written kernels are faster.
+1. Under torch.compile (impl="compile"): Inductor fuses these formulas into a few Triton kernels on a GPU
+   (its min-cut partitioner saves about the input alone for backward). The default on CUDA is the hand-written
+   Triton kernels (`_triton_evonorm.py`); on CPU the hand-written autograd kernels (`_evonorm_*_fn.py`).
 2. Double backprop (create_graph=True, e.g. the search's stability test): the hand-written kernels' backward
    then differentiates these formulas with autograd, so second derivatives are exact too.
 """
@@ -71,11 +70,23 @@ def compiled(kind: str):
     return torch.compile(s_formula if kind == "s" else b_formula)
 
 
-def use_compiled(impl: str, x: torch.Tensor) -> bool:
-    """impl "auto": the compiled formula on CUDA (when Triton is there), the hand-written kernel elsewhere."""
+def resolve_impl(impl: str, x: torch.Tensor) -> str:
+    """The path a layer takes for `x`: "auto" is the compiled formula on CUDA (when Triton imports), the
+    hand-written autograd kernel elsewhere; any other impl as named. The Triton kernels (`impl="triton"`)
+    become the CUDA default once they have been built and timed on a real GPU: so far they have only run in
+    Triton's interpreter."""
     if impl == "auto":
-        return x.is_cuda and _has_triton()
-    return impl == "compile"
+        return "compile" if x.is_cuda and _has_triton() else "kernel"
+    return impl
+
+
+def triton_kernels():
+    """The Triton kernel module, imported on first use (Triton is optional)."""
+    if not _has_triton():
+        raise ImportError("impl='triton' needs the triton package (pip install triton)")
+    from evonorm.layers import _triton_evonorm
+
+    return _triton_evonorm
 
 
 @functools.cache
@@ -87,7 +98,7 @@ def _has_triton() -> bool:
     return True
 
 
-IMPLS = ("auto", "kernel", "compile")
+IMPLS = ("auto", "kernel", "compile", "triton")
 
 
 def differentiable_grads(formula, tensors, args, dy):

@@ -11,7 +11,7 @@ import torch
 from evonorm.layers._base import EvoNormBase
 from evonorm.layers._common import check_input, update_running_var
 from evonorm.layers._evonorm_b_fn import B0, B1, B2, EvoNormBFunction
-from evonorm.layers._formula import compiled, use_compiled
+from evonorm.layers._formula import compiled, resolve_impl, triton_kernels
 from evonorm.layers._plain import b_plain
 from evonorm.layers.sync import SyncGroup, b_norm_act_synced, sync_active
 
@@ -40,14 +40,16 @@ class _EvoNormB(EvoNormBase):
         if self.training and sync_active(self.sync):
             return b_norm_act_synced(x, self.v, self.weight, self.bias, self.running_var, self.momentum, self.eps,
                                      self.variant, self.sync)
-        if use_compiled(self.impl, x):
+        impl = resolve_impl(self.impl, x)
+        if impl == "compile":
             y, var = compiled("b")(x, self.v, self.weight, self.bias, self.running_var, self.training, self.eps,
                                    self.variant)
             if self.training:
                 update_running_var(self.running_var, var, x.numel() // x.shape[1], self.momentum)
             return y
-        return EvoNormBFunction.apply(x, self.v, self.weight, self.bias, self.running_var, self.training,
-                                      self.momentum, self.eps, self.variant)
+        fn = triton_kernels().EvoNormBTriton if impl == "triton" else EvoNormBFunction
+        return fn.apply(x, self.v, self.weight, self.bias, self.running_var, self.training, self.momentum, self.eps,
+                        self.variant)
 
     def _plain(self, x: torch.Tensor, layer: str) -> torch.Tensor:
         if not torch.jit.is_scripting():  # synced statistics under torch.compile / export too (not TorchScript)

@@ -6,7 +6,7 @@ import torch
 
 from evonorm.layers._base import EvoNormBase
 from evonorm.layers._evonorm_s_fn import S0, S1, S2, EvoNormSFunction
-from evonorm.layers._formula import compiled, use_compiled
+from evonorm.layers._formula import compiled, resolve_impl, triton_kernels
 from evonorm.layers._plain import s_plain
 from evonorm.stats import resolve_groups
 
@@ -22,9 +22,13 @@ class _EvoNormS(EvoNormBase):
         self.groups = resolve_groups(num_features, groups, group_size)
 
     def _norm_act(self, x: torch.Tensor) -> torch.Tensor:
-        if use_compiled(self.impl, x):
-            return compiled("s")(x, self.v, self.weight, self.bias, self.groups, self.eps, self.variant)
-        return EvoNormSFunction.apply(x, self.v, self.weight, self.bias, self.groups, self.eps, self.variant)
+        impl = resolve_impl(self.impl, x)
+        args = (x, self.v, self.weight, self.bias, self.groups, self.eps, self.variant)
+        if impl == "compile":
+            return compiled("s")(*args)
+        if impl == "triton":
+            return triton_kernels().EvoNormSTriton.apply(*args)
+        return EvoNormSFunction.apply(*args)
 
     def _plain(self, x: torch.Tensor, layer: str) -> torch.Tensor:
         return s_plain(x, self.v, self.weight, self.bias, layer, self.num_features, self.apply_act, self.groups,
