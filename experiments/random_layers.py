@@ -129,12 +129,12 @@ def evaluate_layer(job) -> dict:
 
     from evonorm.graph import Graph
     from evonorm.search.evaluator import search_dataset
-    from evonorm.search.presets import SearchConfig
+    from evonorm.search.config import SearchConfig
 
     torch.set_num_threads(1)
     label, graph, raw = job
     cfg = SearchConfig.from_dict(raw)
-    ds = search_dataset(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
+    ds = search_dataset(cfg)
     g = Graph.from_json(graph) if graph is not None else None
     rec = {"name": label, "graph": graph, "formula": g.to_text() if g is not None else label,
            "key": g.key() if g is not None else None, "accuracies": {}, "outcomes": {}}
