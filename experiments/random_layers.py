@@ -188,7 +188,7 @@ def summarize(records, archs, chance, d: Path, settings: dict) -> None:
     pairs = []
     for i, a in enumerate(archs):
         for b in archs[i + 1:]:
-            pairs.append({"pair": f"{a} vs {b}", "pearson_r": F._pearson(acc[a], acc[b]),
+            pairs.append({"pair": f"{a} vs {b}", "pearson_r": F.pearson(acc[a], acc[b]),
                           "learns_on_a_only": sum(acc[a][k] >= quality > acc[b][k] for k in range(len(rand))),
                           "learns_on_b_only": sum(acc[b][k] >= quality > acc[a][k] for k in range(len(rand)))})
     meta = {"settings": settings, "chance": chance, "near_chance_threshold": near,

@@ -195,14 +195,15 @@ def calibration(candidates: Sequence[Any], archs: Sequence[str], *, chance: floa
         ax.set_aspect("equal")
         ax.set_xlabel(f"{a} accuracy")
         ax.set_ylabel(f"{b} accuracy")
-        r = _pearson(xs, ys)
+        r = pearson(xs, ys)
         ax.set_title(f"{a} vs {b}\nn={len(xs)}, r={r:.2f}" if r is not None else f"{a} vs {b}",
                      fontsize=9)
     fig.suptitle("Cross-architecture calibration (failures count at chance)", fontsize=10)
     return fig
 
 
-def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Pearson's r of two equally long samples; None below 3 points or for a constant sample."""
     n = len(xs)
     if n < 3:
         return None
