@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evonorm.report.data import formula
+from evonorm.report.data import formula, load_run
 from evonorm.search.candidates import top_layers
-from evonorm.search.store import Store
 
 
 def summary_table(run_dir: str | Path, top: int = 10) -> str:
     """The top valid layers (one row per distinct layer) as a plain-text table with formulas."""
-    with Store(run_dir, readonly=True) as store:
-        archs = list(store.config().get("archs", []))
-        rows = top_layers(store.candidates(), top)
+    run = load_run(Path(run_dir))
+    archs = run.archs
+    rows = top_layers(run.candidates, top)
     if not rows:
         return "no valid layer found"
     head = ["rank", "id", "fitness"] + archs + ["layer"]

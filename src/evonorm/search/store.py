@@ -135,7 +135,7 @@ class Store:
             self._db = sqlite3.connect(self.path, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")  # all tables at once
             migrate(self._db)
         self._db.row_factory = sqlite3.Row
 
