@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 def costs(run: Path) -> None:
-    from evonorm.search.driver import reason_group
+    from evonorm.search.candidates import reason_group
     from evonorm.search.store import Store
 
     with Store(run, readonly=True) as s:

@@ -129,12 +129,12 @@ def evaluate_layer(job) -> dict:
 
     from evonorm.graph import Graph
     from evonorm.search.evaluator import search_dataset
-    from evonorm.search.presets import SearchConfig
+    from evonorm.search.config import SearchConfig
 
     torch.set_num_threads(1)
     label, graph, raw = job
     cfg = SearchConfig.from_dict(raw)
-    ds = search_dataset(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
+    ds = search_dataset(cfg)
     g = Graph.from_json(graph) if graph is not None else None
     rec = {"name": label, "graph": graph, "formula": g.to_text() if g is not None else label,
            "key": g.key() if g is not None else None, "accuracies": {}, "outcomes": {}}
@@ -188,7 +188,7 @@ def summarize(records, archs, chance, d: Path, settings: dict) -> None:
     pairs = []
     for i, a in enumerate(archs):
         for b in archs[i + 1:]:
-            pairs.append({"pair": f"{a} vs {b}", "pearson_r": F._pearson(acc[a], acc[b]),
+            pairs.append({"pair": f"{a} vs {b}", "pearson_r": F.pearson(acc[a], acc[b]),
                           "learns_on_a_only": sum(acc[a][k] >= quality > acc[b][k] for k in range(len(rand))),
                           "learns_on_b_only": sum(acc[b][k] >= quality > acc[a][k] for k in range(len(rand)))})
     meta = {"settings": settings, "chance": chance, "near_chance_threshold": near,

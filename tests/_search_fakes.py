@@ -59,6 +59,7 @@ def sigkill_after(proc, run, n: int, timeout: float) -> None:
 
     Fails if the process ends first: the test must kill a search in mid-flight."""
     import signal
+    import sqlite3
 
     from evonorm.search.store import Store
 
@@ -66,9 +67,12 @@ def sigkill_after(proc, run, n: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
             if (run / "store.sqlite").exists():
-                with Store(run, readonly=True) as s:
-                    if s.num_candidates() >= n:
-                        break
+                try:
+                    with Store(run, readonly=True) as s:
+                        if s.num_candidates() >= n:
+                            break
+                except sqlite3.OperationalError:  # the search is still creating its store
+                    pass
             time.sleep(0.05)
         assert proc.poll() is None, "the search ended before it could be killed"
         os.kill(proc.pid, signal.SIGKILL)
@@ -76,3 +80,13 @@ def sigkill_after(proc, run, n: int, timeout: float) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def detailed_fake(payload: dict):
+    """fake_evaluate as an Evaluation, every rejection carrying what its check measured."""
+    from evonorm.search.evaluation import Evaluation
+
+    ev = Evaluation.from_dict(fake_evaluate(payload))
+    if ev.status == "rejected":
+        ev = Evaluation("rejected", ev.reason, ev.reason_step, {"accuracy": 0.01, "threshold": 0.2})
+    return ev

@@ -11,11 +11,8 @@ pytest.importorskip("matplotlib", reason="reports need the optional `plots` extr
 
 from evonorm.cli import main as cli_main  # noqa: E402
 from evonorm.report import build_report, make_figures  # noqa: E402
-from evonorm.report.data import (  # noqa: E402
-    RunData,
-    reason_category,
-    top_layers,
-)
+from evonorm.report.data import RunData, reason_category  # noqa: E402
+from evonorm.search.candidates import top_layers  # noqa: E402
 from evonorm.report.figures import progress_curve, random_accuracies  # noqa: E402
 
 ARCHS = ["resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar"]
@@ -79,7 +76,7 @@ def test_top_layers_groups_by_key_and_counts_how_often_found():
              {"id": 3, "key": "b", "status": "valid", "fitness": 0.6, "accuracies": {"r": 0.6}},
              {"id": 4, "key": "c", "status": "failed", "reason": "nonfinite"}]
     rows = top_layers(cands)
-    assert [(r["key"], r["found"], r["best"].id) for r in rows] == [("a", 3, 1), ("b", 1, 3)]
+    assert [(r.key, r.found, r.best.id) for r in rows] == [("a", 3, 1), ("b", 1, 3)]
 
 
 def test_progress_curve_tracks_top10_of_the_population_window():

@@ -4,6 +4,7 @@ import base64
 import json
 import re
 import sqlite3
+import time
 
 import pytest
 
@@ -11,7 +12,8 @@ pytest.importorskip("matplotlib", reason="reports need the optional `plots` extr
 
 from evonorm.cli import main as cli_main  # noqa: E402
 from evonorm.report import load_run, write_report  # noqa: E402
-from evonorm.search.store import Store  # noqa: E402
+from evonorm.search.evaluation import Evaluation  # noqa: E402
+from evonorm.search.store import PendingProposal, Store  # noqa: E402
 
 ARCHS = ["resnet50_cifar", "mobilenetv2_cifar"]
 GRAPH = {"nodes": [["sigmoid", 0], ["mul", 0, 4]]}
@@ -21,10 +23,11 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def add(store, i, status, accs=None, reason=None, key=None, origin="random"):
     idx = store.add_proposal(GRAPH, None, origin, [3, [0], None])
     accs = accs or {}
-    store.add_candidate(proposal=idx, graph=GRAPH, key=key or f"k{i}", fingerprint=None, parent_id=None,
-                        origin=origin, status=status, reason=reason, accuracies=accs,
-                        fitness=sum(accs.values()) / len(accs) if status == "valid" else None,
-                        seconds=1.0, join_population=10 if status == "valid" else None)
+    ev = Evaluation(status, reason, accuracies=accs,
+                    fitness=sum(accs.values()) / len(accs) if status == "valid" else None)
+    store.add_candidate(PendingProposal(idx, GRAPH, None, origin, time.time()), ev,
+                        key=key or f"k{i}", fingerprint=None, seconds=1.0,
+                        join_population=10 if status == "valid" else None)
 
 
 def make_store(run, n=12):

@@ -2,11 +2,12 @@
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from _search_fakes import fake_evaluate, sigkill_after, slow_fake
+from _search_fakes import detailed_fake, fake_evaluate, sigkill_after, slow_fake
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.presets import get_preset
 from evonorm.search.store import Store
@@ -47,6 +48,22 @@ def test_search_spends_budget_and_keeps_aging_population(tmp_path):
         assert {c.reason for c in cands if c.status == "rejected"} == {"quality:a1"}
         assert all(c.fitness == pytest.approx(sum(c.accuracies.values()) / 2) for c in valid)
         assert all(c.worker for c in cands if not c.cache_hit)
+
+
+def test_the_evaluation_reaches_the_store_whole_with_its_detail(tmp_path):
+    init_run(tmp_path, _cfg(budget=40, max_nodes=1, p_random=1.0))
+    run_search(tmp_path, evaluate_fn=detailed_fake, progress=False)
+    with Store(tmp_path, readonly=True) as s:
+        cands = _check_accounting(s, 40)
+    rejected = [c for c in cands if c.status == "rejected"]
+    assert rejected and all(c.detail == {"accuracy": 0.01, "threshold": 0.2} for c in rejected)
+    assert all(c.detail is None for c in cands if c.status == "valid")
+    fresh = [c for c in cands if not c.cache_hit]
+    hits = [c for c in cands if c.cache_hit]
+    assert hits
+    for h in hits:  # a cache hit is the earlier evaluation whole (detail included), less timings
+        src = next(c for c in fresh if c.key == h.key or c.fingerprint == h.fingerprint)
+        assert h.evaluation == replace(src.evaluation, timings={})
 
 
 def test_random_search_never_mutates(tmp_path):

@@ -2,19 +2,23 @@
 
 import random
 import sqlite3
+import time
 
 import pytest
 
-from evonorm.search.store import Store
+from evonorm.search.evaluation import Evaluation
+from evonorm.search.store import SCHEMA_VERSION, PendingProposal, Store
 
 G = {"nodes": [["sigmoid", 0], ["mul", 0, 4]]}
 
 
-def _add(store, proposal, status="valid", key="k", fp="f", cache_hit=False, window=None, **kw):
-    return store.add_candidate(proposal=proposal, graph=G, key=key, fingerprint=fp, parent_id=None,
-                               origin="random", status=status, accuracies=kw.pop("acc", {"a": 0.5}),
-                               fitness=0.5 if status == "valid" else None, cache_hit=cache_hit,
-                               seconds=1.0, join_population=window, **kw)
+def _add(store, proposal, status="valid", key="k", fp="f", cache_hit=False, window=None,
+         worker=None, **kw):
+    ev = Evaluation(status, accuracies=kw.pop("acc", {"a": 0.5}),
+                    fitness=0.5 if status == "valid" else None, **kw)
+    prop = PendingProposal(proposal, G, None, "random", time.time())
+    return store.add_candidate(prop, ev, key=key, fingerprint=fp, cache_hit=cache_hit,
+                               seconds=1.0, worker=worker, join_population=window).id
 
 
 def test_round_trip_and_read_api(tmp_path):
@@ -92,3 +96,67 @@ def test_reranks_sorted_by_mean(tmp_path):
 def test_readonly_missing_store_is_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="no search store"):
         Store(tmp_path / "nope", readonly=True)
+
+
+def test_evaluation_round_trips_whole_through_the_store(tmp_path):
+    ev = Evaluation("rejected", "quality:a", 7, {"accuracy": 0.11, "threshold": 0.2},
+                    {"a": 0.11}, None, {"quality": 1.5})
+    with Store(tmp_path) as s:
+        idx = s.add_proposal(G, 3, "mutation", [3, [0], None])
+        prop = s.pending_proposals()[0]
+        stored = s.add_candidate(prop, ev, key="k", fingerprint="f", seconds=2.0, worker="w")
+        assert stored.evaluation == ev and stored.proposal == idx
+        assert (stored.parent_id, stored.origin, stored.detail) == (3, "mutation", ev.detail)
+    with Store(tmp_path, readonly=True) as r:
+        (c,) = r.candidates()
+        assert c == stored and c.evaluation == ev
+        assert r.find_cached("k", None).evaluation == ev
+        assert Evaluation.from_dict(ev.to_dict()) == ev
+
+
+# The schema as version 1 of the code wrote it: no candidates.detail column.
+V1_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE proposals (idx INTEGER PRIMARY KEY, graph TEXT NOT NULL, parent_id INTEGER,
+    origin TEXT NOT NULL, rng_state TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE candidates (id INTEGER PRIMARY KEY,
+    proposal INTEGER UNIQUE NOT NULL REFERENCES proposals(idx), graph TEXT NOT NULL,
+    key TEXT NOT NULL, fingerprint TEXT, parent_id INTEGER, origin TEXT NOT NULL,
+    status TEXT NOT NULL, reason TEXT, reason_step INTEGER, accuracies TEXT NOT NULL,
+    fitness REAL, cache_hit INTEGER NOT NULL, seconds REAL NOT NULL, timings TEXT NOT NULL,
+    worker TEXT, created_at REAL NOT NULL, finished_at REAL NOT NULL);
+CREATE INDEX candidates_key ON candidates(key);
+CREATE INDEX candidates_fp ON candidates(fingerprint);
+CREATE TABLE population (pos INTEGER PRIMARY KEY, candidate_id INTEGER NOT NULL);
+CREATE TABLE reranks (id INTEGER PRIMARY KEY, candidate_id INTEGER NOT NULL, preset TEXT NOT NULL,
+    accuracies TEXT NOT NULL, mean REAL, status TEXT NOT NULL, reason TEXT, search_fitness REAL,
+    seconds REAL NOT NULL, created_at REAL NOT NULL, UNIQUE (candidate_id, preset));
+INSERT INTO meta VALUES ('schema_version', '1');
+INSERT INTO meta VALUES ('config', '{"budget": 2}');
+INSERT INTO proposals VALUES (0, '{"nodes": [["sigmoid", 0], ["mul", 0, 4]]}', NULL, 'random',
+    '[3, [0], null]', 1.0);
+INSERT INTO proposals VALUES (1, '{"nodes": [["tanh", 0]]}', 1, 'mutation', '[3, [1], null]', 2.0);
+INSERT INTO candidates VALUES (1, 0, '{"nodes": [["sigmoid", 0], ["mul", 0, 4]]}', 'k1', 'f1',
+    NULL, 'random', 'valid', NULL, NULL, '{"a": 0.5}', 0.5, 0, 3.0, '{"train": 3.0}', 'w0', 1.0, 4.0);
+INSERT INTO population VALUES (0, 1);
+"""
+
+
+def test_a_version_1_store_reads_then_migrates_in_place_keeping_its_rows(tmp_path):
+    db = sqlite3.connect(tmp_path / "store.sqlite")
+    db.executescript(V1_SCHEMA)
+    db.close()
+    with Store(tmp_path, readonly=True) as r:  # read-only: no migration, detail reads as None
+        (old,) = r.candidates()
+        assert (old.id, old.status, old.accuracies, old.fitness, old.detail) == (
+            1, "valid", {"a": 0.5}, 0.5, None)
+        assert r.get_meta("schema_version") == 1
+    with Store(tmp_path) as s:  # for writing: migrated to the current schema
+        assert s.get_meta("schema_version") == SCHEMA_VERSION == 2
+        assert s.candidates() == [old] and s.population() == [1] and s.config() == {"budget": 2}
+        (prop,) = s.pending_proposals()
+        ev = Evaluation("rejected", "stability", 4, {"grad_norm": 3e8})
+        assert s.add_candidate(prop, ev, key="k2", fingerprint=None).evaluation == ev
+    with Store(tmp_path) as s:  # opening again changes nothing
+        assert s.get_meta("schema_version") == 2
+        assert [c.detail for c in s.candidates()] == [None, {"grad_norm": 3e8}]

@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
         if not r.exists():
             raise CommandError(f"no such run folder or store: {r}")
     if args.references is not None:
-        from evonorm.report.references import DEFAULT_REFERENCES, train_references
+        from evonorm.search.references import DEFAULT_REFERENCES, train_references
 
         try:
             train_references(args.run, args.references or DEFAULT_REFERENCES,

@@ -27,7 +27,8 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.top is not None and args.top < 1:
         raise CommandError("--top must be >= 1")
-    from evonorm.search.rerank import rerank, rerank_table
+    from evonorm.report.text import rerank_table
+    from evonorm.search.rerank import rerank
     from evonorm.search.store import Store, resolve_path
     from evonorm.train import PRESETS
 

@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
+from evonorm.commands._common import check_executor, report_result
 
 
 def build_parser() -> ArgumentParser:
-    from evonorm.search.presets import EXECUTORS
+    from evonorm.search.config import EXECUTORS
 
     p = ArgumentParser(prog="evonorm resume", description=(
         "Continue a search from RUN/store.sqlite: finished candidates are kept, the ones in flight "
@@ -26,32 +27,27 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from evonorm.search.presets import SearchConfig
     from evonorm.search.store import Store, resolve_path
 
     if not resolve_path(args.run).is_file():
         raise CommandError(f"no search store in {args.run} (start one with `evonorm search --out`)")
     with Store(args.run) as store:
-        raw = store.config()
-        if not raw:
-            raise CommandError(f"{args.run} holds no search config")
         try:
-            cfg = SearchConfig.from_dict(raw)
+            cfg = store.search_config()
             changes = {k: v for k, v in dict(workers=args.workers, executor=args.executor,
                                              address=args.address, budget=args.budget).items()
                        if v is not None}
             if "budget" in changes and changes["budget"] < cfg.budget:
                 raise ValueError(f"--budget cannot shrink the run's budget of {cfg.budget}")
             cfg = cfg.replace(**changes)
-        except ValueError as err:
+        except (FileNotFoundError, ValueError) as err:
             raise CommandError(str(err)) from None
-        from evonorm.commands.search import check_executor, report_result
         check_executor(cfg)
         done = store.num_candidates()
         if done >= cfg.budget:
             print(f"search in {args.run} is already complete ({done}/{cfg.budget} candidates); "
                   "nothing to do")
-            from evonorm.search.driver import summary_table
+            from evonorm.report.text import summary_table
             print(summary_table(args.run, top=args.top))
             return 0
         store.set_config(cfg.to_dict())

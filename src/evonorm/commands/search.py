@@ -6,11 +6,13 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
+from evonorm.commands._common import check_executor, report_result
 
 
 def build_parser() -> ArgumentParser:
     from evonorm.search.evolution import ALGORITHMS, CRITERIA
-    from evonorm.search.presets import EXECUTORS, PRESETS, SPACES
+    from evonorm.search.config import EXECUTORS, SPACES
+    from evonorm.search.presets import PRESETS
 
     p = ArgumentParser(prog="evonorm search", description=(
         "Search normalization-activation layers: regularized evolution (or random search) over "
@@ -62,48 +64,31 @@ def config_from_args(args):
         raise CommandError(str(err)) from None
 
 
-def check_executor(cfg) -> None:
-    if cfg.executor == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise CommandError("--executor ray needs ray: pip install 'evonorm[ray]'") from None
-    elif cfg.address:
-        raise CommandError("--address applies to --executor ray only")
-
-
 def check_setup(cfg):
     """Validate what a run needs before its folder is written: archs, trainer preset, data."""
-    from evonorm.data import default_dataset_name
+    from evonorm.graph.library import resolve_graph
     from evonorm.models import list_archs
-    from evonorm.search.driver import resolve_layer
     from evonorm.search.evaluator import search_dataset, train_config
 
     unknown = [a for a in cfg.archs if a not in list_archs()]
     if unknown:
         raise CommandError(f"unknown architecture(s) {', '.join(unknown)} "
                            f"(choose from {', '.join(list_archs())})")
-    if cfg.dataset is None:
-        cfg = cfg.replace(dataset=default_dataset_name())
+    cfg = cfg.with_dataset()
     try:
         for spec in cfg.seed_layers:
-            if resolve_layer(spec).uses_batch_stats and not cfg.allow_batch:
+            try:
+                graph = resolve_graph(spec)
+            except ValueError as err:
+                raise ValueError(f"seed layer {err}") from None
+            if graph.uses_batch_stats and not cfg.allow_batch:
                 raise ValueError(f"seed layer {spec!r} uses batch statistics: not in the S space")
         train_config(cfg, cfg.archs[0])
-        train_config(cfg, cfg.archs[0], rerank=True)
-        search_dataset(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
+        train_config(cfg, cfg.archs[0], cfg.rerank_training)
+        search_dataset(cfg)
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
     return cfg
-
-
-def report_result(result, run: Path, top: int) -> None:
-    from evonorm.search.driver import summary_table
-
-    t = result.tally
-    print(f"search {'complete' if result.complete else 'stopped'}: {result.done}/{result.budget} "
-          f"candidates in {run} | {t.line()}")
-    print(summary_table(run, top=top))
 
 
 def main(argv: list[str]) -> int:

@@ -8,24 +8,21 @@ from evonorm.cli import ArgumentParser, CommandError
 
 
 def _load(spec: str):
-    from evonorm.graph import Graph
-    from evonorm.graph.library import NAMED_GRAPHS
+    """A named graph, JSON text, or a JSON file (read here) as a Graph; a one-line error if none."""
+    from evonorm.graph.library import NAMED_GRAPHS, resolve_graph
 
-    if spec in NAMED_GRAPHS:
-        return NAMED_GRAPHS[spec]
-    if spec.lstrip().startswith("{"):
-        source, text = "JSON text", spec
-    elif Path(spec).is_file():
+    source, text = "JSON text", spec
+    if spec not in NAMED_GRAPHS and not spec.lstrip().startswith("{"):
+        if not Path(spec).is_file():
+            raise CommandError(f"{spec!r} is neither a named graph ({', '.join(NAMED_GRAPHS)}), "
+                               "a JSON file nor JSON text")
         source = spec
         try:
             text = Path(spec).read_text()
         except OSError as err:
             raise CommandError(f"cannot read {spec}: {err.strerror}") from None
-    else:
-        raise CommandError(f"{spec!r} is neither a named graph ({', '.join(NAMED_GRAPHS)}), "
-                           "a JSON file nor JSON text")
     try:
-        return Graph.from_json(text)
+        return resolve_graph(text)
     except ValueError as err:
         raise CommandError(f"invalid graph in {source}: {err}") from None
 

@@ -9,7 +9,7 @@ layer (v1 would be 1 only at init).
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from evonorm.graph.graph import Graph
 
@@ -76,3 +76,22 @@ def get_graph(name: str) -> Graph:
         return NAMED_GRAPHS[name]
     except KeyError:
         raise KeyError(f"unknown graph {name!r} (choose from {', '.join(NAMED_GRAPHS)})") from None
+
+
+def resolve_graph(spec: Any) -> Graph:
+    """A layer given as a named graph, graph JSON (text or dict) or a Graph, as a Graph.
+
+    The one rule behind `--seed-layers`, `evonorm show` and `build_model(arch, norm_act)`;
+    ValueError naming the problem otherwise.
+    """
+    if isinstance(spec, Graph):
+        return spec
+    if isinstance(spec, str):
+        text = spec.strip()
+        if text in NAMED_GRAPHS:
+            return NAMED_GRAPHS[text]
+        if not text.startswith("{"):
+            raise ValueError(f"{spec!r} is neither a named graph "
+                             f"({', '.join(sorted(NAMED_GRAPHS)[:6])}, ...) nor graph JSON")
+        spec = text
+    return Graph.from_json(spec)

@@ -6,7 +6,6 @@ so the same architecture code builds any candidate layer (SPEC, "Anchor architec
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from typing import Any, Callable
 
@@ -18,22 +17,25 @@ NormActFactory = Callable[..., nn.Module]
 def resolve_norm_act(norm_act: Any, **layer_kw) -> NormActFactory:
     """A factory `(num_features) -> nn.Module` for `norm_act`.
 
-    `norm_act` is a registry name (`evonorm.layers.list_norm_acts()`), a named graph from
-    `evonorm.graph.library`, a `Graph`, graph JSON (a dict or a string starting with "{"), or a
-    callable. `layer_kw` (groups, eps, momentum, ...) are bound into the factory.
+    `norm_act` is a registry name (`evonorm.layers.list_norm_acts()`), or a layer graph as
+    `evonorm.graph.library.resolve_graph` reads it (a named graph, graph JSON as a dict or a
+    string starting with "{", a `Graph`), or a callable. `layer_kw` (groups, eps, momentum, ...)
+    are bound into the factory.
     """
-    if isinstance(norm_act, str):
-        text = norm_act.strip()
-        if text.startswith("{"):
-            try:
-                norm_act = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"layer JSON does not parse: {err}") from None
-        else:
-            return _named_factory(text, layer_kw)
-    if isinstance(norm_act, dict):
-        from evonorm.graph import Graph
-        norm_act = Graph.from_json(norm_act)
+    from evonorm.graph.library import NAMED_GRAPHS, resolve_graph
+    from evonorm.layers import create_norm_act, list_norm_acts
+
+    if isinstance(norm_act, str) and norm_act.strip() in list_norm_acts():
+        return partial(create_norm_act, norm_act.strip(), **layer_kw)
+    if isinstance(norm_act, (str, dict)):
+        try:
+            norm_act = resolve_graph(norm_act)
+        except ValueError:
+            if isinstance(norm_act, str) and not norm_act.strip().startswith("{"):
+                raise ValueError(f"unknown layer {norm_act!r}: not a registered layer "
+                                 f"({', '.join(list_norm_acts())}) nor a named graph "
+                                 f"({', '.join(sorted(NAMED_GRAPHS))})") from None
+            raise
     to_module = getattr(norm_act, "to_module", None)
     if callable(to_module):  # a Graph
         return partial(to_module, **layer_kw)
@@ -41,23 +43,6 @@ def resolve_norm_act(norm_act: Any, **layer_kw) -> NormActFactory:
         return partial(norm_act, **layer_kw) if layer_kw else norm_act
     raise TypeError(f"norm_act must be a layer name, a Graph, graph JSON or a factory, "
                     f"got {type(norm_act).__name__}")
-
-
-def _named_factory(name: str, layer_kw: dict) -> NormActFactory:
-    from evonorm.layers import create_norm_act, list_norm_acts
-    names = list_norm_acts()
-    if name in names:
-        return partial(create_norm_act, name, **layer_kw)
-    graphs: list[str] = []
-    try:
-        from evonorm.graph.library import NAMED_GRAPHS, get_graph
-        graphs = sorted(NAMED_GRAPHS)
-        if name in NAMED_GRAPHS:
-            return partial(get_graph(name).to_module, **layer_kw)
-    except ImportError:
-        pass
-    raise ValueError(f"unknown layer {name!r}: not a registered layer ({', '.join(names)})"
-                     + (f" nor a named graph ({', '.join(graphs)})" if graphs else ""))
 
 
 def affine(num_features: int) -> nn.Module:

@@ -8,33 +8,18 @@ pending, a candidate whose graph cannot be parsed is kept with its JSON shown in
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping
 
-STORE_FILE = "store.sqlite"
-FINISHED = ("valid", "rejected", "failed")
+from evonorm.search.candidates import Candidate, as_candidate, reason_group
+from evonorm.search.evaluation import STATUSES, finite
+from evonorm.search.references import REFERENCES_FILE
+from evonorm.search.store import Store, resolve_path, run_folder
 
-# Field defaults of the store's `Candidate` record, so a hand-written dict may leave fields out.
-_CANDIDATE_DEFAULTS: dict[str, Any] = {
-    "id": 0, "graph": None, "key": None, "fingerprint": None, "parent_id": None, "origin": "random",
-    "status": "pending", "reason": None, "reason_step": None, "accuracies": {}, "fitness": None,
-    "cache_hit": False, "seconds": 0.0, "worker": None, "created_at": None, "finished_at": None,
-}
-
-
-def as_candidate(c: Any) -> Any:
-    """A store `Candidate` is used as is; a mapping becomes a record with the same attributes."""
-    if isinstance(c, Mapping):
-        rec = dict(_CANDIDATE_DEFAULTS)
-        rec.update(c)
-        rec["accuracies"] = dict(rec.get("accuracies") or {})
-        return SimpleNamespace(**rec)
-    return c
+FINISHED = STATUSES
 
 
 @dataclass
@@ -42,7 +27,7 @@ class RunData:
     """Everything a report shows about one run; `name` labels it in figures and tables."""
 
     name: str
-    candidates: list[Any] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)  # or flat dicts, read as Candidates
     population: list[int] = field(default_factory=list)
     reranks: list[dict] = field(default_factory=list)
     config: dict = field(default_factory=dict)
@@ -55,12 +40,12 @@ class RunData:
         self.candidates = sorted((as_candidate(c) for c in self.candidates), key=lambda c: c.id)
 
     @property
-    def finished(self) -> list[Any]:
+    def finished(self) -> list[Candidate]:
         return [c for c in self.candidates if c.status in FINISHED]
 
     @property
-    def valid(self) -> list[Any]:
-        return [c for c in self.candidates if c.status == "valid" and _finite(c.fitness)]
+    def valid(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.status == "valid" and finite(c.fitness)]
 
     @property
     def archs(self) -> list[str]:
@@ -81,30 +66,14 @@ class RunData:
         return 100 if str(self.config.get("dataset") or "").lower() == "cifar100" else 10
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
-
-
-def store_path(run: Path) -> Path:
-    """The run folder's store file; `run` may also name the file itself."""
-    run = Path(run)
-    return run if run.suffix in (".sqlite", ".db") else run / STORE_FILE
-
-
-def run_folder(run: Path) -> Path:
-    run = Path(run)
-    return run.parent if run.suffix in (".sqlite", ".db") else run
-
-
 def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: float = 0.25) -> RunData:
     """Read one run's store read-only; a writer holding a lock is waited for, then retried.
 
     Raises FileNotFoundError naming the expected file when the run has no store.
     """
-    path = store_path(run)
+    path = resolve_path(run)
     if not path.is_file():
         raise FileNotFoundError(f"no search store at {path} (is {run_folder(run)} a run folder?)")
-    from evonorm.search.store import Store  # imported here: the report package must import without it
 
     last: Exception | None = None
     for _ in range(max(1, retries)):
@@ -163,13 +132,13 @@ def _references(data: RunData, folder: Path) -> dict[str, dict[str, float]]:
     cfg_refs = data.config.get("references")
     if isinstance(cfg_refs, Mapping):
         refs.update({str(k): dict(v) for k, v in cfg_refs.items() if isinstance(v, Mapping)})
-    for p in (folder / "references.json", folder / "report" / "references.json"):
+    for p in (folder / REFERENCES_FILE, folder / "report" / REFERENCES_FILE):
         if p.is_file():
             try:
                 obj = json.loads(p.read_text())
             except (OSError, ValueError):
                 continue
-            refs.update({str(k): {a: x for a, x in v.items() if _finite(x)}
+            refs.update({str(k): {a: x for a, x in v.items() if finite(x)}
                          for k, v in obj.items() if isinstance(v, Mapping)})
     names = named_keys()
     for c in data.candidates:
@@ -195,39 +164,14 @@ def named_keys() -> dict[str, str]:
     return out
 
 
-def reason_category(c: Any) -> str:
-    """A short label for why a finished candidate did not count: "valid", or its reason's kind
-    ("quality:resnet50_cifar", "stability", "nonfinite", "error", ...)."""
+def reason_category(c: Candidate) -> str:
+    """A short label for a candidate's outcome: "valid", "pending" (not finished), or its reason's
+    kind ("quality:resnet50_cifar", "precheck:constant", "stability", "nonfinite", "error", ...)."""
     if c.status == "valid":
         return "valid"
     if c.status not in FINISHED:
         return "pending"
-    reason = (c.reason or c.status or "unknown").strip()
-    head = reason.split(":", 1)[0].strip()
-    if head in ("error", "exception"):
-        return "error"
-    if head == "quality" or head == "precheck":
-        return reason.split(" ", 1)[0]
-    return head.split(" ", 1)[0] or c.status
-
-
-def top_layers(candidates: Iterable[Any], n: int = 10, by: str = "key") -> list[dict]:
-    """The best distinct valid layers: one row per key (or fingerprint), best fitness first,
-    with how many candidates shared that key (`found`) and the best one's record."""
-    groups: dict[str, list[Any]] = {}
-    for c in map(as_candidate, candidates):
-        k = getattr(c, by, None) or getattr(c, "key", None) or f"id{c.id}"
-        groups.setdefault(k, []).append(c)
-    rows = []
-    for k, members in groups.items():
-        valid = [c for c in members if c.status == "valid" and _finite(c.fitness)]
-        if not valid:
-            continue
-        best = max(valid, key=lambda c: (c.fitness, -c.id))
-        rows.append({"key": k, "best": best, "found": len(members), "fitness": best.fitness,
-                     "first_id": min(c.id for c in members)})
-    rows.sort(key=lambda r: (-r["fitness"], r["first_id"]))
-    return rows[:n]
+    return reason_group(c.reason or c.status, fine=True)
 
 
 def formula(graph_json: Any, *, latex: bool = False) -> str:

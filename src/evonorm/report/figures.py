@@ -13,7 +13,9 @@ import itertools
 import math
 from typing import Any, Sequence
 
-from evonorm.report.data import RunData, _finite, as_candidate, reason_category
+from evonorm.report.data import RunData, reason_category
+from evonorm.search.candidates import as_candidate
+from evonorm.search.evaluation import STATUSES, finite
 from evonorm.search.evolution import pareto_front  # the search's own definition of the front
 
 
@@ -70,10 +72,10 @@ def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float],
     fitness: list[float] = []
     evaluated = 0
     for c in run.candidates:
-        if c.status not in ("valid", "rejected", "failed"):
+        if c.status not in STATUSES:
             continue
         evaluated += 1
-        if c.status != "valid" or not _finite(c.fitness):
+        if c.status != "valid" or not finite(c.fitness):
             continue
         fitness.append(float(c.fitness))
         pool = fitness[-window:] if window else fitness
@@ -127,13 +129,13 @@ def random_accuracies(candidates: Sequence[Any], archs: Sequence[str], chance: f
     an earlier quality failure) did not learn on it: it counts at chance, as in the paper."""
     out: dict[str, list[float]] = {a: [] for a in archs}
     for c in map(as_candidate, candidates):
-        if c.status not in ("valid", "rejected", "failed"):
+        if c.status not in STATUSES:
             continue
         if origin is not None and c.origin != origin:
             continue
         for a in archs:
             acc = (c.accuracies or {}).get(a)
-            out[a].append(float(acc) if _finite(acc) else chance)
+            out[a].append(float(acc) if finite(acc) else chance)
     return out
 
 
@@ -182,7 +184,7 @@ def calibration(candidates: Sequence[Any], archs: Sequence[str], *, chance: floa
         ax.scatter(xs, ys, s=9, alpha=0.5, color="C0", linewidths=0)
         markers = itertools.cycle("*^sDPX")
         for k, (name, acc) in enumerate(sorted((references or {}).items())):
-            if _finite(acc.get(a)) and _finite(acc.get(b)):
+            if finite(acc.get(a)) and finite(acc.get(b)):
                 ax.scatter([acc[a]], [acc[b]], marker=next(markers), s=80, color=f"C{k + 1}",
                            edgecolors="k", label=name, zorder=5)
         if references:
@@ -193,14 +195,15 @@ def calibration(candidates: Sequence[Any], archs: Sequence[str], *, chance: floa
         ax.set_aspect("equal")
         ax.set_xlabel(f"{a} accuracy")
         ax.set_ylabel(f"{b} accuracy")
-        r = _pearson(xs, ys)
+        r = pearson(xs, ys)
         ax.set_title(f"{a} vs {b}\nn={len(xs)}, r={r:.2f}" if r is not None else f"{a} vs {b}",
                      fontsize=9)
     fig.suptitle("Cross-architecture calibration (failures count at chance)", fontsize=10)
     return fig
 
 
-def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Pearson's r of two equally long samples; None below 3 points or for a constant sample."""
     n = len(xs)
     if n < 3:
         return None
@@ -220,7 +223,7 @@ def pareto(run: RunData) -> Any:
     fig, ax = plt.subplots(figsize=(5.6, 4.8))
     pop_ids = set(run.population)
     members = [c for c in run.valid if c.id in pop_ids] or run.valid
-    members = [c for c in members if all(_finite((c.accuracies or {}).get(a)) for a in archs)]
+    members = [c for c in members if all(finite((c.accuracies or {}).get(a)) for a in archs)]
     if len(archs) < 2 or not members:
         _message(ax, "no valid layer with accuracies on two architectures yet")
         ax.set_title("Pareto front of the population")
@@ -238,7 +241,7 @@ def pareto(run: RunData) -> Any:
         ax.plot([p[0] for p in fr], [p[1] for p in fr], color="C3", linewidth=0.8, alpha=0.6)
     markers = itertools.cycle("*^sDPX")
     for name, acc in sorted(run.references.items()):
-        if _finite(acc.get(a)) and _finite(acc.get(b)):
+        if finite(acc.get(a)) and finite(acc.get(b)):
             ax.scatter([acc[a]], [acc[b]], marker=next(markers), s=110, edgecolors="k",
                        label=name, zorder=5)
     ax.set_xlabel(f"{a} accuracy")

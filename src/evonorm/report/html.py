@@ -12,7 +12,9 @@ import html
 import time
 from typing import Any, Sequence
 
-from evonorm.report.data import FINISHED, RunData, _finite, formula, reason_category, top_layers
+from evonorm.report.data import FINISHED, RunData, formula, reason_category
+from evonorm.search.candidates import top_layers
+from evonorm.search.evaluation import finite
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;
@@ -84,7 +86,7 @@ def summary_rows(runs: Sequence[RunData]) -> list[list[Any]]:
         st["pending"] += r.in_flight
         best = max((c.fitness for c in r.valid), default=None)
         hits = sum(1 for c in r.candidates if getattr(c, "cache_hit", False))
-        secs = sum(float(c.seconds or 0) for c in r.candidates if _finite(c.seconds))
+        secs = sum(float(c.seconds or 0) for c in r.candidates if finite(c.seconds))
         rows.append([r.name, r.status or "?", len(r.candidates), st["valid"], st["rejected"], st["failed"],
                      st["pending"], hits, best, f"{secs / 60:.1f} min", ", ".join(r.archs)])
     return rows
@@ -94,9 +96,9 @@ def top_table(run: RunData, n: int = 10) -> str:
     archs = run.archs
     rows = []
     for i, row in enumerate(top_layers(run.candidates, n), 1):
-        c = row["best"]
+        c = row.best
         rows.append([i, formula_cell(c.graph), *[(c.accuracies or {}).get(a) for a in archs],
-                     c.fitness, row["found"], c.id, c.origin])
+                     c.fitness, row.found, c.id, c.origin])
     if not rows:
         return '<p class="note">No valid layer yet.</p>'
     return table(["#", "layer", *archs, "fitness", "found", "first best id", "origin"], rows)
@@ -117,7 +119,7 @@ def rerank_table(run: RunData) -> str:
         cells = [formula_cell(r["graph"])] if has_graph else []
         for k in keys:
             v = r.get(k)
-            cells.append(", ".join(f"{a}: {x:.4f}" if _finite(x) else f"{a}: {x}" for a, x in v.items())
+            cells.append(", ".join(f"{a}: {x:.4f}" if finite(x) else f"{a}: {x}" for a, x in v.items())
                          if isinstance(v, dict) else v)
         rows.append(cells)
     return table(header, rows)
@@ -138,7 +140,7 @@ def reference_table(run: RunData) -> str:
                 'population only (add them with <code>evonorm report RUN --references</code>).</p>')
     archs = run.archs
     rows = [[name, *[acc.get(a) for a in archs],
-             (sum(acc.get(a, 0.0) for a in archs) / len(archs)) if archs and all(_finite(acc.get(a)) for a in archs) else None]
+             (sum(acc.get(a, 0.0) for a in archs) / len(archs)) if archs and all(finite(acc.get(a)) for a in archs) else None]
             for name, acc in sorted(run.references.items())]
     return table(["reference layer", *archs, "mean"], rows)
 

@@ -12,14 +12,17 @@ import random
 import sys
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from evonorm.search import evaluator
+from evonorm.search.candidates import Candidate, reason_group
+from evonorm.search.config import SearchConfig
+from evonorm.search.evaluation import Evaluation
 from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
-from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, make_executor
-from evonorm.search.presets import SearchConfig
-from evonorm.search.store import STORE_NAME, Candidate, PendingProposal, Store
+from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, Executor, make_executor
+from evonorm.search.store import STORE_NAME, PendingProposal, Store
 
 
 def rng_from_state(state: Any, seed: int) -> random.Random:
@@ -29,11 +32,6 @@ def rng_from_state(state: Any, seed: int) -> random.Random:
         version, internal, gauss = state
         rng.setstate((version, tuple(internal), gauss))
     return rng
-
-
-def reason_group(reason: str | None) -> str:
-    """'quality:resnet50_cifar' -> 'quality', 'error: ...' -> 'error' (for progress counts)."""
-    return (reason or "").split(":", 1)[0] or "?"
 
 
 @dataclass
@@ -75,22 +73,6 @@ class SearchResult:
     tally: Tally
 
 
-def resolve_layer(spec: str):
-    """A seed layer: a name from evonorm.graph.library or graph JSON text (ValueError if neither)."""
-    import json
-
-    from evonorm.graph import Graph
-    from evonorm.graph.library import NAMED_GRAPHS
-
-    if spec in NAMED_GRAPHS:
-        return NAMED_GRAPHS[spec]
-    try:
-        return Graph.from_json(json.loads(spec))
-    except json.JSONDecodeError:
-        raise ValueError(f"seed layer {spec!r} is neither a named graph "
-                         f"({', '.join(sorted(NAMED_GRAPHS)[:6])}, ...) nor graph JSON") from None
-
-
 def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> Path:
     """Create a run folder and store its config. A non-empty folder needs `force` (it is cleared
     of an earlier store only; other files are left alone)."""
@@ -102,23 +84,33 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> 
             raise FileExistsError(f"run folder {run} is not empty (use --force to overwrite)")
         for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm"):
             (run / name).unlink(missing_ok=True)
-    if cfg.dataset is None:
-        from evonorm.data import default_dataset_name
-        cfg = cfg.replace(dataset=default_dataset_name())
     with Store(run) as store:
-        store.set_config(cfg.to_dict())
+        store.set_config(cfg.with_dataset().to_dict())
         store.set_meta("status", "running")
         store.set_meta("created_at", time.time())
     return run
 
 
+@dataclass
+class InFlight:
+    """A proposal handed to the executor: the layer's identity (for the cache and for identical
+    proposals waiting on it) and how often it was retried."""
+
+    proposal: PendingProposal
+    key: str
+    fingerprint: str | None
+    attempts: int = 0
+
+    def same_layer(self, key: str, fingerprint: str | None) -> bool:
+        return self.key == key or (fingerprint is not None and self.fingerprint == fingerprint)
+
+
 class _Search:
     """State of one driver session over a store."""
 
-    def __init__(self, store: Store, cfg: SearchConfig, executor, identity, lookup,
+    def __init__(self, store: Store, cfg: SearchConfig, executor: Executor,
                  bar=None, log: Callable[[str], None] | None = None):
         self.store, self.cfg, self.executor = store, cfg, executor
-        self.identity, self.lookup = identity, lookup
         self.bar, self.log = bar, log or (lambda s: None)
         self.rng = rng_from_state(store.last_rng_state(), cfg.seed)
         self.tally = Tally()
@@ -129,8 +121,8 @@ class _Search:
                 valid.append(Member(c.id, c.graph, self._scores(c.accuracies)))
         self.population = AgingPopulation(cfg.window, valid[-cfg.window:])
         self.pending: deque[PendingProposal] = deque(store.pending_proposals())
-        self.in_flight: dict[int, dict] = {}  # proposal idx -> {proposal, key, fp, attempts}
-        self.waiting: dict[str, list[tuple[PendingProposal, str, str | None]]] = {}
+        self.in_flight: dict[int, InFlight] = {}  # by proposal idx
+        self.waiting: dict[str, list[PendingProposal]] = {}  # behind an in-flight key
         self.payload_config = cfg.to_dict()
 
     def _scores(self, accs: dict) -> tuple[float, ...]:
@@ -140,7 +132,9 @@ class _Search:
         c = self.cfg
         n = self.store.num_proposals()
         if n < len(c.seed_layers):  # the user's seed layers first; the rng is not touched
-            p = Proposal(resolve_layer(c.seed_layers[n]).to_json(), "seed")
+            from evonorm.graph.library import resolve_graph
+
+            p = Proposal(resolve_graph(c.seed_layers[n]).to_json(), "seed")
         else:
             p = propose(self.rng, self.population, algorithm=c.algorithm, allow_batch=c.allow_batch,
                         initial_population=c.initial_population,
@@ -150,26 +144,20 @@ class _Search:
         idx = self.store.add_proposal(p.graph, p.parent_id, p.origin, self.rng.getstate())
         return PendingProposal(idx, p.graph, p.parent_id, p.origin, time.time())
 
-    def _record(self, prop: PendingProposal, key: str, fp: str | None, result: dict, *,
-                cache_hit: bool = False, worker: str | None = None, seconds: float = 0.0) -> None:
-        status = result["status"]
-        new_member = status == "valid"
-        cid = self.store.add_candidate(
-            proposal=prop.idx, graph=prop.graph, key=key, fingerprint=fp, parent_id=prop.parent_id,
-            origin=prop.origin, status=status, reason=result.get("reason"),
-            reason_step=result.get("reason_step"), accuracies=result.get("accuracies") or {},
-            fitness=result.get("fitness"), cache_hit=cache_hit, seconds=seconds,
-            timings=result.get("timings") or {}, worker=worker, created_at=prop.created_at,
-            join_population=self.cfg.window if new_member else None)
+    def _record(self, prop: PendingProposal, key: str, fp: str | None, evaluation: Evaluation,
+                *, cache_hit: bool = False, worker: str | None = None, seconds: float = 0.0) -> None:
+        new_member = evaluation.status == "valid"
+        cand = self.store.add_candidate(
+            prop, evaluation, key=key, fingerprint=fp, cache_hit=cache_hit, seconds=seconds,
+            worker=worker, join_population=self.cfg.window if new_member else None)
         if new_member:
-            self.population.add(Member(cid, prop.graph, self._scores(result["accuracies"])))
-        cand = self.store.get_candidate(cid)
+            self.population.add(Member(cand.id, prop.graph, self._scores(cand.accuracies)))
         self.tally.add(cand)
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix_str(self.tally.line(), refresh=False)
         else:
-            self.log(f"[{self.tally.done}/{self.cfg.budget}] #{cid} {status}"
+            self.log(f"[{self.tally.done}/{self.cfg.budget}] #{cand.id} {cand.status}"
                      f"{' (' + cand.reason + ')' if cand.reason else ''}"
                      f"{' cache' if cache_hit else ''} | {self.tally.line()}")
 
@@ -177,25 +165,26 @@ class _Search:
         """Cache lookup, then wait behind an identical in-flight layer, or submit."""
         start = time.perf_counter()
         try:
-            key, fp = self.identity(prop.graph)
+            key, fp = evaluator.layer_identity(prop.graph)
         except ValueError as err:
-            self._record(prop, "invalid", None, {"status": "rejected",
-                                                 "reason": f"error: {err}"[:300]})
+            self._record(prop, "invalid", None,
+                         Evaluation("rejected", reason=f"error: {err}"[:300]))
             return
-        hit = self.lookup(self.store, key, fp)
-        if hit is not None:
-            self._record(prop, key, fp, hit, cache_hit=True,
+        hit = self.store.find_cached(key, fp)
+        if hit is not None:  # the earlier evaluation, less its timings: this one cost nothing
+            self._record(prop, key, fp, replace(hit.evaluation, timings={}), cache_hit=True,
                          seconds=time.perf_counter() - start)
             return
-        for info in self.in_flight.values():
-            if info["key"] == key or (fp is not None and info["fp"] == fp):
-                self.waiting.setdefault(info["key"], []).append((prop, key, fp))
+        for job in self.in_flight.values():
+            if job.same_layer(key, fp):
+                self.waiting.setdefault(job.key, []).append(prop)
                 return
-        self._submit(prop, key, fp, attempts)
+        self._submit(InFlight(prop, key, fp, attempts))
 
-    def _submit(self, prop: PendingProposal, key: str, fp: str | None, attempts: int) -> None:
-        self.executor.submit(prop.idx, {"graph": prop.graph, "config": self.payload_config})
-        self.in_flight[prop.idx] = {"prop": prop, "key": key, "fp": fp, "attempts": attempts}
+    def _submit(self, job: InFlight) -> None:
+        self.executor.submit(job.proposal.idx, {"graph": job.proposal.graph,
+                                                "config": self.payload_config})
+        self.in_flight[job.proposal.idx] = job
 
     def _fill(self) -> None:
         while self.executor.free_slots() > 0:
@@ -209,20 +198,21 @@ class _Search:
 
     def _collect(self, timeout: float) -> None:
         for out in self.executor.wait(timeout):
-            info = self.in_flight.pop(out.task_id)
-            prop, key, fp = info["prop"], info["key"], info["fp"]
+            job = self.in_flight.pop(out.task_id)
             if out.kind == OK:
-                self._record(prop, key, fp, out.result, worker=out.worker, seconds=out.seconds)
-            elif out.kind in (DIED, TIMEOUT) and info["attempts"] < self.cfg.retries:
-                self.log(f"candidate {prop.idx}: {out.error}; retrying")
-                self._submit(prop, key, fp, info["attempts"] + 1)
+                self._record(job.proposal, job.key, job.fingerprint, as_evaluation(out.result),
+                             worker=out.worker, seconds=out.seconds)
+            elif out.kind in (DIED, TIMEOUT) and job.attempts < self.cfg.retries:
+                self.log(f"candidate {job.proposal.idx}: {out.error}; retrying")
+                self._submit(replace(job, attempts=job.attempts + 1))
                 continue
             else:
                 reason = out.error if out.kind != ERROR else f"error: {out.error}"
-                self._record(prop, key, fp, {"status": "failed", "reason": (reason or "")[:300]},
-                             worker=out.worker, seconds=out.seconds)
-            for wprop, _, _ in self.waiting.pop(key, []):
-                self.pending.appendleft(wprop)  # now answered from the cache (or re-run if failed)
+                self._record(job.proposal, job.key, job.fingerprint,
+                             Evaluation.failed(reason or ""), worker=out.worker,
+                             seconds=out.seconds)
+            for waiter in self.waiting.pop(job.key, []):
+                self.pending.appendleft(waiter)  # now answered from the cache (or re-run if failed)
 
     def run(self) -> None:
         while True:
@@ -234,28 +224,27 @@ class _Search:
             self._collect(0.5)
 
 
-def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], dict] | None = None,
-               executor=None, progress: bool = True, identity=None, lookup=None) -> SearchResult:
+def as_evaluation(result: Any) -> Evaluation:
+    """What an evaluator returned: an Evaluation, or its dict form (`Evaluation.to_dict`)."""
+    return result if isinstance(result, Evaluation) else Evaluation.from_dict(result)
+
+
+def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], Evaluation] | None = None,
+               executor: Executor | None = None, progress: bool = True) -> SearchResult:
     """Run (or continue) the search stored in `run_dir` until its budget is spent.
 
     `evaluate_fn` (default: evonorm.search.evaluator.evaluate) must be a picklable top-level
     function; `executor` defaults to the config's. Safe to call again after any interruption.
     """
-    from evonorm.search import evaluator
-
     run = Path(run_dir)
     store = Store(run)
     try:
-        raw = store.config()
-        if not raw:
-            raise FileNotFoundError(f"{run} holds no search (no config in its store)")
-        cfg = SearchConfig.from_dict(raw)
+        cfg = store.search_config()
         fn = evaluate_fn or evaluator.evaluate
         if evaluate_fn is None:  # fail fast, in one line, on missing data rather than per candidate
-            evaluator.search_dataset(cfg.dataset or "synthetic", cfg.data_root, cfg.n_train,
-                                     cfg.holdout, cfg.seed)
+            evaluator.search_dataset(cfg)
         own_executor = executor is None
-        if own_executor:
+        if executor is None:
             executor = make_executor(cfg.executor, fn, cfg.num_workers, timeout=cfg.timeout,
                                      address=cfg.address, device=getattr(cfg, "device", "cpu"),
                                      data_root=cfg.data_root)
@@ -265,8 +254,7 @@ def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], dict] | Non
             bar = tqdm(total=cfg.budget, initial=store.num_candidates(), unit="cand",
                        desc="search", file=sys.stderr, dynamic_ncols=True)
         log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
-        search = _Search(store, cfg, executor, identity or evaluator.layer_identity,
-                         lookup or evaluator.cached_result, bar=bar, log=log)
+        search = _Search(store, cfg, executor, bar=bar, log=log)
         try:
             search.run()
         finally:
@@ -282,35 +270,3 @@ def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], dict] | Non
         return SearchResult(run, cfg.budget, done, complete, search.tally)
     finally:
         store.close()
-
-
-def summary_table(run_dir: str | Path, top: int = 10) -> str:
-    """The top valid layers (one row per distinct layer) as a plain-text table with formulas."""
-    from evonorm.graph import Graph
-
-    with Store(run_dir, readonly=True) as store:
-        cfg = store.config()
-        cands = [c for c in store.candidates() if c.status == "valid" and c.fitness is not None]
-    seen, rows = set(), []
-    for c in sorted(cands, key=lambda c: (-c.fitness, c.id)):
-        if c.key in seen:
-            continue
-        seen.add(c.key)
-        rows.append(c)
-        if len(rows) == top:
-            break
-    if not rows:
-        return "no valid layer found"
-    archs = list(cfg.get("archs", []))
-    head = ["rank", "id", "fitness"] + archs + ["layer"]
-    lines = [head]
-    for rank, c in enumerate(rows, 1):
-        try:
-            formula = Graph.from_json(c.graph).to_text()
-        except Exception as err:  # a display problem must not hide the results
-            formula = f"<{type(err).__name__}>"
-        lines.append([str(rank), str(c.id), f"{c.fitness:.4f}"]
-                     + [f"{c.accuracies.get(a, float('nan')):.4f}" for a in archs] + [formula])
-    widths = [max(len(r[i]) for r in lines) for i in range(len(head) - 1)]
-    return "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + r[-1]
-                     for r in lines)

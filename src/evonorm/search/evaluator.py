@@ -10,7 +10,8 @@ import time
 from functools import lru_cache
 from typing import Any
 
-from evonorm.search.presets import SearchConfig
+from evonorm.search.config import SearchConfig, TrainSetting
+from evonorm.search.evaluation import Evaluation
 from evonorm.search.rejection import Rejection, precheck, quality, stability
 
 
@@ -26,51 +27,51 @@ def layer_identity(graph_json: dict) -> tuple[str, str | None]:
     return g.key(), fp
 
 
-def cached_result(store, key: str, fingerprint: str | None) -> dict | None:
-    """An earlier evaluation of the same layer (by structure, then by function) as a result dict."""
-    hit = store.find_cached(key, fingerprint)
-    if hit is None:
-        return None
-    return {"status": hit.status, "reason": hit.reason, "reason_step": hit.reason_step,
-            "accuracies": dict(hit.accuracies), "fitness": hit.fitness, "timings": {},
-            "cached_from": hit.id}
+def search_dataset(cfg: SearchConfig):
+    """The run's data: (1 - holdout) of the (subset) training split to train, the rest to score.
+
+    The config names its dataset (`SearchConfig.with_dataset()`, stored when the run starts).
+    Cached per process, so each worker loads the data once per run.
+    """
+    if cfg.dataset is None:
+        raise ValueError("the search config names no dataset (SearchConfig.with_dataset() "
+                         "resolves the default when a run starts)")
+    return _load_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
 
 
 @lru_cache(maxsize=4)
-def search_dataset(name: str, root: str | None, n_train: int | None, holdout: float, seed: int):
-    """The search's data: (1 - holdout) of the training split to train, the rest to score.
-
-    Cached per worker process so each worker loads the data once per run.
-    """
+def _load_split(name: str, root: str | None, n_train: int | None, holdout: float, seed: int):
     from evonorm.data import holdout_split, load_dataset
 
     ds = load_dataset(name, root, n_train=n_train, seed=seed)
     return holdout_split(ds, frac=holdout, seed=seed)
 
 
-def train_config(cfg: SearchConfig, arch: str, *, steps: int | None = None, rerank: bool = False,
-                 **extra):
-    """The TrainConfig for `arch`: the named trainer preset with the search's overrides.
+def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = None, *,
+                 steps: int | None = None, **extra):
+    """The TrainConfig for `arch` in a training setting (default: the search's, `cfg.training`;
+    reranks pass `cfg.rerank_training`): the trainer preset with the setting's overrides, the
+    config's per-architecture overrides and seed, then `steps` and `extra`.
 
     The quality test passes schedule="constant": its short run stands for the first steps of the
     full run, where a cosine schedule is still at its peak learning rate.
     """
     from evonorm.train import PRESETS
 
-    name = cfg.rerank_preset if rerank else cfg.train_preset
-    if name not in PRESETS:
-        raise ValueError(f"unknown training preset {name!r} (choose from {', '.join(PRESETS)})")
-    base = PRESETS[name]
-    over: dict[str, Any] = dict(cfg.rerank_train if rerank else cfg.train)
+    setting = setting or cfg.training
+    if setting.preset not in PRESETS:
+        raise ValueError(f"unknown training preset {setting.preset!r} "
+                         f"(choose from {', '.join(PRESETS)})")
+    over: dict[str, Any] = dict(setting.overrides)
     over.update(cfg.arch_train.get(arch, {}))
-    if not rerank:  # the search's data is already subset and split; reranks use the preset's size
+    if setting.presized:  # the data is already the run's subset: the preset must not cut it again
         over.setdefault("n_train", None)
         over.setdefault("n_test", None)
     over.update(arch=arch, seed=cfg.seed)
     if steps is not None:
         over["steps"] = steps
     over.update(extra)
-    return dataclasses.replace(base, **over)
+    return dataclasses.replace(PRESETS[setting.preset], **over)
 
 
 def quality_config(cfg, arch: str, schedule: str = "constant"):
@@ -79,27 +80,17 @@ def quality_config(cfg, arch: str, schedule: str = "constant"):
     return train_config(cfg, arch, steps=cfg.quality_steps, schedule=schedule)
 
 
-def _result(status: str, rejection: Rejection | None = None, accuracies=None,
-            timings=None) -> dict:
-    accs = dict(accuracies or {})
-    fitness = sum(accs.values()) / len(accs) if status == "valid" and accs else None
-    return {"status": status, "reason": rejection.reason if rejection else None,
-            "reason_step": rejection.step if rejection else None,
-            "detail": rejection.detail if rejection else None,
-            "accuracies": accs, "fitness": fitness, "timings": dict(timings or {})}
-
-
 def _error(err: BaseException) -> Rejection:
     msg = str(err).splitlines()[0] if str(err) else ""
     return Rejection(f"error: {type(err).__name__}: {msg}"[:300])
 
 
-def evaluate(payload: dict) -> dict:
+def evaluate(payload: dict) -> Evaluation:
     """Evaluate one graph under a search config (runs in a worker; must be importable by name).
 
-    payload: {"graph": graph JSON, "config": SearchConfig.to_dict()}. Returns a result dict with
-    status valid | rejected, reason, reason_step, accuracies {arch: acc}, fitness, timings.
-    A layer that raises is rejected with reason "error: ..."; a non-finite loss with "nonfinite".
+    payload: {"graph": graph JSON, "config": SearchConfig.to_dict()}. Returns a valid or rejected
+    Evaluation. A layer that raises is rejected with reason "error: ..."; a non-finite loss with
+    "nonfinite".
     """
     from evonorm.graph import Graph
 
@@ -114,8 +105,7 @@ def evaluate(payload: dict) -> dict:
         t = now
 
     # outside the try: missing data is the run's problem, not the layer's (the worker reports it)
-    ds = search_dataset(cfg.dataset or "synthetic", cfg.data_root, cfg.n_train, cfg.holdout,
-                        cfg.seed)
+    ds = search_dataset(cfg)
     lap("data")
     try:
         graph = Graph.from_json(payload["graph"])
@@ -124,7 +114,7 @@ def evaluate(payload: dict) -> dict:
             rej = precheck(graph, seed=cfg.seed)
             lap("precheck")
             if rej:
-                return _result("rejected", rej, timings=timings)
+                return Evaluation.rejected(rej, timings=timings)
         if screen and cfg.stability_steps > 0:
             for arch in cfg.archs[:cfg.stability_archs]:
                 width = train_config(cfg, arch).resolved_width()
@@ -133,14 +123,14 @@ def evaluate(payload: dict) -> dict:
                                 lr=cfg.stability_lr, seed=cfg.seed)
                 if rej:
                     lap("stability")
-                    return _result("rejected", rej, timings=timings)
+                    return Evaluation.rejected(rej, timings=timings)
             lap("stability")
         if screen and cfg.quality_steps > 0:
             rej, accs = quality(graph, ds, cfg.archs, lambda a: quality_config(cfg, a),
                                 factor=cfg.quality_factor)
             lap("quality")
             if rej:
-                return _result("rejected", rej, accs, timings)
+                return Evaluation.rejected(rej, accs, timings)
         from evonorm.train import train
 
         accs = {}
@@ -149,12 +139,12 @@ def evaluate(payload: dict) -> dict:
             if res.status != "ok" or res.accuracy is None:
                 lap("train")
                 rej = Rejection("nonfinite", res.failed_step, {"arch": arch, "phase": "train"})
-                return _result("rejected", rej, accs, timings)
+                return Evaluation.rejected(rej, accs, timings)
             accs[arch] = float(res.accuracy)
         lap("train")
-        return _result("valid", None, accs, timings)
+        return Evaluation.valid(accs, timings)
     except (KeyboardInterrupt, SystemExit, MemoryError):
         raise
     except Exception as err:  # an exception in the layer is a rejection with its reason (SPEC)
         lap("error")
-        return _result("rejected", _error(err), timings=timings)
+        return Evaluation.rejected(_error(err), timings=timings)

@@ -15,9 +15,13 @@ import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait as mp_wait
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Protocol
 
-OK, ERROR, DIED, TIMEOUT = "ok", "error", "died", "timeout"
+OutcomeKind = Literal["ok", "error", "died", "timeout"]
+OK: OutcomeKind = "ok"
+ERROR: OutcomeKind = "error"
+DIED: OutcomeKind = "died"
+TIMEOUT: OutcomeKind = "timeout"
 
 
 @dataclass
@@ -25,11 +29,27 @@ class Outcome:
     """What came back for one task: `kind` is ok | error | died | timeout."""
 
     task_id: int
-    kind: str
-    result: dict | None
+    kind: OutcomeKind
+    result: Any  # what the task function returned (an Evaluation for the search), when ok
     error: str | None
     worker: str | None
     seconds: float
+
+
+class Executor(Protocol):
+    """What the driver needs from a pool of workers (`LocalExecutor`, `RayExecutor`)."""
+
+    def free_slots(self) -> int:
+        """How many more tasks `submit` takes now."""
+
+    def submit(self, task_id: int, payload: dict) -> None:
+        """Start the task function on `payload`; its Outcome comes back from `wait`."""
+
+    def wait(self, timeout: float) -> list[Outcome]:
+        """The outcomes that arrive within `timeout` seconds (possibly none)."""
+
+    def close(self) -> None:
+        """Stop every worker (tasks still running are abandoned)."""
 
 
 def threads_per_worker(workers: int, cores: int | None = None) -> int:
@@ -157,7 +177,7 @@ class LocalExecutor:
         slot.conn.send((task_id, payload))
         slot.task_id, slot.started = task_id, time.monotonic()
 
-    def _finish(self, slot: _Slot, kind: str, result=None, error=None,
+    def _finish(self, slot: _Slot, kind: OutcomeKind, result=None, error=None,
                 seconds: float | None = None) -> Outcome:
         out = Outcome(slot.task_id, kind, result, error, slot.name,
                       seconds if seconds is not None else time.monotonic() - slot.started)
@@ -339,8 +359,8 @@ class RayExecutor:
         self.close()
 
 
-def make_executor(kind: str, fn: Callable[[dict], dict], workers: int, *, timeout: float,
-                  address: str | None = None, device: str = "cpu", data_root: str | None = None):
+def make_executor(kind: str, fn: Callable[[dict], Any], workers: int, *, timeout: float,
+                  address: str | None = None, device: str = "cpu", data_root: str | None = None) -> Executor:
     """The executor named by the config (`local` | `ray`). On an existing Ray cluster (`address`) the
     package and the data folder are shipped to the workers; `device` "cuda" asks Ray for GPU shares."""
     if kind == "local":

@@ -10,60 +10,39 @@ import sys
 import time
 from pathlib import Path
 
-from evonorm.search.presets import SearchConfig
-from evonorm.search.store import Candidate, Store
-
-
-def top_candidates(cands: list[Candidate], top: int) -> list[Candidate]:
-    """The `top` best valid candidates by search fitness, one per distinct layer (canonical key)."""
-    seen, out = set(), []
-    for c in sorted((c for c in cands if c.status == "valid" and c.fitness is not None),
-                    key=lambda c: (-c.fitness, c.id)):
-        if c.key not in seen:
-            seen.add(c.key)
-            out.append(c)
-    return out[:top]
-
-
-def setting_label(preset: str, overrides: dict) -> str:
-    """How a rerank setting is named in the store: the trainer preset plus its overrides."""
-    extra = ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
-    return f"{preset}[{extra}]" if extra else preset
+from evonorm.search.candidates import top_layers
+from evonorm.search.store import Store
 
 
 def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = None,
            overrides: dict | None = None, log=None) -> list[dict]:
     """Rerank a run's top layers; returns the store's rerank rows (best first)."""
-    from evonorm.data import holdout_split, load_dataset
-    from evonorm.search.evaluator import train_config
+    from evonorm.search.evaluator import search_dataset, train_config
     from evonorm.train import train
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     with Store(run_dir) as store:
-        raw = store.config()
-        if not raw:
-            raise FileNotFoundError(f"{run_dir} holds no search (no config in its store)")
-        cfg = SearchConfig.from_dict(raw)
+        cfg = store.search_config()
         if preset is not None:
             cfg = cfg.replace(rerank_preset=preset, rerank_train=dict(overrides or {}))
         elif overrides:
             cfg = cfg.replace(rerank_train={**cfg.rerank_train, **overrides})
-        label = setting_label(cfg.rerank_preset, cfg.rerank_train)
-        chosen = top_candidates(store.candidates(), top or cfg.rerank_top)
+        setting = cfg.rerank_training
+        label = setting.label
+        chosen = [row.best for row in top_layers(store.candidates(), top or cfg.rerank_top)]
         done = store.reranked_ids(label)
         todo = [c for c in chosen if c.id not in done]
         if not chosen:
             log("rerank: no valid candidate to rerank")
             return store.reranks()
-        data = holdout_split(load_dataset(cfg.dataset or "synthetic", cfg.data_root, seed=cfg.seed),
-                             frac=cfg.holdout, seed=cfg.seed)
+        data = search_dataset(cfg.replace(n_train=None))  # the whole training split
         for n, c in enumerate(todo, 1):
             start = time.perf_counter()
             accs: dict[str, float] = {}
             status, reason = "ok", None
             for arch in cfg.archs:
                 try:
-                    res = train(c.graph, data, train_config(cfg, arch, rerank=True))
+                    res = train(c.graph, data, train_config(cfg, arch, setting))
                 except Exception as err:  # record it; the other layers still get their rerank
                     status, reason = "failed", f"error: {type(err).__name__}: {err}"[:300]
                     break
@@ -78,22 +57,3 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
             log(f"rerank [{n}/{len(todo)}] candidate {c.id}: "
                 + (f"mean {mean:.4f}" if mean is not None else reason))
         return [r for r in store.reranks() if r["preset"] == label]
-
-
-def rerank_table(rows: list[dict], graphs: dict[int, dict]) -> str:
-    """Plain-text ranking with formulas."""
-    from evonorm.graph import Graph
-
-    if not rows:
-        return "no reranked layer"
-    lines = []
-    for rank, r in enumerate(rows, 1):
-        try:
-            formula = Graph.from_json(graphs[r["candidate_id"]]).to_text()
-        except Exception as err:
-            formula = f"<{type(err).__name__}>"
-        mean = "failed" if r["mean"] is None else f"{r['mean']:.4f}"
-        search = "-" if r["search_fitness"] is None else f"{r['search_fitness']:.4f}"
-        lines.append(f"{rank:>3}  id {r['candidate_id']:<5} rerank {mean:<7} search {search:<7} "
-                     f"{formula}")
-    return "\n".join(lines)

@@ -11,12 +11,18 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+from evonorm.search.candidates import Candidate, Origin
+from evonorm.search.evaluation import Evaluation
+
+if TYPE_CHECKING:
+    from evonorm.search.config import SearchConfig
 
 STORE_NAME = "store.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: candidates.detail (what a rejection measured)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -39,6 +45,7 @@ CREATE TABLE IF NOT EXISTS candidates (
     status TEXT NOT NULL,
     reason TEXT,
     reason_step INTEGER,
+    detail TEXT,                        -- JSON, or NULL (schema version 2)
     accuracies TEXT NOT NULL,
     fitness REAL,
     cache_hit INTEGER NOT NULL,
@@ -67,43 +74,50 @@ CREATE TABLE IF NOT EXISTS reranks (
 """
 
 
-@dataclass
-class Candidate:
-    """One finished evaluation (the brief's shared record; `timings` and `proposal` are extras)."""
-
-    id: int
-    graph: dict
-    key: str
-    fingerprint: str | None
-    parent_id: int | None
-    origin: str  # "random" | "mutation" | "seed"
-    status: str  # "valid" | "rejected" | "failed"
-    reason: str | None
-    reason_step: int | None
-    accuracies: dict[str, float]
-    fitness: float | None
-    cache_hit: bool
-    seconds: float
-    worker: str | None
-    created_at: float
-    finished_at: float
-    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
-    proposal: int = -1
-
-
 @dataclass(frozen=True)
 class PendingProposal:
+    """A proposal committed to the store and not yet evaluated."""
+
     idx: int
     graph: dict
     parent_id: int | None
-    origin: str
+    origin: Origin
     created_at: float
 
 
 def resolve_path(path: str | Path) -> Path:
-    """A run folder or the store file itself -> the store file."""
+    """A run folder or the store file itself (`*.sqlite`, `*.db`, an existing file) -> the store
+    file; the one rule for every command and the report."""
     p = Path(path)
-    return p if p.suffix == ".sqlite" or p.is_file() else p / STORE_NAME
+    return p if p.suffix in (".sqlite", ".db") or p.is_file() else p / STORE_NAME
+
+
+def run_folder(path: str | Path) -> Path:
+    """The run folder of a run folder or of its store file."""
+    return resolve_path(path).parent
+
+
+# Each step brings a store from the version in its key to the next one, in place.
+_MIGRATIONS = {1: "ALTER TABLE candidates ADD COLUMN detail TEXT"}
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring a store opened for writing up to SCHEMA_VERSION in one transaction (a new store is
+    stamped with it). A store from newer code is left as it is."""
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    version = SCHEMA_VERSION if row is None else json.loads(row[0])
+    if row is not None and version >= SCHEMA_VERSION:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for step in range(version, SCHEMA_VERSION):
+            db.execute(_MIGRATIONS[step])
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                   (json.dumps(SCHEMA_VERSION),))
+        db.commit()
+    except BaseException:
+        db.rollback()
+        raise
 
 
 class Store:
@@ -121,16 +135,23 @@ class Store:
             self._db = sqlite3.connect(self.path, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                             (json.dumps(SCHEMA_VERSION),))
-            self._db.commit()
+            self._db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")  # all tables at once
+            migrate(self._db)
         self._db.row_factory = sqlite3.Row
 
     # ------------------------------------------------------------------ read API (reports)
     def config(self) -> dict:
         """The search config as stored when the run started ({} before that)."""
         return self.get_meta("config", {})
+
+    def search_config(self) -> "SearchConfig":
+        """The run's config as a SearchConfig; FileNotFoundError when the store holds no search."""
+        from evonorm.search.config import SearchConfig
+
+        raw = self.config()
+        if not raw:
+            raise FileNotFoundError(f"{run_folder(self.path)} holds no search (no config in its store)")
+        return SearchConfig.from_dict(raw)
 
     def candidates(self) -> list[Candidate]:
         """Every finished evaluation, in evaluation order."""
@@ -205,31 +226,29 @@ class Store:
                                 r["created_at"]) for r in rows]
 
     # ------------------------------------------------------------------ candidates
-    def add_candidate(self, *, proposal: int, graph: dict, key: str, fingerprint: str | None,
-                      parent_id: int | None, origin: str, status: str, reason: str | None = None,
-                      reason_step: int | None = None, accuracies: dict | None = None,
-                      fitness: float | None = None, cache_hit: bool = False, seconds: float = 0.0,
-                      timings: dict | None = None, worker: str | None = None,
-                      created_at: float | None = None, join_population: int | None = None,
-                      ) -> int:
-        """Record a finished evaluation in one committed transaction.
+    def add_candidate(self, proposal: PendingProposal, evaluation: Evaluation, *, key: str,
+                      fingerprint: str | None, cache_hit: bool = False, seconds: float = 0.0,
+                      worker: str | None = None, join_population: int | None = None) -> Candidate:
+        """Record a finished evaluation in one committed transaction and return it as stored.
 
         `join_population=W` also appends it to the stored population, keeping the newest W.
         """
-        now = time.time()
+        e, now = evaluation, time.time()
         with self._db:
             cur = self._db.execute(
                 "INSERT INTO candidates (proposal, graph, key, fingerprint, parent_id, origin, "
-                "status, reason, reason_step, accuracies, fitness, cache_hit, seconds, timings, "
-                "worker, created_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (proposal, json.dumps(graph), key, fingerprint, parent_id, origin, status, reason,
-                 reason_step, json.dumps(accuracies or {}), fitness, int(cache_hit), seconds,
-                 json.dumps(timings or {}), worker, created_at if created_at is not None else now,
-                 now))
+                "status, reason, reason_step, detail, accuracies, fitness, cache_hit, seconds, "
+                "timings, worker, created_at, finished_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (proposal.idx, json.dumps(proposal.graph), key, fingerprint, proposal.parent_id,
+                 proposal.origin, e.status, e.reason, e.reason_step,
+                 None if e.detail is None else json.dumps(e.detail), json.dumps(e.accuracies),
+                 e.fitness, int(cache_hit), seconds, json.dumps(e.timings), worker,
+                 proposal.created_at, now))
             if join_population is not None:
                 ids = (self.population() + [cur.lastrowid])[-join_population:]
                 self._write_population(ids)
-            return cur.lastrowid
+        return self.get_candidate(cur.lastrowid)
 
     def find_cached(self, key: str, fingerprint: str | None) -> Candidate | None:
         """An earlier non-cached, definitive (valid or rejected) evaluation of the same layer.
@@ -271,10 +290,14 @@ class Store:
 
 
 def _row_to_candidate(r: sqlite3.Row) -> Candidate:
+    detail = r["detail"] if "detail" in r.keys() else None  # read-only open of a version-1 store
+    evaluation = Evaluation(
+        status=r["status"], reason=r["reason"], reason_step=r["reason_step"],
+        detail=None if detail is None else json.loads(detail),
+        accuracies=json.loads(r["accuracies"]), fitness=r["fitness"],
+        timings=json.loads(r["timings"]))
     return Candidate(
-        id=r["id"], graph=json.loads(r["graph"]), key=r["key"], fingerprint=r["fingerprint"],
-        parent_id=r["parent_id"], origin=r["origin"], status=r["status"], reason=r["reason"],
-        reason_step=r["reason_step"], accuracies=json.loads(r["accuracies"]), fitness=r["fitness"],
+        id=r["id"], evaluation=evaluation, graph=json.loads(r["graph"]), key=r["key"],
+        fingerprint=r["fingerprint"], parent_id=r["parent_id"], origin=r["origin"],
         cache_hit=bool(r["cache_hit"]), seconds=r["seconds"], worker=r["worker"],
-        created_at=r["created_at"], finished_at=r["finished_at"], timings=json.loads(r["timings"]),
-        proposal=r["proposal"])
+        created_at=r["created_at"], finished_at=r["finished_at"], proposal=r["proposal"])

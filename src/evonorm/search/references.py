@@ -1,8 +1,8 @@
 """Reference layers (BN-ReLU, EvoNorm-B0/S0) trained exactly like a search's candidates.
 
-The Pareto and progress figures place them beside the search's layers. A search does not evaluate
-them itself, so `evonorm report RUN --references` trains them once, with the run's own data split
-and full-training settings on each anchor architecture, and keeps the result in
+The report's Pareto and progress figures place them beside the search's layers. A search does
+not evaluate them itself, so `evonorm report RUN --references` trains them once, with the run's
+own data split and full-training settings on each anchor architecture, and keeps the result in
 `RUN/references.json`, which later reports read without training again.
 """
 
@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence
 
-from evonorm.report.data import run_folder, store_path
+from evonorm.search.store import Store, run_folder
 
 DEFAULT_REFERENCES = ("bn_relu", "evonorm_b0", "evonorm_s0")
 REFERENCES_FILE = "references.json"
@@ -25,16 +25,11 @@ def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
     {layer: {arch: held-out accuracy or None if the loss went non-finite}}. Layers already in
     the run's references file are kept, not retrained."""
     from evonorm.search.evaluator import search_dataset, train_config
-    from evonorm.search.presets import SearchConfig
-    from evonorm.search.store import Store
     from evonorm.train import train
 
-    with Store(store_path(run), readonly=True) as store:
-        raw = store.config()
-    if not raw:
-        raise ValueError(f"{run} holds no search config yet")
-    cfg = SearchConfig.from_dict(raw)
-    ds = search_dataset(cfg.dataset or "synthetic", cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
+    with Store(run, readonly=True) as store:
+        cfg = store.search_config()
+    ds = search_dataset(cfg)
     path = run_folder(run) / REFERENCES_FILE
     refs: dict[str, dict[str, float | None]] = json.loads(path.read_text()) if path.is_file() else {}
     for name in names:

@@ -1,0 +1,41 @@
+"""Plain-text tables for the terminal: a run's top layers (after `search` and `resume`) and its
+rerank ranking (after `rerank`), each layer with its formula."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evonorm.report.data import formula, load_run
+from evonorm.search.candidates import top_layers
+
+
+def summary_table(run_dir: str | Path, top: int = 10) -> str:
+    """The top valid layers (one row per distinct layer) as a plain-text table with formulas."""
+    run = load_run(Path(run_dir))
+    archs = run.archs
+    rows = top_layers(run.candidates, top)
+    if not rows:
+        return "no valid layer found"
+    head = ["rank", "id", "fitness"] + archs + ["layer"]
+    lines = [head]
+    for rank, row in enumerate(rows, 1):
+        c = row.best
+        lines.append([str(rank), str(c.id), f"{c.fitness:.4f}"]
+                     + [f"{c.accuracies.get(a, float('nan')):.4f}" for a in archs]
+                     + [formula(c.graph)])
+    widths = [max(len(r[i]) for r in lines) for i in range(len(head) - 1)]
+    return "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + r[-1]
+                     for r in lines)
+
+
+def rerank_table(rows: list[dict], graphs: dict[int, dict]) -> str:
+    """Plain-text ranking of a run's rerank rows (`Store.reranks()`), with formulas."""
+    if not rows:
+        return "no reranked layer"
+    lines = []
+    for rank, r in enumerate(rows, 1):
+        mean = "failed" if r["mean"] is None else f"{r['mean']:.4f}"
+        search = "-" if r["search_fitness"] is None else f"{r['search_fitness']:.4f}"
+        lines.append(f"{rank:>3}  id {r['candidate_id']:<5} rerank {mean:<7} search {search:<7} "
+                     f"{formula(graphs.get(r['candidate_id']))}")
+    return "\n".join(lines)

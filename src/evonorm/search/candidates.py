@@ -1,0 +1,111 @@
+"""A run's candidates as read back from its store, and the two ways every reader looks at them:
+the best distinct valid layers, and rejections grouped by reason (stdlib only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Iterable, Literal, Mapping
+
+from evonorm.search.evaluation import Evaluation, finite
+
+Origin = Literal["random", "mutation", "seed"]
+
+
+def _evaluation_field(name: str) -> Any:
+    """A read-only attribute that is the same field of the candidate's evaluation."""
+    return property(lambda self: getattr(self.evaluation, name), doc=f"`evaluation.{name}`")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One finished evaluation: the `Evaluation` the store saved whole, plus where it came from.
+
+    The defaults serve hand-written records (reports of plain dicts, tests); the store fills every
+    field. The evaluation's fields read through (`c.status`, `c.accuracies`, ...).
+    """
+
+    id: int
+    evaluation: Evaluation
+    graph: dict | None = None
+    key: str | None = None  # canonical structure
+    fingerprint: str | None = None  # function on a fixed probe input
+    parent_id: int | None = None
+    origin: Origin = "random"
+    cache_hit: bool = False
+    seconds: float = 0.0
+    worker: str | None = None
+    created_at: float | None = None  # proposed
+    finished_at: float | None = None
+    proposal: int = -1
+
+    # the evaluation's fields, read through: c.status, c.reason, c.accuracies, ...
+    status = _evaluation_field("status")
+    reason = _evaluation_field("reason")
+    reason_step = _evaluation_field("reason_step")
+    detail = _evaluation_field("detail")
+    accuracies = _evaluation_field("accuracies")
+    fitness = _evaluation_field("fitness")
+    timings = _evaluation_field("timings")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Candidate":
+        """A flat record (the candidate's and its evaluation's fields side by side) as a Candidate;
+        a record with no status reads as still pending, unknown keys are ignored."""
+        own = {f.name for f in fields(cls)} - {"evaluation"}
+        kw = {k: v for k, v in d.items() if k in own}
+        kw.setdefault("id", 0)
+        return cls(evaluation=Evaluation.from_dict({"status": "pending", **d}), **kw)
+
+
+def as_candidate(c: Candidate | Mapping[str, Any]) -> Candidate:
+    """A Candidate as is; a mapping via `Candidate.from_dict`."""
+    return Candidate.from_dict(c) if isinstance(c, Mapping) else c
+
+
+@dataclass(frozen=True)
+class TopLayer:
+    """One distinct layer among a run's candidates: its best valid candidate and how often the
+    search proposed it (`found`, every status counted)."""
+
+    key: str
+    best: Candidate
+    found: int
+
+    @property
+    def fitness(self) -> float:
+        return self.best.fitness  # type: ignore[return-value]  (finite for a top layer)
+
+
+def top_layers(candidates: Iterable[Candidate | Mapping[str, Any]], n: int | None = 10,
+               by: str = "key") -> list[TopLayer]:
+    """The best distinct valid layers, best fitness first (ties: the earlier best candidate).
+
+    Candidates are the same layer when they share `by` (canonical key, or "fingerprint"); a
+    candidate without one stands alone. `n=None` keeps every layer.
+    """
+    groups: dict[str, list[Candidate]] = {}
+    for c in map(as_candidate, candidates):
+        k = getattr(c, by, None) or c.key or f"id{c.id}"
+        groups.setdefault(k, []).append(c)
+    rows = []
+    for k, members in groups.items():
+        valid = [c for c in members if c.status == "valid" and finite(c.fitness)]
+        if valid:
+            best = max(valid, key=lambda c: (c.fitness, -c.id))
+            rows.append(TopLayer(k, best, len(members)))
+    rows.sort(key=lambda r: (-r.fitness, r.best.id))
+    return rows if n is None else rows[:n]
+
+
+def reason_group(reason: str | None, *, fine: bool = False) -> str:
+    """The kind of a rejection or failure reason, for counts: "quality:resnet50_cifar" ->
+    "quality", "precheck:constant" -> "precheck" (both kept whole when `fine`), "error: ..." ->
+    "error", "stability" -> "stability"; "?" when there is none."""
+    text = (reason or "").strip()
+    head = text.split(":", 1)[0].strip()
+    if head in ("error", "exception"):
+        return "error"
+    if fine and head in ("quality", "precheck"):
+        return text.split(" ", 1)[0]
+    return head.split(" ", 1)[0] or "?"

@@ -1,0 +1,166 @@
+"""Search settings: the `SearchConfig` dataclass, JSON round-tripped through the run's store so that
+`resume`, `rerank` and the report read back exactly what the search ran with; training settings are a
+`evonorm.train.PRESETS` name plus field overrides (`TrainSetting`). The named presets are in
+`evonorm.search.presets`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from evonorm.search.evolution import ALGORITHMS, CRITERIA
+
+
+@dataclass(frozen=True)
+class TrainSetting:
+    """How candidates are trained on each architecture: a trainer preset and field overrides.
+
+    `presized`: the data handed to the trainer is already the run's subset (the search's
+    `n_train`, held-out split), so the trainer preset's own n_train/n_test do not cut it again;
+    a rerank trains on the full training split with the preset's sizes.
+    """
+
+    preset: str
+    overrides: Mapping[str, Any]
+    presized: bool
+
+    @property
+    def label(self) -> str:
+        """How the setting is named in the store (reranks): the preset plus its overrides."""
+        extra = ",".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
+        return f"{self.preset}[{extra}]" if extra else self.preset
+
+
+SPACES = ("b", "s")
+EXECUTORS = ("local", "ray")
+PAPER_ARCHS = ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar")
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Everything a search run needs; JSON round-trips through `to_dict` / `from_dict`."""
+
+    preset: str = "small"
+    # data: the search trains on (1 - holdout) of the training split and scores on the rest,
+    # so it never sees the test set.
+    dataset: str | None = None  # None -> `with_dataset()`: the default, when the run starts
+    data_root: str | None = None
+    n_train: int | None = None
+    holdout: float = 0.1
+    # search space and algorithm
+    space: str = "s"
+    algorithm: str = "evolution"
+    budget: int = 100  # candidates proposed in all (rejected and cache hits included)
+    max_nodes: int = 10
+    seed_layers: tuple[str, ...] = ()  # named graphs or graph JSON, evaluated first (origin "seed")
+    window: int = 2500
+    initial_population: int = 20
+    tournament_fraction: float = 0.05
+    tournament_min: int = 2
+    criterion: str = "pareto"
+    mutations: int = 2
+    p_random: float = 0.5
+    # evaluation: anchor architectures and the full training budget on each
+    archs: tuple[str, ...] = PAPER_ARCHS
+    train_preset: str = "small"
+    train: dict = field(default_factory=dict)  # TrainConfig field overrides (width, steps, ...)
+    arch_train: dict = field(default_factory=dict)  # per-architecture overrides on top of `train`
+    # rejection
+    prechecks: bool = True
+    stability_steps: int = 100
+    stability_threshold: float = 1e8
+    stability_batch: int = 8
+    stability_lr: float = 0.1  # relative step: |delta theta| = lr * |theta| per ascent step
+    stability_archs: int = 1  # stress-test the first N anchor architectures
+    quality_steps: int = 100
+    quality_factor: float = 2.0  # reject below quality_factor x chance accuracy
+    # execution
+    workers: int = 0  # 0 -> one per core
+    executor: str = "local"
+    address: str | None = None
+    timeout: float = 3600.0  # seconds per candidate before its worker is killed
+    retries: int = 1  # re-runs of a candidate whose worker died or hung
+    seed: int = 0
+    # reranking (Sec. 5.2): a larger training setting on the same architectures
+    rerank_preset: str = "small"
+    rerank_train: dict = field(default_factory=dict)
+    rerank_top: int = 10
+
+    def __post_init__(self):
+        errors = []
+        if self.space not in SPACES:
+            errors.append(f"space must be one of {', '.join(SPACES)}, got {self.space!r}")
+        if self.algorithm not in ALGORITHMS:
+            errors.append(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        if self.criterion not in CRITERIA:
+            errors.append(f"criterion must be one of {', '.join(CRITERIA)}, got {self.criterion!r}")
+        if self.executor not in EXECUTORS:
+            errors.append(f"executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
+        if self.budget < 1:
+            errors.append(f"budget must be >= 1, got {self.budget}")
+        if self.workers < 0:
+            errors.append(f"workers must be >= 0, got {self.workers}")
+        if self.window < 1:
+            errors.append(f"window must be >= 1, got {self.window}")
+        if not self.archs:
+            errors.append("need at least one anchor architecture")
+        if not 0.0 <= self.p_random <= 1.0:
+            errors.append(f"p_random must be in [0, 1], got {self.p_random}")
+        if not 0.0 < self.holdout < 1.0:
+            errors.append(f"holdout must be in (0, 1), got {self.holdout}")
+        if self.timeout <= 0:
+            errors.append(f"timeout must be > 0, got {self.timeout}")
+        if errors:
+            raise ValueError("; ".join(errors))
+
+    @property
+    def allow_batch(self) -> bool:
+        """B search allows every op; S search excludes the batch_* aggregations."""
+        return self.space == "b"
+
+    @property
+    def num_workers(self) -> int:
+        return self.workers or os.cpu_count() or 1
+
+    @property
+    def training(self) -> TrainSetting:
+        """The search's full training of each candidate."""
+        return TrainSetting(self.train_preset, self.train, presized=True)
+
+    @property
+    def rerank_training(self) -> TrainSetting:
+        """The larger setting the top layers are retrained in (paper Sec. 5.2)."""
+        return TrainSetting(self.rerank_preset, self.rerank_train, presized=False)
+
+    def with_dataset(self) -> "SearchConfig":
+        """The config with its dataset named (the default one when unset): resolved once, when a
+        run starts, and stored with it."""
+        if self.dataset is not None:
+            return self
+        from evonorm.data import default_dataset_name
+
+        return self.replace(dataset=default_dataset_name())
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["archs"] = list(self.archs)
+        d["seed_layers"] = list(self.seed_layers)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SearchConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown search config field(s): {', '.join(unknown)}")
+        d = dict(d)
+        for name in ("archs", "seed_layers"):
+            if name in d:
+                d[name] = tuple(d[name])
+        return cls(**d)
+
+    def replace(self, **changes) -> "SearchConfig":
+        return dataclasses.replace(self, **changes)
