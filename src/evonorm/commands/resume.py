@@ -24,45 +24,65 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+def _plan(args):
+    """(config with the command's changes, candidates done, proposals re-queued), read-only;
+    CommandError on anything wrong with the run or the arguments."""
+    from evonorm.commands.checks import check_store, check_workers, write_errors
+    from evonorm.commands.search import check_executor
+    from evonorm.search.presets import SearchConfig
+    from evonorm.search.store import Store
+
+    check_store(args.run)
+    with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
+        raw, done = store.config(), store.num_candidates()
+        pending = len(store.pending_proposals())
+    if not raw:
+        raise CommandError(f"{args.run} holds no search config")
+    try:
+        cfg = SearchConfig.from_dict(raw)
+        changes = {k: v for k, v in dict(workers=args.workers, executor=args.executor,
+                                         address=args.address, budget=args.budget).items()
+                   if v is not None}
+        if "budget" in changes and changes["budget"] < cfg.budget:
+            raise ValueError(f"--budget cannot shrink the run's budget of {cfg.budget}")
+        cfg = cfg.replace(**changes)
+    except (ValueError, TypeError) as err:
+        raise CommandError(str(err)) from None
+    check_executor(cfg)
+    check_workers(cfg)
+    return cfg, done, pending
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from evonorm.search.presets import SearchConfig
-    from evonorm.search.store import Store, resolve_path
+    from evonorm.commands.checks import run_lock, write_errors
+    from evonorm.commands.search import report_result
+    from evonorm.search.evaluator import search_dataset
+    from evonorm.search.store import Store
 
-    if not resolve_path(args.run).is_file():
-        raise CommandError(f"no search store in {args.run} (start one with `evonorm search --out`)")
-    with Store(args.run) as store:
-        raw = store.config()
-        if not raw:
-            raise CommandError(f"{args.run} holds no search config")
-        try:
-            cfg = SearchConfig.from_dict(raw)
-            changes = {k: v for k, v in dict(workers=args.workers, executor=args.executor,
-                                             address=args.address, budget=args.budget).items()
-                       if v is not None}
-            if "budget" in changes and changes["budget"] < cfg.budget:
-                raise ValueError(f"--budget cannot shrink the run's budget of {cfg.budget}")
-            cfg = cfg.replace(**changes)
-        except ValueError as err:
-            raise CommandError(str(err)) from None
-        from evonorm.commands.search import check_executor, report_result
-        check_executor(cfg)
-        done = store.num_candidates()
-        if done >= cfg.budget:
-            print(f"search in {args.run} is already complete ({done}/{cfg.budget} candidates); "
-                  "nothing to do")
-            from evonorm.search.driver import summary_table
-            print(summary_table(args.run, top=args.top))
-            return 0
-        store.set_config(cfg.to_dict())
-        store.set_meta("status", "running")
-        pending = len(store.pending_proposals())
-    if not args.quiet:
-        print(f"resume: {done}/{cfg.budget} candidates done, {pending} re-queued "
-              f"(in flight when it stopped), {cfg.num_workers} {cfg.executor} worker(s)",
-              file=sys.stderr)
-    from evonorm.search.driver import run_search
+    if args.top < 0:
+        raise CommandError("--top must be >= 0")
+    cfg, done, _ = _plan(args)  # every check before the lock file or the store is touched
+    if done >= cfg.budget:
+        print(f"search in {args.run} is already complete ({done}/{cfg.budget} candidates); "
+              "nothing to do")
+        from evonorm.search.driver import summary_table
+        print(summary_table(args.run, top=args.top))
+        return 0
+    try:  # the data must still be there
+        search_dataset(cfg.dataset or "synthetic", cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
+    except (ValueError, FileNotFoundError) as err:
+        raise CommandError(str(err).splitlines()[0]) from None
+    with run_lock(args.run):
+        cfg, done, pending = _plan(args)  # again: another driver may have run in between
+        with write_errors(f"run {args.run}"), Store(args.run) as store:
+            store.set_config(cfg.to_dict())
+        if not args.quiet:
+            print(f"resume: {done}/{cfg.budget} candidates done, {pending} re-queued "
+                  f"(in flight when it stopped), {cfg.num_workers} {cfg.executor} worker(s)",
+                  file=sys.stderr)
+        from evonorm.search.driver import run_search
 
-    result = run_search(args.run, progress=not args.quiet)
-    report_result(result, args.run, args.top)
+        result = run_search(args.run, progress=not args.quiet)
+        report_result(result, args.run, args.top)
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
@@ -13,21 +14,29 @@ def _load(spec: str):
 
     if spec in NAMED_GRAPHS:
         return NAMED_GRAPHS[spec]
+    text: str | bytes
     if spec.lstrip().startswith("{"):
         source, text = "JSON text", spec
-    elif Path(spec).is_file():
+    elif _is_file(spec):
         source = spec
         try:
-            text = Path(spec).read_text()
+            text = Path(spec).read_bytes()
         except OSError as err:
             raise CommandError(f"cannot read {spec}: {err.strerror}") from None
     else:
-        raise CommandError(f"{spec!r} is neither a named graph ({', '.join(NAMED_GRAPHS)}), "
-                           "a JSON file nor JSON text")
+        raise CommandError(f"{reprlib.repr(spec)} is neither a named graph "
+                           f"({', '.join(NAMED_GRAPHS)}), a JSON file nor JSON text")
     try:
         return Graph.from_json(text)
     except ValueError as err:
-        raise CommandError(f"invalid graph in {source}: {err}") from None
+        raise CommandError(f"invalid graph in {reprlib.repr(source)}: {err}") from None
+
+
+def _is_file(spec: str) -> bool:
+    try:
+        return Path(spec).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
 
 
 def main(argv: list[str]) -> int:

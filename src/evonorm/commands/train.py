@@ -48,13 +48,17 @@ def build_parser() -> ArgumentParser:
 
 
 def read_layer(text: str):
-    """A layer argument: a name, inline JSON, or @path to a JSON file."""
+    """A layer argument: a name, inline JSON, or @path to a graph JSON file."""
     if text.startswith("@"):
+        from evonorm.graph import Graph
+
         path = Path(text[1:])
         try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise CommandError(f"cannot read layer JSON from {path}: {err}") from None
+            return Graph.from_json(path.read_bytes())
+        except OSError as err:
+            raise CommandError(f"cannot read layer JSON from {path}: {err.strerror or err}") from None
+        except ValueError as err:
+            raise CommandError(f"invalid layer JSON in {path}: {err}") from None
     return text
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, make_executor
 from evonorm.search.presets import SearchConfig
+from evonorm.search.lock import LOCK_NAME
 from evonorm.search.store import STORE_NAME, Candidate, PendingProposal, Store
 
 
@@ -97,7 +98,7 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> 
     run = Path(run_dir)
     if run.exists() and not run.is_dir():
         raise FileExistsError(f"{run} exists and is not a folder")
-    if run.is_dir() and any(run.iterdir()):
+    if run.is_dir() and any(p.name != LOCK_NAME for p in run.iterdir()):  # the lock is ours
         if not force:
             raise FileExistsError(f"run folder {run} is not empty (use --force to overwrite)")
         for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm"):
@@ -107,7 +108,7 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> 
         cfg = cfg.replace(dataset=default_dataset_name())
     with Store(run) as store:
         store.set_config(cfg.to_dict())
-        store.set_meta("status", "running")
+        store.set_meta("status", "created")  # "running" only once run_search has its workers
         store.set_meta("created_at", time.time())
     return run
 
@@ -266,6 +267,7 @@ def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], dict] | Non
         log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
         search = _Search(store, cfg, executor, identity or evaluator.layer_identity,
                          lookup or evaluator.cached_result, bar=bar, log=log)
+        store.set_meta("status", "running")
         try:
             search.run()
         finally:
@@ -273,10 +275,11 @@ def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], dict] | Non
                 bar.close()
             if own_executor:
                 executor.close()
-        done = store.num_candidates()
-        complete = done >= cfg.budget
+            done = store.num_candidates()
+            complete = done >= cfg.budget
+            # a killed driver leaves "running"; any other exit says what it left behind
+            store.set_meta("status", "complete" if complete else "stopped")
         if complete:
-            store.set_meta("status", "complete")
             store.set_meta("finished_at", time.time())
         return SearchResult(run, cfg.budget, done, complete, search.tally)
     finally:

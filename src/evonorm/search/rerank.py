@@ -31,6 +31,21 @@ def setting_label(preset: str, overrides: dict) -> str:
     return f"{preset}[{extra}]" if extra else preset
 
 
+def rerank_config(cfg: SearchConfig, preset: str | None = None,
+                  overrides: dict | None = None) -> SearchConfig:
+    """The search config with the rerank setting asked for; ValueError if it cannot train
+    (checked on every architecture before anything is trained or written)."""
+    from evonorm.search.evaluator import train_config
+
+    if preset is not None:
+        cfg = cfg.replace(rerank_preset=preset, rerank_train=dict(overrides or {}))
+    elif overrides:
+        cfg = cfg.replace(rerank_train={**cfg.rerank_train, **overrides})
+    for arch in cfg.archs:
+        train_config(cfg, arch, rerank=True)
+    return cfg
+
+
 def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = None,
            overrides: dict | None = None, log=None) -> list[dict]:
     """Rerank a run's top layers; returns the store's rerank rows (best first)."""
@@ -43,11 +58,7 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
         raw = store.config()
         if not raw:
             raise FileNotFoundError(f"{run_dir} holds no search (no config in its store)")
-        cfg = SearchConfig.from_dict(raw)
-        if preset is not None:
-            cfg = cfg.replace(rerank_preset=preset, rerank_train=dict(overrides or {}))
-        elif overrides:
-            cfg = cfg.replace(rerank_train={**cfg.rerank_train, **overrides})
+        cfg = rerank_config(SearchConfig.from_dict(raw), preset, overrides)
         label = setting_label(cfg.rerank_preset, cfg.rerank_train)
         chosen = top_candidates(store.candidates(), top or cfg.rerank_top)
         done = store.reranked_ids(label)
