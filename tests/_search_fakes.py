@@ -65,10 +65,13 @@ def sigkill_after(proc, run, n: int, timeout: float) -> None:
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
-            if (run / "store.sqlite").exists():
-                with Store(run, readonly=True) as s:
-                    if s.num_candidates() >= n:
-                        break
+            try:
+                if (run / "store.sqlite").exists():
+                    with Store(run, readonly=True) as s:
+                        if s.num_candidates() >= n:
+                            break
+            except ValueError:  # StoreError: caught while the search was still creating it
+                pass
             time.sleep(0.05)
         assert proc.poll() is None, "the search ended before it could be killed"
         os.kill(proc.pid, signal.SIGKILL)

@@ -33,11 +33,37 @@ def check_workers(cfg) -> None:
             "are proposed before their results can steer the evolution")
 
 
-def check_n_train(n_train: int | None, available: int, dataset: str) -> None:
-    """An explicit --n-train must be >= 1 and no more than the dataset's training images."""
-    if n_train is not None and not 1 <= n_train <= available:
-        raise CommandError(f"--n-train must be in 1..{available} (the training images of "
-                           f"{dataset}), got {n_train}")
+def check_device(device: str | None) -> None:
+    """A --device torch knows, and CUDA only where there is one (before any work starts)."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise CommandError(f"unknown --device {device!r} (cpu or cuda)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise CommandError(f"--device {device}: no CUDA device is available here")
+    if dev.type not in ("cpu", "cuda"):
+        raise CommandError(f"--device {device!r} is not supported (cpu or cuda)")
+
+
+def check_writable(path: Path) -> None:
+    """`path` can be created: its nearest existing ancestor is a folder we may write in, and the
+    path itself is not a folder. Checked before long work, so it does not end in a traceback."""
+    try:
+        if path.is_dir():
+            raise CommandError(f"{path} is a folder, expected a file name")
+        parent = path.parent
+        while not parent.exists():
+            parent = parent.parent
+    except OSError as err:
+        raise CommandError(f"cannot write {path}: {err.strerror or err}") from None
+    if not parent.is_dir():
+        raise CommandError(f"cannot write {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CommandError(f"cannot write {path}: {parent} is read-only")
 
 
 @contextmanager
@@ -61,14 +87,16 @@ def run_lock(run: Path) -> Iterator[None]:
 
 def check_store(run: Path) -> None:
     """The run's store must exist and be an intact store of a known schema (read-only check)."""
-    from evonorm.search.store import StoreError, check_store as check, resolve_path
+    from evonorm.search import store
 
-    path = resolve_path(run)
-    if not path.is_file():
-        raise CommandError(f"no search store in {run} (start one with `evonorm search --out`)")
     try:
-        check(path)
-    except StoreError as err:
+        path = store.resolve_path(run)
+        if not path.is_file():
+            raise CommandError(f"no search store in {run} (start one with `evonorm search --out`)")
+        store.check_store(path)
+    except OSError as err:  # e.g. a name too long for the file system
+        raise CommandError(f"cannot read {run}: {err.strerror or err}") from None
+    except store.StoreError as err:
         raise CommandError(str(err)) from None
 
 

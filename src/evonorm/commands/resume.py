@@ -13,7 +13,10 @@ def build_parser() -> ArgumentParser:
 
     p = ArgumentParser(prog="evonorm resume", description=(
         "Continue a search from RUN/store.sqlite: finished candidates are kept, the ones in flight "
-        "when it stopped are evaluated again, and the random stream continues where it was."))
+        "when it stopped are evaluated again, and the random stream continues where it was. With "
+        "one worker the resumed search proposes exactly what an uninterrupted one would; with "
+        "more, results join the population in arrival order (timing), so it may propose "
+        "differently. Exits 2 if another search/resume/rerank holds RUN."))
     p.add_argument("run", type=Path, help="run folder of `evonorm search --out`")
     p.add_argument("--budget", type=int, default=None, help="raise the candidate budget")
     p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: per core)")

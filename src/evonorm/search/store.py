@@ -106,6 +106,13 @@ def resolve_path(path: str | Path) -> Path:
     return p if p.suffix == ".sqlite" or p.is_file() else p / STORE_NAME
 
 
+def _readonly_uri(path: Path) -> str:
+    """Read-only; with no -wal beside it (no writer since the last clean close) the file holds
+    everything and is read as immutable, so a reader leaves no -wal/-shm behind."""
+    wal = path.with_name(path.name + "-wal").exists()
+    return f"file:{path}?mode=ro" + ("" if wal else "&immutable=1")
+
+
 class StoreError(ValueError):
     """A store file that is damaged, foreign (not ours) or from a newer schema: refused, untouched."""
 
@@ -116,8 +123,9 @@ _REQUIRED_TABLES = ("meta", "proposals", "candidates")
 def check_store(path: str | Path) -> None:
     """Refuse (StoreError, one line) a file that is not an intact store of a schema we know.
 
-    Reads only: the header is checked by hand (empty, non-SQLite, truncated), the rest through a
-    read-only connection, and any -wal/-shm that SQLite creates for it is removed again.
+    Reads only: the header is checked by hand (empty, non-SQLite), the rest (truncated, damaged
+    pages, tables, schema version) through a read-only connection; any -wal/-shm that SQLite
+    creates for it is removed again.
     """
     p = resolve_path(path)
     try:
@@ -130,14 +138,9 @@ def check_store(path: str | Path) -> None:
         raise StoreError(f"{p} is an empty file, not a search store")
     if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
         raise StoreError(f"{p} is not a search store (not a SQLite database: damaged or foreign)")
-    page = int.from_bytes(head[16:18], "big")
-    page = 65536 if page == 1 else page
-    pages = int.from_bytes(head[28:32], "big")
-    if head[24:28] == head[92:96] and size < pages * page:  # header's page count is valid
-        raise StoreError(f"{p} is truncated ({size} bytes, its header says {pages * page})")
     sidecars = [(s, s.exists()) for s in (p.with_name(p.name + "-wal"), p.with_name(p.name + "-shm"))]
     try:
-        db = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=30)
+        db = sqlite3.connect(_readonly_uri(p), uri=True, timeout=30)
         try:
             status = db.execute("PRAGMA quick_check").fetchone()[0]
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -182,7 +185,7 @@ class Store:
         if readonly:
             if not self.path.is_file():
                 raise FileNotFoundError(f"no search store at {self.path}")
-            self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+            self._db = sqlite3.connect(_readonly_uri(self.path), uri=True, timeout=30)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=30)
