@@ -128,6 +128,8 @@ def subset(ds: Dataset, n_train: int | None = None, n_test: int | None = None,
 def holdout_split(ds: Dataset, frac: float = 0.1, seed: int = 0) -> Dataset:
     """Train on a seeded (1 - frac) of the training set, test on the held-out rest (reranking)."""
     n = len(ds.train_y)
+    if not 0.0 < frac < 1.0:  # also refuses nan
+        raise ValueError(f"holdout fraction must be in (0, 1), got {frac}")
     n_held = int(round(n * frac))
     if not 0 < n_held < n:
         raise ValueError(f"holdout fraction {frac} leaves an empty split of {n} training images")

@@ -40,9 +40,7 @@ def main(argv: list[str]) -> int:
 
     runs = [args.run, *args.compare]
     for r in runs:
-        if not r.exists():
-            raise CommandError(f"no such run folder or store: {r}")
-        check_store(r)
+        check_store(r)  # exists, intact, a schema we know
     if args.references is not None:
         from evonorm.models import resolve_norm_act
         from evonorm.report.references import DEFAULT_REFERENCES, train_references
