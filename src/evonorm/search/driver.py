@@ -78,18 +78,17 @@ class SearchResult:
 
 def resolve_layer(spec: str):
     """A seed layer: a name from evonorm.graph.library or graph JSON text (ValueError if neither)."""
-    import json
+    import reprlib
 
     from evonorm.graph import Graph
     from evonorm.graph.library import NAMED_GRAPHS
 
     if spec in NAMED_GRAPHS:
         return NAMED_GRAPHS[spec]
-    try:
-        return Graph.from_json(json.loads(spec))
-    except json.JSONDecodeError:
-        raise ValueError(f"seed layer {spec!r} is neither a named graph "
-                         f"({', '.join(sorted(NAMED_GRAPHS)[:6])}, ...) nor graph JSON") from None
+    if not spec.lstrip().startswith("{"):  # graph JSON is an object
+        raise ValueError(f"seed layer {reprlib.repr(spec)} is neither a named graph "
+                         f"({', '.join(sorted(NAMED_GRAPHS)[:6])}, ...) nor graph JSON")
+    return Graph.from_json(spec)  # ValueError on any bad text (nesting, size, encoding)
 
 
 def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> Path:
