@@ -92,7 +92,8 @@ def check_store(run: Path) -> None:
     try:
         path = store.resolve_path(run)
         if not path.is_file():
-            raise CommandError(f"no search store in {run} (start one with `evonorm search --out`)")
+            raise CommandError(f"no search store in {run} (no {path.name}; start one with "
+                               "`evonorm search --out`)")
         store.check_store(path)
     except OSError as err:  # e.g. a name too long for the file system
         raise CommandError(f"cannot read {run}: {err.strerror or err}") from None

@@ -40,7 +40,13 @@ def main(argv: list[str]) -> int:
 
     runs = [args.run, *args.compare]
     for r in runs:
-        check_store(r)  # exists, intact, a schema we know
+        try:
+            exists = r.exists()
+        except OSError:  # e.g. a name too long for the file system
+            exists = False
+        if not exists:
+            raise CommandError(f"no such run folder or store: {r}")
+        check_store(r)  # intact, a schema we know
     if args.references is not None:
         from evonorm.models import resolve_norm_act
         from evonorm.report.references import DEFAULT_REFERENCES, train_references
