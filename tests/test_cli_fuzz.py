@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import io
 import keyword
-import math
 import os
 import pickle
 import sqlite3

@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, make_executor
-from evonorm.search.presets import SearchConfig
 from evonorm.search.lock import LOCK_NAME
+from evonorm.search.presets import SearchConfig
 from evonorm.search.store import STORE_NAME, Candidate, PendingProposal, Store
 
 
