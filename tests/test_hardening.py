@@ -389,7 +389,7 @@ def test_resume_beside_a_live_search_is_refused_and_takes_over_after_sigkill(tmp
     """The issue's scenario with the real CLI: `search ... &` then `resume` on the same run."""
     evonorm = str(Path(sys.executable).parent / "evonorm")
     run = tmp_path / "run"
-    proc = subprocess.Popen([evonorm, "search", "--preset", "tiny", "--budget", "8", "--workers",
+    proc = subprocess.Popen([evonorm, "search", "--preset", "tiny", "--budget", "4", "--workers",
                              "1", "--out", str(run), "--quiet"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
@@ -412,9 +412,9 @@ def test_resume_beside_a_live_search_is_refused_and_takes_over_after_sigkill(tmp
         if proc.poll() is None:
             proc.kill()
     time.sleep(2)  # orphaned workers notice their driver is gone and exit
-    done = subprocess.run([evonorm, "resume", str(run), "--quiet"], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([evonorm, "resume", str(run), "--quiet", "--workers", "2"],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     with Store(run, readonly=True) as s:
         assert s.get_meta("status") == "complete"
-        assert sorted(c.proposal for c in s.candidates()) == list(range(8))
+        assert sorted(c.proposal for c in s.candidates()) == list(range(4))
