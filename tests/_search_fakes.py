@@ -71,7 +71,7 @@ def sigkill_after(proc, run, n: int, timeout: float) -> None:
                     with Store(run, readonly=True) as s:
                         if s.num_candidates() >= n:
                             break
-                except sqlite3.OperationalError:  # the search is still creating its store
+                except (sqlite3.OperationalError, ValueError):  # the search is still creating its store
                     pass
             time.sleep(0.05)
         assert proc.poll() is None, "the search ended before it could be killed"

@@ -26,7 +26,12 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse that reports a bad argument in one line and exits 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def one_line(message: str) -> str:
+    """A message as one line (user input quoted in it may hold newlines)."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
 class CommandError(Exception):
@@ -54,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(module.main(rest) or 0)
     except CommandError as err:
-        print(f"evonorm {name}: error: {err}", file=sys.stderr)
+        print(f"evonorm {name}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"evonorm {name}: interrupted", file=sys.stderr)

@@ -26,6 +26,7 @@ import torch
 
 DATASETS = ("cifar10", "cifar100", "fashion_mnist", "synthetic")
 FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
+SYNTHETIC_MAX = (50_000, 10_000)  # train, test: CIFAR's sizes; generated, so bounded by hand
 
 _CIFAR = {
     "cifar10": dict(folder="cifar-10-batches-py", classes=10, label_key=b"labels",
@@ -81,16 +82,29 @@ def default_dataset_name() -> str:
 
 def load_dataset(name: str, root: str | Path | None = None, *, download: bool = False,
                  n_train: int | None = None, n_test: int | None = None, seed: int = 0) -> Dataset:
-    """Load a dataset by name; `n_train`/`n_test` keep a seeded random subset of each split."""
+    """Load a dataset by name; `n_train`/`n_test` keep a seeded random subset of each split.
+
+    Asking for more images than a split holds is a ValueError (the synthetic set holds at most
+    SYNTHETIC_MAX), so a typo cannot silently shrink the request or exhaust memory.
+    """
+    if name == "synthetic":
+        _check_sizes(name, n_train, n_test, *SYNTHETIC_MAX)
+        return synthetic_dataset(n_train=n_train or 2048, n_test=n_test or 512, seed=seed)
     if name == "cifar10" or name == "cifar100":
         ds = _load_cifar(name, Path(root) if root else default_root(), download)
     elif name == "fashion_mnist":
         ds = _load_fashion_mnist(root)
-    elif name == "synthetic":
-        ds = synthetic_dataset(n_train=n_train or 2048, n_test=n_test or 512, seed=seed)
     else:
         raise ValueError(f"unknown dataset {name!r} (choose from {', '.join(DATASETS)})")
+    _check_sizes(name, n_train, n_test, len(ds.train_y), len(ds.test_y))
     return subset(ds, n_train, n_test, seed=seed)
+
+
+def _check_sizes(name: str, n_train: int | None, n_test: int | None, max_train: int,
+                 max_test: int) -> None:
+    for n, limit, split in ((n_train, max_train, "training"), (n_test, max_test, "test")):
+        if n is not None and not 1 <= n <= limit:
+            raise ValueError(f"{name} has {limit} {split} images: asked for {n} (must be 1..{limit})")
 
 
 def subset(ds: Dataset, n_train: int | None = None, n_test: int | None = None,
@@ -114,6 +128,8 @@ def subset(ds: Dataset, n_train: int | None = None, n_test: int | None = None,
 def holdout_split(ds: Dataset, frac: float = 0.1, seed: int = 0) -> Dataset:
     """Train on a seeded (1 - frac) of the training set, test on the held-out rest (reranking)."""
     n = len(ds.train_y)
+    if not 0.0 < frac < 1.0:  # also refuses nan
+        raise ValueError(f"holdout fraction must be in (0, 1), got {frac}")
     n_held = int(round(n * frac))
     if not 0 < n_held < n:
         raise ValueError(f"holdout fraction {frac} leaves an empty split of {n} training images")
@@ -206,13 +222,44 @@ def _load_cifar(name: str, root: Path, download: bool) -> Dataset:
                    torch.cat([y for _, y in test]), info["classes"], mean, std)
 
 
+class _CifarUnpickler(pickle.Unpickler):
+    """Unpickles what a CIFAR batch holds (dicts, lists, str/bytes, ints, numpy arrays) and
+    refuses every other global, so a planted file cannot run code."""
+
+    def find_class(self, module: str, name: str):
+        allowed = _cifar_globals()
+        if (module, name) not in allowed:
+            raise pickle.UnpicklingError(f"refused global {module}.{name} (not part of a CIFAR file)")
+        return allowed[(module, name)]
+
+
+def _cifar_globals() -> dict[tuple[str, str], object]:
+    """The globals numpy's array pickles name (old and new module paths), as this numpy's objects."""
+    reconstruct = np.zeros(1).__reduce_ex__(2)[0]  # numpy.(_)core.multiarray._reconstruct
+    frombuffer = np.zeros(1).__reduce_ex__(5)[0]  # numpy.(_)core.numeric._frombuffer
+    out: dict[tuple[str, str], object] = {("numpy", "ndarray"): np.ndarray,
+                                          ("numpy", "dtype"): np.dtype,
+                                          ("_codecs", "encode"): _latin1_encode}
+    for core in ("numpy.core", "numpy._core"):
+        out[(f"{core}.multiarray", "_reconstruct")] = reconstruct
+        out[(f"{core}.numeric", "_frombuffer")] = frombuffer
+    return out
+
+
+def _latin1_encode(text: str, encoding: str = "utf-8") -> bytes:
+    """What protocol-2 pickles of bytes call (`_codecs.encode(text, "latin1")`), latin-1 only."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError(f"refused _codecs.encode with encoding {encoding!r}")
+    return text.encode("latin1")
+
+
 def _read_cifar_file(path: Path, label_key: bytes, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One pickled CIFAR batch -> (uint8 N x 3 x 32 x 32, int64 N); any damage names the file."""
     if not path.is_file():
         raise FileNotFoundError(f"missing CIFAR file {path}")
     try:
         with open(path, "rb") as f:
-            d = pickle.load(f, encoding="bytes")
+            d = _CifarUnpickler(f, encoding="bytes").load()
         data = np.asarray(d[b"data"], dtype=np.uint8)
         labels = np.asarray(d[label_key], dtype=np.int64)
     except Exception as err:  # truncated pickle, wrong content, missing key

@@ -56,6 +56,14 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.arch not in ARCHS:
             raise ValueError(f"unknown architecture {self.arch!r} (choose from {', '.join(ARCHS)})")
+        for name in ("lr", "width", "width_scale"):  # nan/inf/<= 0 would train nothing silently
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value}")
+        for name in ("n_train", "n_test"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
 
     def resolved_width(self) -> float:
         return self.width if self.width is not None else ARCHS[self.arch].width * self.width_scale

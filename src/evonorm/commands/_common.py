@@ -1,10 +1,118 @@
-"""What `evonorm search` and `evonorm resume` share: the executor check and the closing summary."""
+"""What the commands share: argument bounds that say why, the run lock, store and output-folder checks,
+the executor check, and the closing summary of `search` / `resume`.
+
+Each check turns a bad input into a one-line CommandError (exit 2) before anything is written.
+"""
 
 from __future__ import annotations
 
+import os
+import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from evonorm.cli import CommandError
+
+LOCAL_WORKERS_PER_CORE = 4
+MAX_RAY_WORKERS = 256
+
+
+def check_workers(cfg) -> None:
+    """Bound the worker count: past it a search only thrashes (or waits on slots it never fills)."""
+    if cfg.executor == "local":
+        cores = os.cpu_count() or 1
+        limit = LOCAL_WORKERS_PER_CORE * cores
+        if cfg.workers > limit:
+            raise CommandError(
+                f"--workers {cfg.workers} is more than {limit} ({LOCAL_WORKERS_PER_CORE} per core on "
+                f"{cores} cores): each local worker is a process training models, so more only "
+                "thrashes memory and CPU; use --executor ray for a cluster")
+    elif cfg.workers > MAX_RAY_WORKERS:
+        raise CommandError(
+            f"--workers {cfg.workers} is more than {MAX_RAY_WORKERS}: that many candidates in flight "
+            "are proposed before their results can steer the evolution")
+
+
+def check_device(device: str | None) -> None:
+    """A --device torch knows, and CUDA only where there is one (before any work starts)."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise CommandError(f"unknown --device {device!r} (cpu or cuda)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise CommandError(f"--device {device}: no CUDA device is available here")
+    if dev.type not in ("cpu", "cuda"):
+        raise CommandError(f"--device {device!r} is not supported (cpu or cuda)")
+
+
+def check_writable(path: Path) -> None:
+    """`path` can be created: its nearest existing ancestor is a folder we may write in, and the
+    path itself is not a folder. Checked before long work, so it does not end in a traceback."""
+    try:
+        if path.is_dir():
+            raise CommandError(f"{path} is a folder, expected a file name")
+        parent = path.parent
+        while not parent.exists():
+            parent = parent.parent
+    except OSError as err:
+        raise CommandError(f"cannot write {path}: {err.strerror or err}") from None
+    if not parent.is_dir():
+        raise CommandError(f"cannot write {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CommandError(f"cannot write {path}: {parent} is read-only")
+
+
+@contextmanager
+def run_lock(run: Path) -> Iterator[None]:
+    """Hold the run folder's lock (search, resume, rerank): a second driver exits 2 naming the
+    holder; a lock left by a killed process is taken over."""
+    from evonorm.search.lock import RunLock, RunLocked
+
+    lock = RunLock(run)
+    try:
+        lock.acquire()
+    except RunLocked as err:
+        raise CommandError(str(err)) from None
+    except OSError as err:
+        raise CommandError(f"cannot write in run folder {run}: {err.strerror or err}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def check_store(run: Path) -> None:
+    """The run's store must exist and be an intact store of a known schema (read-only check)."""
+    from evonorm.search import store
+
+    try:
+        path = store.resolve_path(run)
+        if not path.is_file():
+            raise CommandError(f"no search store in {run} (no {path.name}; start one with "
+                               "`evonorm search --out`)")
+        store.check_store(path)
+    except OSError as err:  # e.g. a name too long for the file system
+        raise CommandError(f"cannot read {run}: {err.strerror or err}") from None
+    except store.StoreError as err:
+        raise CommandError(str(err)) from None
+
+
+@contextmanager
+def write_errors(what: str) -> Iterator[None]:
+    """Report an unwritable folder or store (read-only, full disk, not a folder) in one line."""
+    try:
+        yield
+    except OSError as err:
+        name = f" {err.filename}" if err.filename else ""
+        raise CommandError(f"cannot write {what}{name}: {err.strerror or err}") from None
+    except sqlite3.OperationalError as err:
+        raise CommandError(f"cannot write {what}: {err}") from None
+
 
 
 def check_executor(cfg) -> None:

@@ -36,21 +36,36 @@ def main(argv: list[str]) -> int:
         raise CommandError("reports need matplotlib: pip install 'evonorm[plots]'") from None
     from evonorm.report import write_report
 
+    from evonorm.commands._common import check_store, write_errors
+
     runs = [args.run, *args.compare]
     for r in runs:
-        if not r.exists():
+        try:
+            exists = r.exists()
+        except OSError:  # e.g. a name too long for the file system
+            exists = False
+        if not exists:
             raise CommandError(f"no such run folder or store: {r}")
+        check_store(r)  # intact, a schema we know
     if args.references is not None:
+        from evonorm.models import resolve_norm_act
         from evonorm.search.references import DEFAULT_REFERENCES, train_references
 
+        for name in args.references:  # all known before the first one is trained and saved
+            try:
+                resolve_norm_act(name)
+            except (ValueError, TypeError) as err:
+                raise CommandError(str(err).splitlines()[0]) from None
+        with write_errors(f"references into {args.run}"):
+            try:
+                train_references(args.run, args.references or DEFAULT_REFERENCES,
+                                 log=lambda s: print(s, flush=True))
+            except (FileNotFoundError, ValueError) as err:
+                raise CommandError(str(err).splitlines()[0]) from None
+    with write_errors("the report"):
         try:
-            train_references(args.run, args.references or DEFAULT_REFERENCES,
-                             log=lambda s: print(s, flush=True))
+            page = write_report(runs, args.out)
         except (FileNotFoundError, ValueError) as err:
-            raise CommandError(str(err)) from None
-    try:
-        page = write_report(runs, args.out)
-    except FileNotFoundError as err:
-        raise CommandError(str(err)) from None
+            raise CommandError(str(err).splitlines()[0]) from None
     print(f"report: {page}")
     return 0

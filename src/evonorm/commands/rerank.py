@@ -27,22 +27,28 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.top is not None and args.top < 1:
         raise CommandError("--top must be >= 1")
+    from evonorm.commands._common import check_store, run_lock, write_errors
     from evonorm.report.text import rerank_table
-    from evonorm.search.rerank import rerank
-    from evonorm.search.store import Store, resolve_path
+    from evonorm.search.rerank import rerank, rerank_config
+    from evonorm.search.store import Store
     from evonorm.train import PRESETS
 
-    if not resolve_path(args.run).is_file():
-        raise CommandError(f"no search store in {args.run}")
+    check_store(args.run)
     if args.preset is not None and args.preset not in PRESETS:
         raise CommandError(f"unknown training preset {args.preset!r} "
                            f"(choose from {', '.join(PRESETS)})")
     overrides = {k: v for k, v in dict(steps=args.steps, width=args.width,
                                        n_train=args.n_train).items() if v is not None}
-    try:
-        rows = rerank(args.run, top=args.top, preset=args.preset, overrides=overrides)
-    except (ValueError, FileNotFoundError) as err:
+    try:  # the setting must be valid before anything is trained or written
+        with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
+            rerank_config(store.search_config(), args.preset, overrides)
+    except (ValueError, TypeError, FileNotFoundError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
+    with run_lock(args.run), write_errors(f"run {args.run}"):
+        try:
+            rows = rerank(args.run, top=args.top, preset=args.preset, overrides=overrides)
+        except (ValueError, FileNotFoundError) as err:
+            raise CommandError(str(err).splitlines()[0]) from None
     with Store(args.run, readonly=True) as store:
         graphs = {c.id: c.graph for c in store.candidates()}
     print(rerank_table(rows, graphs))

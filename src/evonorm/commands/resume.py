@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import check_executor, report_result
+from evonorm.commands._common import (check_executor, check_store, check_workers, report_result, run_lock,
+                                      write_errors)
 
 
 def build_parser() -> ArgumentParser:
@@ -14,7 +15,10 @@ def build_parser() -> ArgumentParser:
 
     p = ArgumentParser(prog="evonorm resume", description=(
         "Continue a search from RUN/store.sqlite: finished candidates are kept, the ones in flight "
-        "when it stopped are evaluated again, and the random stream continues where it was."))
+        "when it stopped are evaluated again, and the random stream continues where it was. With "
+        "one worker the resumed search proposes exactly what an uninterrupted one would; with "
+        "more, results join the population in arrival order (timing), so it may propose "
+        "differently. Exits 2 if another search/resume/rerank holds RUN."))
     p.add_argument("run", type=Path, help="run folder of `evonorm search --out`")
     p.add_argument("--budget", type=int, default=None, help="raise the candidate budget")
     p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: per core)")
@@ -25,40 +29,57 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+def _plan(args):
+    """(config with the command's changes, candidates done, proposals re-queued), read-only;
+    CommandError on anything wrong with the run or the arguments."""
+    from evonorm.search.store import Store
+
+    check_store(args.run)
+    try:
+        with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
+            cfg, done = store.search_config(), store.num_candidates()
+            pending = len(store.pending_proposals())
+        changes = {k: v for k, v in dict(workers=args.workers, executor=args.executor,
+                                         address=args.address, budget=args.budget).items()
+                   if v is not None}
+        if "budget" in changes and changes["budget"] < cfg.budget:
+            raise ValueError(f"--budget cannot shrink the run's budget of {cfg.budget}")
+        cfg = cfg.replace(**changes)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        raise CommandError(str(err).splitlines()[0]) from None
+    check_executor(cfg)
+    check_workers(cfg)
+    return cfg, done, pending
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from evonorm.search.store import Store, resolve_path
+    from evonorm.search.evaluator import search_dataset
+    from evonorm.search.store import Store
 
-    if not resolve_path(args.run).is_file():
-        raise CommandError(f"no search store in {args.run} (start one with `evonorm search --out`)")
-    with Store(args.run) as store:
-        try:
-            cfg = store.search_config()
-            changes = {k: v for k, v in dict(workers=args.workers, executor=args.executor,
-                                             address=args.address, budget=args.budget).items()
-                       if v is not None}
-            if "budget" in changes and changes["budget"] < cfg.budget:
-                raise ValueError(f"--budget cannot shrink the run's budget of {cfg.budget}")
-            cfg = cfg.replace(**changes)
-        except (FileNotFoundError, ValueError) as err:
-            raise CommandError(str(err)) from None
-        check_executor(cfg)
-        done = store.num_candidates()
-        if done >= cfg.budget:
-            print(f"search in {args.run} is already complete ({done}/{cfg.budget} candidates); "
-                  "nothing to do")
-            from evonorm.report.text import summary_table
-            print(summary_table(args.run, top=args.top))
-            return 0
-        store.set_config(cfg.to_dict())
-        store.set_meta("status", "running")
-        pending = len(store.pending_proposals())
-    if not args.quiet:
-        print(f"resume: {done}/{cfg.budget} candidates done, {pending} re-queued "
-              f"(in flight when it stopped), {cfg.num_workers} {cfg.executor} worker(s)",
-              file=sys.stderr)
-    from evonorm.search.driver import run_search
+    if args.top < 0:
+        raise CommandError("--top must be >= 0")
+    cfg, done, _ = _plan(args)  # every check before the lock file or the store is touched
+    if done >= cfg.budget:
+        print(f"search in {args.run} is already complete ({done}/{cfg.budget} candidates); "
+              "nothing to do")
+        from evonorm.report.text import summary_table
+        print(summary_table(args.run, top=args.top))
+        return 0
+    try:  # the data must still be there
+        search_dataset(cfg)
+    except (ValueError, FileNotFoundError) as err:
+        raise CommandError(str(err).splitlines()[0]) from None
+    with run_lock(args.run):
+        cfg, done, pending = _plan(args)  # again: another driver may have run in between
+        with write_errors(f"run {args.run}"), Store(args.run) as store:
+            store.set_config(cfg.to_dict())
+        if not args.quiet:
+            print(f"resume: {done}/{cfg.budget} candidates done, {pending} re-queued "
+                  f"(in flight when it stopped), {cfg.num_workers} {cfg.executor} worker(s)",
+                  file=sys.stderr)
+        from evonorm.search.driver import run_search
 
-    result = run_search(args.run, progress=not args.quiet)
-    report_result(result, args.run, args.top)
+        result = run_search(args.run, progress=not args.quiet)
+        report_result(result, args.run, args.top)
     return 0

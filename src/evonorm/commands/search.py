@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import check_executor, report_result
+from evonorm.commands._common import check_executor, check_workers, report_result, run_lock, write_errors
 
 
 def build_parser() -> ArgumentParser:
@@ -93,26 +93,36 @@ def check_setup(cfg):
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    from evonorm.search.lock import LOCK_NAME
+
     if args.top < 0:
         raise CommandError("--top must be >= 0")
     cfg = config_from_args(args)
     check_executor(cfg)
+    check_workers(cfg)
     run = args.out
-    if run.exists() and (not run.is_dir() or any(run.iterdir())) and not args.force:
+    with write_errors(f"run folder {run}"):
+        used = run.exists() and (not run.is_dir()
+                                 or any(p.name != LOCK_NAME for p in run.iterdir()))
+    if used and not args.force:
         raise CommandError(f"run folder {run} exists and is not empty (use --force to start over,"
                            f" or `evonorm resume {run}`)")
     cfg = check_setup(cfg)
 
     from evonorm.search.driver import init_run, run_search
 
-    try:
-        init_run(run, cfg, force=args.force)
-    except FileExistsError as err:
-        raise CommandError(str(err)) from None
-    if not args.quiet:
-        print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, dataset "
-              f"{cfg.dataset}, archs {', '.join(cfg.archs)}, budget {cfg.budget}, "
-              f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
-    result = run_search(run, progress=not args.quiet)
-    report_result(result, run, args.top)
+    with write_errors(f"run folder {run}"):
+        run.mkdir(parents=True, exist_ok=True)
+    with run_lock(run):
+        with write_errors(f"run folder {run}"):
+            try:
+                init_run(run, cfg, force=args.force)
+            except FileExistsError as err:
+                raise CommandError(str(err)) from None
+        if not args.quiet:
+            print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, dataset "
+                  f"{cfg.dataset}, archs {', '.join(cfg.archs)}, budget {cfg.budget}, "
+                  f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
+        result = run_search(run, progress=not args.quiet)
+        report_result(result, run, args.top)
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
@@ -11,20 +12,31 @@ def _load(spec: str):
     """A named graph, JSON text, or a JSON file (read here) as a Graph; a one-line error if none."""
     from evonorm.graph.library import NAMED_GRAPHS, resolve_graph
 
-    source, text = "JSON text", spec
-    if spec not in NAMED_GRAPHS and not spec.lstrip().startswith("{"):
-        if not Path(spec).is_file():
-            raise CommandError(f"{spec!r} is neither a named graph ({', '.join(NAMED_GRAPHS)}), "
-                               "a JSON file nor JSON text")
+    if spec in NAMED_GRAPHS:
+        return NAMED_GRAPHS[spec]
+    text: str | bytes
+    if spec.lstrip().startswith("{"):
+        source, text = "JSON text", spec
+    elif _is_file(spec):
         source = spec
         try:
-            text = Path(spec).read_text()
+            text = Path(spec).read_bytes()
         except OSError as err:
             raise CommandError(f"cannot read {spec}: {err.strerror}") from None
+    else:
+        raise CommandError(f"{reprlib.repr(spec)} is neither a named graph "
+                           f"({', '.join(NAMED_GRAPHS)}), a JSON file nor JSON text")
     try:
         return resolve_graph(text)
     except ValueError as err:
-        raise CommandError(f"invalid graph in {source}: {err}") from None
+        raise CommandError(f"invalid graph in {reprlib.repr(source)}: {err}") from None
+
+
+def _is_file(spec: str) -> bool:
+    try:
+        return Path(spec).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
 
 
 def main(argv: list[str]) -> int:

@@ -48,13 +48,17 @@ def build_parser() -> ArgumentParser:
 
 
 def read_layer(text: str):
-    """A layer argument: a name, inline JSON, or @path to a JSON file."""
+    """A layer argument: a name, inline JSON, or @path to a graph JSON file."""
     if text.startswith("@"):
+        from evonorm.graph import Graph
+
         path = Path(text[1:])
         try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise CommandError(f"cannot read layer JSON from {path}: {err}") from None
+            return Graph.from_json(path.read_bytes())
+        except OSError as err:
+            raise CommandError(f"cannot read layer JSON from {path}: {err.strerror or err}") from None
+        except ValueError as err:
+            raise CommandError(f"invalid layer JSON in {path}: {err}") from None
     return text
 
 
@@ -66,6 +70,14 @@ def main(argv: list[str]) -> int:
     from evonorm.models import resolve_norm_act
     from evonorm.train import get_preset, train
 
+    from evonorm.commands._common import check_device, check_writable, write_errors
+
+    for flag, value in (("--threads", args.threads), ("--groups", args.groups)):
+        if value is not None and value < 1:
+            raise CommandError(f"{flag} must be >= 1, got {value}")
+    check_device(args.device)
+    if args.out is not None:
+        check_writable(args.out)
     torch.set_num_threads(args.threads or min(2, os.cpu_count() or 1))
     try:
         cfg = get_preset(args.preset, arch=args.arch, batch_size=args.batch_size, steps=args.steps,
@@ -79,6 +91,10 @@ def main(argv: list[str]) -> int:
         ds = load_dataset(name, args.data_root, download=args.download, seed=args.seed)
         if args.holdout is not None:
             ds = holdout_split(ds, args.holdout, seed=args.seed)
+        for flag, n, have in (("--n-train", args.n_train, len(ds.train_y)),
+                              ("--n-test", args.n_test, len(ds.test_y))):
+            if n is not None and n > have:
+                raise ValueError(f"{flag} {n} is more than the {have} images {ds.name} has")
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise CommandError(str(err)) from None
 
@@ -96,9 +112,10 @@ def main(argv: list[str]) -> int:
     if args.out is not None:
         record = {"layer": args.layer, "dataset": ds.name, "preset": args.preset,
                   **result.to_dict()}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps(record, indent=2) + "\n")
-        os.replace(tmp, args.out)
+        with write_errors("the result"):
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = args.out.with_name(args.out.name + ".tmp")
+            tmp.write_text(json.dumps(record, indent=2) + "\n")
+            os.replace(tmp, args.out)
         print(f"wrote {args.out}")
     return 0 if result.status == "ok" else 1

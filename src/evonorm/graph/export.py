@@ -8,6 +8,7 @@ the fixed table and integer node ids are written into the code.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import keyword
@@ -29,7 +30,33 @@ def to_python(graph: Graph, class_name: str = "EvoLayer") -> str:
     """Source of a module file defining `class_name(num_features, *, apply_act=True, groups=32,
     eps=1e-5, momentum=0.1, **kwargs)`, equal to `graph.to_module(...)`."""
     if not class_name.isidentifier() or keyword.iskeyword(class_name):
-        raise ValueError(f"class_name must be a Python identifier, got {class_name!r}")
+        raise ValueError(f"class_name must be a Python identifier, got {class_name[:80]!r}")
+    code = _module_source(graph, class_name)
+    taken = _names_used(_module_source(graph, "EvoLayerClassNamePlaceholder"))
+    if class_name in taken or class_name.startswith("__"):
+        raise ValueError(f"class_name {class_name!r} would shadow a name the exported module uses "
+                         "(its imports, helper functions or builtins); choose another")
+    return code
+
+
+def _names_used(source: str) -> set[str]:
+    """Every name the module binds or reads (imports, defs, globals, builtins, locals): a class
+    bound at its end under one of them could break the code that reads it."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    names.discard("EvoLayerClassNamePlaceholder")
+    return names
+
+
+def _module_source(graph: Graph, class_name: str) -> str:
     live = [n for n in graph.live_nodes()]
     ops = [graph.node(n)[0] for n in live if n >= NUM_INPUTS]
     prims = [P.PRIMITIVES[op] for op in dict.fromkeys(ops)]

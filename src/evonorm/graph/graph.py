@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,12 @@ from evonorm.graph.primitives import COMMUTATIVE, PRIMITIVES
 INPUTS: tuple[str, ...] = ("x", "zero", "v0", "v1")
 NUM_INPUTS = len(INPUTS)
 MAX_NODES = 10
+MAX_JSON_CHARS = 100_000  # far above any graph; bounds parsing time and memory for junk input
+
+
+def _short(value: Any) -> str:
+    """A bounded one-line repr for error messages (junk input may be huge or deeply nested)."""
+    return reprlib.repr(value).replace("\n", "\\n")
 
 
 def _check_node(i: int, node: Any, total: int) -> tuple:
@@ -24,18 +31,18 @@ def _check_node(i: int, node: Any, total: int) -> tuple:
     nid = i + NUM_INPUTS
     where = f"node {nid} (entry {i})"
     if not isinstance(node, (list, tuple)) or not node:
-        raise ValueError(f"{where}: expected a list [op, input ids...], got {node!r}")
+        raise ValueError(f"{where}: expected a list [op, input ids...], got {_short(node)}")
     op, *args = node
     if not isinstance(op, str):
-        raise ValueError(f"{where}: op must be a string, got {op!r}")
+        raise ValueError(f"{where}: op must be a string, got {_short(op)}")
     prim = PRIMITIVES.get(op)
     if prim is None:
-        raise ValueError(f"{where}: unknown op {op!r} (choose from {', '.join(PRIMITIVES)})")
+        raise ValueError(f"{where}: unknown op {_short(op)} (choose from {', '.join(PRIMITIVES)})")
     if len(args) != prim.arity:
         raise ValueError(f"{where}: op {op!r} takes {prim.arity} input(s), got {len(args)}")
     for a in args:
         if isinstance(a, bool) or not isinstance(a, int):
-            raise ValueError(f"{where}: input ids must be integers, got {a!r}")
+            raise ValueError(f"{where}: input ids must be integers, got {_short(a)}")
         if a < 0:
             raise ValueError(f"{where}: input id {a} is out of range (ids start at 0)")
         if a >= nid:
@@ -68,16 +75,27 @@ class Graph:
         """A Graph from a dict {"nodes": [...]} or its JSON text (or a Graph); ValueError on bad input."""
         if isinstance(obj, Graph):
             return cls(obj.nodes, max_nodes)
-        if isinstance(obj, (str, bytes)):
+        if isinstance(obj, bytes):  # e.g. a file's content
+            try:
+                obj = obj.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"graph is not UTF-8 text (byte {err.start})") from None
+        if isinstance(obj, str):
+            if len(obj) > MAX_JSON_CHARS:
+                raise ValueError(f"graph JSON is {len(obj)} characters, more than {MAX_JSON_CHARS} "
+                                 f"(a {MAX_NODES}-node graph needs a few hundred)")
             try:
                 obj = json.loads(obj)
             except json.JSONDecodeError as err:
                 raise ValueError(f"graph is not valid JSON: {err}") from None
+            except RecursionError:
+                raise ValueError("graph JSON is nested too deeply") from None
         if not isinstance(obj, dict):
             raise ValueError(f'graph must be a JSON object {{"nodes": [...]}}, got {type(obj).__name__}')
-        unknown = sorted(set(obj) - {"nodes"})
+        unknown = sorted(map(str, set(obj) - {"nodes"}))
         if unknown:
-            raise ValueError(f"graph has unknown key(s) {', '.join(map(repr, unknown))} (expected only 'nodes')")
+            raise ValueError(f"graph has unknown key(s) {', '.join(map(_short, unknown[:5]))} "
+                             "(expected only 'nodes')")
         if "nodes" not in obj:
             raise ValueError("graph has no 'nodes' list")
         return cls(obj["nodes"], max_nodes)

@@ -8,6 +8,8 @@ layer (v1 would be 1 only at init).
 
 from __future__ import annotations
 
+import reprlib
+
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -91,7 +93,7 @@ def resolve_graph(spec: Any) -> Graph:
         if text in NAMED_GRAPHS:
             return NAMED_GRAPHS[text]
         if not text.startswith("{"):
-            raise ValueError(f"{spec!r} is neither a named graph "
+            raise ValueError(f"{reprlib.repr(spec)} is neither a named graph "
                              f"({', '.join(sorted(NAMED_GRAPHS)[:6])}, ...) nor graph JSON")
         spec = text
     return Graph.from_json(spec)

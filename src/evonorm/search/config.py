@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
@@ -111,8 +112,8 @@ class SearchConfig:
             errors.append(f"p_random must be in [0, 1], got {self.p_random}")
         if not 0.0 < self.holdout < 1.0:
             errors.append(f"holdout must be in (0, 1), got {self.holdout}")
-        if self.timeout <= 0:
-            errors.append(f"timeout must be > 0, got {self.timeout}")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan would disable it
+            errors.append(f"timeout must be a finite number of seconds > 0, got {self.timeout}")
         if errors:
             raise ValueError("; ".join(errors))
 

@@ -22,6 +22,7 @@ from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, Executor, make_executor
+from evonorm.search.lock import LOCK_NAME
 from evonorm.search.store import STORE_NAME, PendingProposal, Store
 
 
@@ -79,14 +80,14 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> 
     run = Path(run_dir)
     if run.exists() and not run.is_dir():
         raise FileExistsError(f"{run} exists and is not a folder")
-    if run.is_dir() and any(run.iterdir()):
+    if run.is_dir() and any(p.name != LOCK_NAME for p in run.iterdir()):  # the lock is ours
         if not force:
             raise FileExistsError(f"run folder {run} is not empty (use --force to overwrite)")
         for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm"):
             (run / name).unlink(missing_ok=True)
     with Store(run) as store:
         store.set_config(cfg.with_dataset().to_dict())
-        store.set_meta("status", "running")
+        store.set_meta("status", "created")  # "running" only once run_search has its workers
         store.set_meta("created_at", time.time())
     return run
 
@@ -255,6 +256,7 @@ def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], Evaluation]
                        desc="search", file=sys.stderr, dynamic_ncols=True)
         log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
         search = _Search(store, cfg, executor, bar=bar, log=log)
+        store.set_meta("status", "running")
         try:
             search.run()
         finally:
@@ -262,10 +264,11 @@ def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], Evaluation]
                 bar.close()
             if own_executor:
                 executor.close()
-        done = store.num_candidates()
-        complete = done >= cfg.budget
+            done = store.num_candidates()
+            complete = done >= cfg.budget
+            # a killed driver leaves "running"; any other exit says what it left behind
+            store.set_meta("status", "complete" if complete else "stopped")
         if complete:
-            store.set_meta("status", "complete")
             store.set_meta("finished_at", time.time())
         return SearchResult(run, cfg.budget, done, complete, search.tally)
     finally:

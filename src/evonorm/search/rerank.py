@@ -11,7 +11,23 @@ import time
 from pathlib import Path
 
 from evonorm.search.candidates import top_layers
+from evonorm.search.config import SearchConfig
 from evonorm.search.store import Store
+
+
+def rerank_config(cfg: SearchConfig, preset: str | None = None,
+                  overrides: dict | None = None) -> SearchConfig:
+    """The search config with the rerank setting asked for; ValueError if it cannot train
+    (checked on every architecture before anything is trained or written)."""
+    from evonorm.search.evaluator import train_config
+
+    if preset is not None:
+        cfg = cfg.replace(rerank_preset=preset, rerank_train=dict(overrides or {}))
+    elif overrides:
+        cfg = cfg.replace(rerank_train={**cfg.rerank_train, **overrides})
+    for arch in cfg.archs:
+        train_config(cfg, arch, cfg.rerank_training)
+    return cfg
 
 
 def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = None,
@@ -22,11 +38,7 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     with Store(run_dir) as store:
-        cfg = store.search_config()
-        if preset is not None:
-            cfg = cfg.replace(rerank_preset=preset, rerank_train=dict(overrides or {}))
-        elif overrides:
-            cfg = cfg.replace(rerank_train={**cfg.rerank_train, **overrides})
+        cfg = rerank_config(store.search_config(), preset, overrides)
         setting = cfg.rerank_training
         label = setting.label
         chosen = [row.best for row in top_layers(store.candidates(), top or cfg.rerank_top)]

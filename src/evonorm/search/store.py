@@ -120,16 +120,86 @@ def migrate(db: sqlite3.Connection) -> None:
         raise
 
 
+def _readonly_uri(path: Path) -> str:
+    """Read-only; with no -wal beside it (no writer since the last clean close) the file holds
+    everything and is read as immutable, so a reader leaves no -wal/-shm behind."""
+    wal = path.with_name(path.name + "-wal").exists()
+    return f"file:{path}?mode=ro" + ("" if wal else "&immutable=1")
+
+
+class StoreError(ValueError):
+    """A store file that is damaged, foreign (not ours) or from a newer schema: refused, untouched."""
+
+
+_REQUIRED_TABLES = ("meta", "proposals", "candidates")
+
+
+def check_store(path: str | Path) -> None:
+    """Refuse (StoreError, one line) a file that is not an intact store of a schema we know.
+
+    Reads only: the header is checked by hand (empty, non-SQLite), the rest (truncated, damaged
+    pages, tables, schema version) through a read-only connection; any -wal/-shm that SQLite
+    creates for it is removed again.
+    """
+    p = resolve_path(path)
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(100)
+    except OSError as err:
+        raise StoreError(f"cannot read store {p}: {err.strerror or err}") from None
+    if size == 0:
+        raise StoreError(f"{p} is an empty file, not a search store")
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+        raise StoreError(f"{p} is not a search store (not a SQLite database: damaged or foreign)")
+    sidecars = [(s, s.exists()) for s in (p.with_name(p.name + "-wal"), p.with_name(p.name + "-shm"))]
+    try:
+        db = sqlite3.connect(_readonly_uri(p), uri=True, timeout=30)
+        try:
+            status = db.execute("PRAGMA quick_check").fetchone()[0]
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            row = (db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                   if "meta" in tables else None)
+        finally:
+            db.close()
+    except sqlite3.Error as err:
+        raise StoreError(f"{p} is a damaged store ({err})") from None
+    finally:
+        for side, existed in sidecars:
+            if not existed:
+                side.unlink(missing_ok=True)
+    if status != "ok":
+        raise StoreError(f"{p} is a damaged store (integrity check: {status})")
+    missing = [t for t in _REQUIRED_TABLES if t not in tables]
+    if missing:
+        raise StoreError(f"{p} is not a search store (no {', '.join(missing)} table)")
+    try:
+        version = json.loads(row[0]) if row is not None else None
+    except ValueError:
+        version = None
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise StoreError(f"{p} is a damaged store (no valid schema_version)")
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{p} has store schema version {version}, newer than this evonorm's "
+                         f"{SCHEMA_VERSION}: upgrade evonorm to use it")
+
+
 class Store:
-    """SQLite store of one run; `Store(RUN)` or `Store(RUN/store.sqlite)`."""
+    """SQLite store of one run; `Store(RUN)` or `Store(RUN/store.sqlite)`.
+
+    An existing file is checked first (`check_store`): a damaged, foreign or newer store raises
+    StoreError before anything is written to it.
+    """
 
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = resolve_path(path)
         self.readonly = readonly
+        if self.path.exists():
+            check_store(self.path)
         if readonly:
             if not self.path.is_file():
                 raise FileNotFoundError(f"no search store at {self.path}")
-            self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+            self._db = sqlite3.connect(_readonly_uri(self.path), uri=True, timeout=30)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=30)
