@@ -83,9 +83,9 @@ def check_setup(cfg):
     if unknown:
         raise CommandError(f"unknown architecture(s) {', '.join(unknown)} "
                            f"(choose from {', '.join(list_archs())})")
-    if cfg.dataset is None:
-        cfg = cfg.replace(dataset=default_dataset_name())
     try:
+        if cfg.dataset is None:  # never a silent fall-back to the synthetic set
+            cfg = cfg.replace(dataset=default_dataset_name(fallback=False))
         for spec in cfg.seed_layers:
             if resolve_layer(spec).uses_batch_stats and not cfg.allow_batch:
                 raise ValueError(f"seed layer {spec!r} uses batch statistics: not in the S space")
@@ -95,6 +95,19 @@ def check_setup(cfg):
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
     return cfg
+
+
+def run_facts(cfg) -> dict:
+    """What a run trains on, for its start line and its store (meta keys preset, dataset, device):
+    the dataset's name and train / held-out sizes after the search's split, and the device."""
+    from evonorm.search.evaluator import search_dataset, train_config
+
+    ds = search_dataset(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
+    return {"preset": cfg.preset,
+            "dataset": {"name": cfg.dataset, "train": len(ds.train_y), "held_out": len(ds.test_y),
+                        "classes": ds.num_classes, "image_size": ds.image_size},
+            "device": {"type": train_config(cfg, cfg.archs[0]).device,
+                       "workers": cfg.num_workers, "executor": cfg.executor}}
 
 
 def report_result(result, run: Path, top: int) -> None:
@@ -124,9 +137,17 @@ def main(argv: list[str]) -> int:
         init_run(run, cfg, force=args.force)
     except FileExistsError as err:
         raise CommandError(str(err)) from None
+    facts = run_facts(cfg)
+    from evonorm.search.store import Store
+
+    with Store(run) as store:
+        for key, value in facts.items():
+            store.set_meta(key, value)
     if not args.quiet:
+        data, device = facts["dataset"], facts["device"]
         print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, dataset "
-              f"{cfg.dataset}, archs {', '.join(cfg.archs)}, budget {cfg.budget}, "
+              f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
+              f"device {device['type']}, archs {', '.join(cfg.archs)}, budget {cfg.budget}, "
               f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
     result = run_search(run, progress=not args.quiet)
     report_result(result, run, args.top)

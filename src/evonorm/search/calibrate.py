@@ -183,8 +183,11 @@ def append_run(out: Path, rec: RunRecord) -> None:
     """One finished run, appended and flushed to disk before the next starts."""
     import os
 
-    with open(Path(out) / RUNS_NAME, "a") as f:
-        f.write(json.dumps(asdict(rec), sort_keys=True) + "\n")
+    path = Path(out) / RUNS_NAME
+    torn = path.is_file() and path.stat().st_size > 0 and path.read_bytes()[-1:] != b"\n"
+    with open(path, "a") as f:
+        # a line torn by a kill ends before the new one starts, so only it is lost
+        f.write(("\n" if torn else "") + json.dumps(asdict(rec), sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())
 
