@@ -122,8 +122,30 @@ def test_calibrate_tiny_end_to_end_and_resume(tmp_path, capsys):
     ref = next(r for r in recs if r.name == "evonorm_s0")
     assert set(ref.quality) == set(ref.accuracies) == {"resnet50_cifar", "mobilenetv2_cifar"}
     assert ref.fitness == pytest.approx(sum(ref.accuracies.values()) / 2)
-    # run again: nothing is re-run
-    assert main(argv) == 0
+    # run again (another worker count is the same calibration): nothing is re-run
+    assert main(argv[:-4] + ["--workers", "1", "--out", str(out)]) == 0
     assert "resuming: 5 done" in capsys.readouterr().err
     assert len((out / RUNS_NAME).read_text().splitlines()) == 5
     assert json.loads((out / "calibration.json").read_text())["seeds"] == 1
+
+
+@pytest.mark.slow
+def test_demo_references_pass_the_quality_test_on_fashion_mnist():
+    """The calibrated `demo` preset's quality test (what a search runs) passes every S reference
+    on every architecture, training seed 0 (README, "Calibration")."""
+    import torch
+
+    from evonorm.graph import Graph
+    from evonorm.search.calibrate import reference_graphs
+    from evonorm.search.evaluator import quality_config, search_dataset
+    from evonorm.search.rejection import quality
+
+    torch.set_num_threads(2)
+    cfg = get_preset("demo", dataset="fashion_mnist")
+    ds = search_dataset(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
+    assert len(ds.test_y) == 1000
+    for name, graph in reference_graphs("s").items():
+        rej, accs = quality(Graph.from_json(graph), ds, cfg.archs,
+                            lambda a: quality_config(cfg, a), factor=cfg.quality_factor)
+        assert rej is None, (name, rej, accs)
+        assert set(accs) == set(cfg.archs)

@@ -53,7 +53,10 @@ def main(argv: list[str]) -> int:
         raise CommandError(str(err)) from None
     cfg = check_setup(cfg)  # archs, trainer presets and data, in one line on failure
     out = args.out or Path("runs") / f"calibrate-{cfg.preset}-{cfg.space}"
-    setup = {"config": cfg.to_dict(), "seeds": args.seeds, "random": args.random}
+    # what the numbers depend on: a resume may use another worker count
+    measured = {k: v for k, v in cfg.to_dict().items()
+                if k not in ("workers", "executor", "address")}
+    setup = {"config": measured, "seeds": args.seeds, "random": args.random}
     try:
         earlier = prepare_out(out, setup)
     except (ValueError, OSError) as err:

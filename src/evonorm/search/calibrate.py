@@ -82,15 +82,20 @@ class RunRecord:
 
 
 def plan(cfg: SearchConfig, seeds: int, n_random: int) -> list[Job]:
-    """References x seeds 0..seeds-1, then `n_random` random graphs of the space at cfg.seed."""
+    """References x seeds 0..seeds-1 and `n_random` random graphs of the space (at cfg.seed), in
+    rounds (every reference at one seed, then a share of the random graphs), so that a
+    calibration stopped early has covered every layer."""
     from evonorm.graph import random_graph
 
-    jobs = [Job("reference", name, s, g) for name, g in reference_graphs(cfg.space).items()
-            for s in range(seeds)]
     rng = random.Random(cfg.seed)
-    for i in range(n_random):
-        g = random_graph(rng, allow_batch=cfg.allow_batch, max_nodes=cfg.max_nodes)
-        jobs.append(Job("random", f"random{i}", cfg.seed, g.to_json()))
+    randoms = [Job("random", f"random{i}", cfg.seed,
+                   random_graph(rng, allow_batch=cfg.allow_batch, max_nodes=cfg.max_nodes).to_json())
+               for i in range(n_random)]
+    refs = reference_graphs(cfg.space)
+    jobs: list[Job] = []
+    for s in range(seeds):
+        jobs += [Job("reference", name, s, g) for name, g in refs.items()]
+        jobs += randoms[s * n_random // seeds:(s + 1) * n_random // seeds]
     return jobs
 
 
