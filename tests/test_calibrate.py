@@ -73,7 +73,9 @@ def test_run_jobs_saves_each_run_and_resumes(tmp_path):
     done = prepare_out(tmp_path / "c", setup)
     assert len(done) == 4
     new = run_jobs(jobs, cfg, tmp_path / "c", workers=2, timeout=60, fn=fake_measure)
-    assert sorted(r.name for r in new) == ["evonorm_s0", "evonorm_s0", "random0", "random1",
+    # rounds: every reference at seed 0 and random0, then the references at seed 1 and the rest
+    assert [j.name for j in jobs[:4]] == ["bn_relu", "gn_relu", "evonorm_s0", "random0"]
+    assert sorted(r.name for r in new) == ["bn_relu", "evonorm_s0", "gn_relu", "random1",
                                           "random2"]
     died = next(r for r in new if r.name == "random1")
     assert died.status == "failed" and "died" in died.reason

@@ -36,7 +36,8 @@ def test_default_dataset_falls_back_only_when_allowed(no_fashion):
 
 def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monkeypatch,
                                                          no_fashion):
-    # the demo preset cut to a few steps; an explicit --dataset synthetic runs without Fashion-MNIST
+    # the demo preset (holdout 0.25) cut to a few steps; an explicit --dataset synthetic runs
+    # without Fashion-MNIST
     demo = presets.PRESETS["demo"]
     monkeypatch.setitem(presets.PRESETS, "demo", dataclasses.replace(
         demo, train={"steps": 2, "batch_size": 8, "width": 0.0625}, arch_train={},
@@ -48,10 +49,10 @@ def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monke
     err = capsys.readouterr().err
     start = next(line for line in err.splitlines() if line.startswith("search: "))
     assert "preset demo" in start and "device cpu" in start
-    assert "dataset synthetic (180 train / 20 held-out images)" in start
+    assert "dataset synthetic (150 train / 50 held-out images)" in start
     with Store(run, readonly=True) as s:
         assert s.get_meta("preset") == "demo"
-        assert s.get_meta("dataset") == {"name": "synthetic", "train": 180, "held_out": 20,
+        assert s.get_meta("dataset") == {"name": "synthetic", "train": 150, "held_out": 50,
                                          "classes": 10, "image_size": 32}
         assert s.get_meta("device") == {"type": "cpu", "workers": 1, "executor": "local"}
         assert s.config()["dataset"] == "synthetic"

@@ -53,9 +53,9 @@ def main(argv: list[str]) -> int:
         raise CommandError(str(err)) from None
     cfg = check_setup(cfg)  # archs, trainer presets and data, in one line on failure
     out = args.out or Path("runs") / f"calibrate-{cfg.preset}-{cfg.space}"
-    # what the numbers depend on: a resume may use another worker count
+    # what the numbers depend on: a resume may use other workers or time limits
     measured = {k: v for k, v in cfg.to_dict().items()
-                if k not in ("workers", "executor", "address")}
+                if k not in ("workers", "executor", "address", "timeout", "retries")}
     setup = {"config": measured, "seeds": args.seeds, "random": args.random}
     try:
         earlier = prepare_out(out, setup)
