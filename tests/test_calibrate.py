@@ -142,7 +142,7 @@ def test_demo_references_pass_the_quality_test_on_fashion_mnist():
     from evonorm.search.evaluator import quality_config, search_dataset
     from evonorm.search.rejection import quality
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # as in a 2-worker search on 2 cores: the calibration's numbers
     cfg = get_preset("demo", dataset="fashion_mnist")
     ds = search_dataset(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
     assert len(ds.test_y) == 1000
