@@ -22,8 +22,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--space", choices=SPACES, default=None, help="default: the preset's")
     p.add_argument("--seeds", type=int, default=3, help="training seeds per reference (>= 1)")
     p.add_argument("--random", type=int, default=20, metavar="N", help="random graphs (>= 0)")
-    p.add_argument("--dataset", default=None, help="default: the preset's, else fashion_mnist when "
-                   "installed, else synthetic")
+    p.add_argument("--dataset", default=None, help="default: the preset's, else fashion_mnist "
+                   "(must be installed; as in `evonorm search`)")
     p.add_argument("--data-root", default=None, help="folder holding the dataset files")
     p.add_argument("--workers", type=int, default=None, help="parallel runs (0: one per core)")
     p.add_argument("--out", type=Path, default=None,

@@ -26,7 +26,8 @@ def build_parser() -> ArgumentParser:
                    help="evolution (default), random (with rejection), random-norej")
     p.add_argument("--budget", type=int, default=None, help="candidates to propose in all")
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
-                   "(default: the preset's, else fashion_mnist when installed, else synthetic)")
+                   "(default: the preset's, else fashion_mnist, which must be installed; the "
+                   "synthetic set only when named)")
     p.add_argument("--data-root", default=None, help="folder holding the dataset files")
     p.add_argument("--n-train", type=int, default=None, help="training images used (seeded subset)")
     p.add_argument("--archs", default=None, help="comma-separated anchor architectures")
