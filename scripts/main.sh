@@ -1,9 +1,24 @@
 #!/usr/bin/env bash
-# The main job: sets up ./.venv on a fresh machine, then runs a short real layer search on the
-# default embedded setup (local process pool, SQLite store, Fashion-MNIST when installed, else a
-# small built-in task) and writes its report. Extra arguments go to `evonorm search`.
+# The main job: sets up ./.venv on a fresh machine, installs Fashion-MNIST (Debian's
+# dataset-fashion-mnist) where it can, then runs a short real layer search on the default embedded
+# setup (local process pool, SQLite store) and writes its report. Extra arguments go to
+# `evonorm search`; without Fashion-MNIST the search stops (exit 2) unless given --dataset synthetic.
 source "$(dirname "$0")/env.sh"
 RUN="${EVONORM_RUN:-runs/main}"
+FASHION=/usr/share/datasets/fashion-mnist
+USER_FASHION="${EVONORM_DATA:-$HOME/.cache/evonorm/data}/fashion-mnist"
+if [ ! -d "$FASHION" ] && [ ! -d "$USER_FASHION" ]; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        echo "installing Fashion-MNIST (apt-get install dataset-fashion-mnist)" >&2
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) \
+            >/dev/null 2>&1 || echo "main.sh: apt-get could not install dataset-fashion-mnist" >&2
+    fi
+    if [ ! -d "$FASHION" ]; then
+        echo "main.sh: Fashion-MNIST is not installed and cannot be installed here (needs root and" \
+             "apt-get): run 'sudo apt-get install dataset-fashion-mnist' or put its IDX files in" \
+             "$USER_FASHION; or run 'scripts/main.sh --dataset synthetic' for the built-in synthetic task" >&2
+    fi
+fi
 if [ -f "$RUN/store.sqlite" ]; then
     evonorm resume "$RUN"
 else

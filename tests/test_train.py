@@ -1,4 +1,5 @@
 import json
+import math
 import subprocess
 import sys
 
@@ -39,6 +40,16 @@ def test_cosine_schedule():
     cfg = TrainConfig(steps=100, schedule="cosine")
     assert lr_at(cfg, 0) == pytest.approx(0.1) and lr_at(cfg, 50) == pytest.approx(0.05)
     assert lr_at(cfg, 99) < 0.001 and lr_at(TrainConfig(steps=100), 99) == 0.1
+
+
+def test_lr_warmup_ramps_linearly_then_follows_the_schedule():
+    cfg = TrainConfig(steps=100, lr=0.1, lr_warmup=4)
+    assert [lr_at(cfg, s) for s in range(5)] == pytest.approx([0.025, 0.05, 0.075, 0.1, 0.1])
+    cos = TrainConfig(steps=100, lr=0.1, schedule="cosine", lr_warmup=10)
+    assert lr_at(cos, 4) == pytest.approx(0.5 * 0.5 * 0.1 * (1 + math.cos(math.pi * 4 / 100)))
+    assert lr_at(cos, 50) == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="lr_warmup must be >= 0"):
+        TrainConfig(lr_warmup=-1)
 
 
 def test_weight_decay_only_on_conv_and_linear_weights():

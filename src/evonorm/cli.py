@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "resume": "continue a stopped or killed search from its run folder",
     "rerank": "retrain a search's top layers in a larger setting and rank them",
     "report": "write figures and an HTML report for one or more runs",
+    "calibrate": "check that a preset's proxy task ranks reference layers above random ones",
     "train": "train one layer on one architecture and print its accuracy",
     "show": "print a layer (registry name or graph JSON) as formula and code",
     "list": "list the registered layers, architectures, presets and datasets",

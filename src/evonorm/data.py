@@ -75,9 +75,21 @@ def default_root() -> Path:
     return Path(os.environ.get("EVONORM_DATA", Path.home() / ".cache" / "evonorm" / "data"))
 
 
-def default_dataset_name() -> str:
-    """"fashion_mnist" where its files are installed (works offline), else "synthetic"."""
-    return "fashion_mnist" if _find_fashion_dir(None) is not None else "synthetic"
+def default_dataset_name(*, fallback: bool = True) -> str:
+    """"fashion_mnist" where its files are installed (works offline), else "synthetic".
+
+    With `fallback=False` a missing Fashion-MNIST raises FileNotFoundError saying how to install
+    it, so a search never trains on the synthetic set unless asked to.
+    """
+    if _find_fashion_dir(None) is not None:
+        return "fashion_mnist"
+    if fallback:
+        return "synthetic"
+    raise FileNotFoundError(
+        f"Fashion-MNIST, the default data, is not installed: run `apt-get install "
+        f"dataset-fashion-mnist` as root (-> {FASHION_MNIST_SYSTEM_DIR}) or put its four IDX files "
+        f"in {default_root() / 'fashion-mnist'}; or pass --dataset synthetic for the built-in "
+        f"synthetic task")
 
 
 def load_dataset(name: str, root: str | Path | None = None, *, download: bool = False,

@@ -28,7 +28,8 @@ def build_parser() -> ArgumentParser:
                    help="evolution (default), random (with rejection), random-norej")
     p.add_argument("--budget", type=int, default=None, help="candidates to propose in all")
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
-                   "(default: the preset's, else fashion_mnist when installed, else synthetic)")
+                   "(default: the preset's, else fashion_mnist, which must be installed; the "
+                   "synthetic set only when named)")
     p.add_argument("--data-root", default=None, help="folder holding the dataset files")
     p.add_argument("--n-train", type=int, default=None, help="training images used (seeded subset)")
     p.add_argument("--archs", default=None, help="comma-separated anchor architectures")
@@ -74,8 +75,8 @@ def check_setup(cfg):
     if unknown:
         raise CommandError(f"unknown architecture(s) {', '.join(unknown)} "
                            f"(choose from {', '.join(list_archs())})")
-    cfg = cfg.with_dataset()
     try:
+        cfg = cfg.with_dataset()  # never a silent fall-back to the synthetic set
         for spec in cfg.seed_layers:
             try:
                 graph = resolve_graph(spec)
@@ -89,6 +90,19 @@ def check_setup(cfg):
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
     return cfg
+
+
+def run_facts(cfg) -> dict:
+    """What a run trains on, for its start line and its store (meta keys preset, dataset, device):
+    the dataset's name and train / held-out sizes after the search's split, and the device."""
+    from evonorm.search.evaluator import search_dataset, train_config
+
+    ds = search_dataset(cfg)
+    return {"preset": cfg.preset,
+            "dataset": {"name": cfg.dataset, "train": len(ds.train_y), "held_out": len(ds.test_y),
+                        "classes": ds.num_classes, "image_size": ds.image_size},
+            "device": {"type": train_config(cfg, cfg.archs[0]).device,
+                       "workers": cfg.num_workers, "executor": cfg.executor}}
 
 
 def main(argv: list[str]) -> int:
@@ -119,9 +133,17 @@ def main(argv: list[str]) -> int:
                 init_run(run, cfg, force=args.force)
             except FileExistsError as err:
                 raise CommandError(str(err)) from None
+            facts = run_facts(cfg)
+            from evonorm.search.store import Store
+
+            with Store(run) as store:
+                for key, value in facts.items():
+                    store.set_meta(key, value)
         if not args.quiet:
+            data, device = facts["dataset"], facts["device"]
             print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, dataset "
-                  f"{cfg.dataset}, archs {', '.join(cfg.archs)}, budget {cfg.budget}, "
+                  f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
+                  f"device {device['type']}, archs {', '.join(cfg.archs)}, budget {cfg.budget}, "
                   f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
         result = run_search(run, progress=not args.quiet)
         report_result(result, run, args.top)

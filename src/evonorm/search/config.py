@@ -138,12 +138,13 @@ class SearchConfig:
 
     def with_dataset(self) -> "SearchConfig":
         """The config with its dataset named (the default one when unset): resolved once, when a
-        run starts, and stored with it."""
+        run starts, and stored with it. Never a silent fall-back to the synthetic set: without
+        Fashion-MNIST installed, FileNotFoundError says how to install it."""
         if self.dataset is not None:
             return self
         from evonorm.data import default_dataset_name
 
-        return self.replace(dataset=default_dataset_name())
+        return self.replace(dataset=default_dataset_name(fallback=False))
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

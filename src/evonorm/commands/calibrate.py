@@ -1,0 +1,82 @@
+"""`evonorm calibrate`: does a search preset's proxy task rank reference layers above random ones?"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from evonorm.cli import ArgumentParser, CommandError
+
+
+def build_parser() -> ArgumentParser:
+    from evonorm.search.config import SPACES
+    from evonorm.search.presets import PRESETS
+
+    p = ArgumentParser(prog="evonorm calibrate", description=(
+        "Run the reference layers (S: BN-ReLU, GN-ReLU, EvoNorm-S0; B: EvoNorm-B0 and top appendix "
+        "B layers) with several training seeds, and random graphs of the space, through a preset's "
+        "rejection and full training on every anchor architecture; print quality pass/fail per "
+        "seed, fitness mean +- std, the random layers' fitness and the margins. Each finished run "
+        "is saved in OUT/runs.jsonl; run the same command again to resume."))
+    p.add_argument("--preset", default="demo", choices=list(PRESETS), help="search preset")
+    p.add_argument("--space", choices=SPACES, default=None, help="default: the preset's")
+    p.add_argument("--seeds", type=int, default=3, help="training seeds per reference (>= 1)")
+    p.add_argument("--random", type=int, default=20, metavar="N", help="random graphs (>= 0)")
+    p.add_argument("--dataset", default=None, help="default: the preset's, else fashion_mnist "
+                   "(must be installed; as in `evonorm search`)")
+    p.add_argument("--data-root", default=None, help="folder holding the dataset files")
+    p.add_argument("--workers", type=int, default=None, help="parallel runs (0: one per core)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder for runs.jsonl and the table (default runs/calibrate-PRESET-SPACE)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.seeds < 1:
+        raise CommandError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.random < 0:
+        raise CommandError(f"--random must be >= 0, got {args.random}")
+    if args.workers is not None and args.workers < 0:
+        raise CommandError(f"--workers must be >= 0, got {args.workers}")
+    from evonorm.commands.search import check_setup
+    from evonorm.search.calibrate import (format_summary, load_runs, plan, prepare_out,
+                                          progress_line, run_jobs, summarize)
+    from evonorm.search.evaluator import search_dataset
+    from evonorm.search.presets import get_preset
+    from evonorm.search.rejection import quality_threshold
+
+    try:
+        cfg = get_preset(args.preset, space=args.space, dataset=args.dataset,
+                         data_root=args.data_root, workers=args.workers)
+    except (ValueError, TypeError) as err:
+        raise CommandError(str(err)) from None
+    cfg = check_setup(cfg)  # archs, trainer presets and data, in one line on failure
+    out = args.out or Path("runs") / f"calibrate-{cfg.preset}-{cfg.space}"
+    # what the numbers depend on: a resume may use other workers or time limits
+    measured = {k: v for k, v in cfg.to_dict().items()
+                if k not in ("workers", "executor", "address", "timeout", "retries")}
+    setup = {"config": measured, "seeds": args.seeds, "random": args.random}
+    try:
+        earlier = prepare_out(out, setup)
+    except (ValueError, OSError) as err:
+        raise CommandError(str(err)) from None
+    jobs = plan(cfg, args.seeds, args.random)
+    print(f"calibrate: preset {cfg.preset}, space {cfg.space}, dataset {cfg.dataset}, archs "
+          f"{', '.join(cfg.archs)}, {args.seeds} seed(s) x {len(jobs) - args.random} reference "
+          f"run(s) + {args.random} random, {cfg.num_workers} worker(s) -> {out}"
+          + (f" (resuming: {len(earlier)} done)" if earlier else ""), file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    run_jobs(jobs, cfg, out, workers=cfg.num_workers, timeout=3 * cfg.timeout,
+             on_done=lambda r, i, n: print(progress_line(r, i, n), file=sys.stderr, flush=True))
+    keys = {j.key for j in jobs}
+    records = [r for r in load_runs(out) if r.key in keys]
+    ds = search_dataset(cfg)  # cached
+    threshold = quality_threshold(ds.num_classes, cfg.quality_factor)
+    table = format_summary(summarize(records, list(cfg.archs)), threshold)
+    (out / "table.md").write_text(table + "\n")
+    print(table)
+    print(f"calibration done in {time.perf_counter() - start:.0f}s; table in {out / 'table.md'}",
+          file=sys.stderr)
+    return 0

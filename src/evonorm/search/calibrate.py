@@ -1,0 +1,348 @@
+"""Calibration of a search preset: can its proxy task tell good layers from random ones?
+
+Reference layers (the paper's and the textbook's) run with several training seeds, and random graphs
+of the same space run once, through exactly what a search does: `search_dataset`, the evaluator's
+pre-checks, stability test and full training, and the rejection module's quality test with the
+preset's bar. References take the quality test on every architecture (not stopping at the first
+failure) so the table shows each one. Every finished run is one line of `runs.jsonl`, so a killed
+calibration resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from evonorm.search.config import SearchConfig
+
+RUNS_NAME = "runs.jsonl"
+SETUP_NAME = "calibration.json"
+
+# BatchNorm-ReLU and GroupNorm-ReLU written as graphs (node ids: 0 x, 1 zero, 2 v0, 3 v1, 4...):
+# max((x - mean(x)) / std(x), 0) over the batch or group axes, then the layer's affine.
+_NORM_RELU = [["{}_mean", 0], ["neg", 4], ["add", 0, 5], ["{}_std", 0], ["div", 6, 7], ["max", 8, 1]]
+
+
+def norm_relu_graph(axes: str) -> dict:
+    """The graph JSON of a textbook normalization + ReLU over `axes` (batch, group, layer...)."""
+    return {"nodes": [[n[0].format(axes), *n[1:]] for n in _NORM_RELU]}
+
+
+def reference_graphs(space: str) -> dict[str, dict]:
+    """The layers a preset must rank above random ones: name -> graph JSON."""
+    from evonorm.graph.library import NAMED_GRAPHS
+
+    if space == "s":
+        return {"bn_relu": norm_relu_graph("batch"), "gn_relu": norm_relu_graph("group"),
+                "evonorm_s0": NAMED_GRAPHS["evonorm_s0"].to_json()}
+    # EvoNorm-B0 and the appendix's top B candidates that differ from it (b_top1 is EvoNorm-B1)
+    return {name: NAMED_GRAPHS[name].to_json()
+            for name in ("evonorm_b0", "b_top1", "b_top2", "b_top4")}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One calibration run: a reference at a training seed, or the i-th random graph."""
+
+    kind: str  # "reference" | "random"
+    name: str
+    seed: int
+    graph: dict
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.kind, self.name, self.seed)
+
+
+@dataclass
+class RunRecord:
+    """What one run measured (a line of runs.jsonl)."""
+
+    kind: str
+    name: str
+    seed: int
+    status: str  # "valid" | "rejected" | "failed"
+    reason: str | None
+    quality: dict[str, float] = field(default_factory=dict)  # quality-test accuracy per arch
+    quality_pass: dict[str, bool] = field(default_factory=dict)
+    accuracies: dict[str, float] = field(default_factory=dict)  # full training, held-out
+    fitness: float | None = None  # mean of `accuracies` (references: also when rejected)
+    seconds: float = 0.0
+    graph: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.kind, self.name, self.seed)
+
+
+def plan(cfg: SearchConfig, seeds: int, n_random: int) -> list[Job]:
+    """References x seeds 0..seeds-1 and `n_random` random graphs of the space (at cfg.seed), in
+    rounds (every reference at one seed, then a share of the random graphs), so that a
+    calibration stopped early has covered every layer."""
+    from evonorm.graph import random_graph
+
+    rng = random.Random(cfg.seed)
+    randoms = [Job("random", f"random{i}", cfg.seed,
+                   random_graph(rng, allow_batch=cfg.allow_batch, max_nodes=cfg.max_nodes).to_json())
+               for i in range(n_random)]
+    refs = reference_graphs(cfg.space)
+    jobs: list[Job] = []
+    for s in range(seeds):
+        jobs += [Job("reference", name, s, g) for name, g in refs.items()]
+        jobs += randoms[s * n_random // seeds:(s + 1) * n_random // seeds]
+    return jobs
+
+
+def measure(payload: dict) -> dict:
+    """Run one job in a worker (picklable by name). payload: {"job": Job fields, "config": dict}.
+
+    A random graph runs the evaluator unchanged. A reference runs it with the quality test off
+    (pre-checks, stability, full training), then the quality test alone on every architecture.
+    """
+    import time
+
+    from evonorm.graph import Graph
+    from evonorm.search.evaluator import evaluate, quality_config, search_dataset
+    from evonorm.search.rejection import quality
+
+    t0 = time.perf_counter()
+    job = Job(**payload["job"])
+    cfg = SearchConfig.from_dict(payload["config"]).replace(seed=job.seed)
+    rec = RunRecord(job.kind, job.name, job.seed, "rejected", None, graph=job.graph)
+    if job.kind == "random":
+        res = evaluate({"graph": job.graph, "config": cfg.to_dict()})
+        rec.status, rec.reason = res.status, res.reason
+        rec.accuracies, rec.fitness = dict(res.accuracies), res.fitness
+        if rec.status != "valid":
+            rec.accuracies, rec.fitness = {}, None
+    else:
+        res = evaluate({"graph": job.graph, "config": cfg.replace(quality_steps=0).to_dict()})
+        rec.reason, rec.accuracies = res.reason, dict(res.accuracies)
+        if res.status == "valid":
+            rec.fitness = res.fitness
+        ds = search_dataset(cfg)
+        graph = Graph.from_json(job.graph)
+        for arch in cfg.archs:
+            rej, accs = quality(graph, ds, [arch], lambda a: quality_config(cfg, a),
+                                factor=cfg.quality_factor)
+            if arch in accs:
+                rec.quality[arch] = accs[arch]
+            rec.quality_pass[arch] = rej is None
+            if rej is not None and rec.reason is None:
+                rec.reason = rej.reason
+        rec.status = "valid" if rec.reason is None else "rejected"
+    rec.seconds = time.perf_counter() - t0
+    return asdict(rec)
+
+
+# ----------------------------------------------------------------------------- resumable runs
+
+def load_runs(out: Path) -> list[RunRecord]:
+    """The finished runs in `out` (a truncated last line, from a kill mid-write, is ignored)."""
+    path = Path(out) / RUNS_NAME
+    records = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                records.append(RunRecord(**json.loads(line)))
+            except (json.JSONDecodeError, TypeError):
+                continue
+    return records
+
+
+def prepare_out(out: Path, setup: dict) -> list[RunRecord]:
+    """Create `out` for this setup, or check that it holds a calibration of the same setup.
+
+    Returns the runs already finished there; ValueError if `out` belongs to another setup.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a folder")
+    path = out / SETUP_NAME
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            raise ValueError(f"{path} is not valid JSON; use another --out folder") from None
+        if old != setup:
+            raise ValueError(f"{out} holds a calibration with other settings; use another --out "
+                             f"folder (or the same preset/space/seeds/random)")
+        return load_runs(out)
+    if out.is_dir() and any(out.iterdir()):
+        raise ValueError(f"--out {out} is not empty and holds no calibration")
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(setup, indent=1) + "\n")
+    tmp.replace(path)
+    return []
+
+
+def append_run(out: Path, rec: RunRecord) -> None:
+    """One finished run, appended and flushed to disk before the next starts."""
+    import os
+
+    path = Path(out) / RUNS_NAME
+    torn = path.is_file() and path.stat().st_size > 0 and path.read_bytes()[-1:] != b"\n"
+    with open(path, "a") as f:
+        # a line torn by a kill ends before the new one starts, so only it is lost
+        f.write(("\n" if torn else "") + json.dumps(asdict(rec), sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def run_jobs(jobs: Iterable[Job], cfg: SearchConfig, out: Path, *, workers: int,
+             timeout: float, on_done: Callable[[RunRecord, int, int], None] | None = None,
+             fn: Callable[[dict], dict] | None = None) -> list[RunRecord]:
+    """Run the jobs not yet in `out` on a local pool; each result is saved as it arrives."""
+    from evonorm.search.executors import OK, LocalExecutor
+
+    done = {r.key for r in load_runs(out)}
+    todo = [j for j in jobs if j.key not in done]
+    total, finished = len(done) + len(todo), len(done)
+    records: list[RunRecord] = []
+    if not todo:
+        return records
+    queue = list(enumerate(todo))
+    running: dict[int, Job] = {}
+    with LocalExecutor(fn or measure, min(workers, len(todo)), timeout=timeout) as pool:
+        while queue or running:
+            while queue and pool.free_slots() > 0:
+                i, job = queue.pop(0)
+                pool.submit(i, {"job": asdict(job), "config": cfg.to_dict()})
+                running[i] = job
+            for o in pool.wait(5.0):
+                job = running.pop(o.task_id)
+                if o.kind == OK:
+                    rec = RunRecord(**o.result)
+                else:  # a dead or hung worker: recorded as failed, like the search's failures
+                    rec = RunRecord(job.kind, job.name, job.seed, "failed", o.error,
+                                    seconds=o.seconds, graph=job.graph)
+                append_run(out, rec)
+                records.append(rec)
+                finished += 1
+                if on_done is not None:
+                    on_done(rec, finished, total)
+    return records
+
+
+# ----------------------------------------------------------------------------- summary
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    mean = statistics.fmean(values)
+    return mean, statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+@dataclass
+class Summary:
+    """The numbers a calibration is judged by (fitness = mean held-out accuracy over archs)."""
+
+    archs: list[str]
+    references: dict[str, dict]  # name -> {seeds, quality_pass {arch: [bool]}, fitness list...}
+    random_n: int
+    random_valid: list[float]
+    random_rejected: dict[str, int]
+    all_pass: bool  # every reference passes rejection in every seed
+    worst_reference: float | None  # lowest mean fitness over references
+    best_random: float | None
+    margin: float | None  # worst_reference - best_random
+    seed_std: float | None  # pooled std of a reference's fitness across seeds
+    min_gap: float | None  # smallest gap between two references' mean fitness
+    max_gap: float | None
+
+
+def summarize(records: list[RunRecord], archs: list[str]) -> Summary:
+    refs: dict[str, dict] = {}
+    for r in sorted((r for r in records if r.kind == "reference"), key=lambda r: r.seed):
+        d = refs.setdefault(r.name, {"seeds": [], "status": [], "quality": {a: [] for a in archs},
+                                     "quality_pass": {a: [] for a in archs},
+                                     "accuracies": {a: [] for a in archs}, "fitness": []})
+        d["seeds"].append(r.seed)
+        d["status"].append(r.status)
+        for a in archs:
+            d["quality"][a].append(r.quality.get(a))
+            d["quality_pass"][a].append(r.quality_pass.get(a, False))
+            if a in r.accuracies:
+                d["accuracies"][a].append(r.accuracies[a])
+        if r.fitness is not None:
+            d["fitness"].append(r.fitness)
+    randoms = [r for r in records if r.kind == "random"]
+    valid = sorted((r.fitness for r in randoms if r.status == "valid" and r.fitness is not None),
+                   reverse=True)
+    rejected = Counter((r.reason or r.status).split(":", 1)[0] for r in randoms
+                       if r.status != "valid")
+    means = {n: statistics.fmean(d["fitness"]) for n, d in refs.items() if d["fitness"]}
+    worst = min(means.values()) if means else None
+    best = valid[0] if valid else None
+    variances = [statistics.variance(d["fitness"]) for d in refs.values() if len(d["fitness"]) > 1]
+    seed_std = math.sqrt(statistics.fmean(variances)) if variances else None
+    ordered = sorted(means.values())
+    gaps = [b - a for a, b in zip(ordered, ordered[1:])]
+    all_pass = bool(refs) and all(s == "valid" for d in refs.values() for s in d["status"])
+    return Summary(archs, refs, len(randoms), valid, dict(rejected), all_pass, worst, best,
+                   None if worst is None or best is None else worst - best, seed_std,
+                   min(gaps) if gaps else None, (ordered[-1] - ordered[0]) if gaps else None)
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+def format_summary(s: Summary, bar: float) -> str:
+    """A markdown table per reference and architecture, then the random layers and the ratios."""
+    lines = [f"quality bar {100 * bar:.1f}%; accuracies in %, held-out; P/F = quality test "
+             f"passed/failed per seed (quality accuracy); references are fully trained even "
+             f"where the quality test fails", "",
+             "| reference | arch | quality per seed | full training, mean +- std | fitness, mean +- std |",
+             "|---|---|---|---|---|"]
+    for name, d in s.references.items():
+        fit = d["fitness"]
+        fit_text = (f"{_pct(_mean_std(fit)[0])} +- {_pct(_mean_std(fit)[1])} (n={len(fit)})"
+                    if fit else "-")
+        for i, a in enumerate(s.archs):
+            q = " ".join(f"{'P' if p else 'F'}({_pct(acc)})"
+                         for p, acc in zip(d["quality_pass"][a], d["quality"][a]))
+            accs = d["accuracies"][a]
+            acc_text = f"{_pct(_mean_std(accs)[0])} +- {_pct(_mean_std(accs)[1])}" if accs else "-"
+            lines.append(f"| {name if i == 0 else ''} | {a} | {q} | {acc_text} | "
+                         f"{fit_text if i == 0 else ''} |")
+    rej = ", ".join(f"{k} {v}" for k, v in sorted(s.random_rejected.items())) or "none"
+    if s.random_valid:
+        dist = (f"fitness max {_pct(s.random_valid[0])}, median "
+                f"{_pct(statistics.median(s.random_valid))}, min {_pct(s.random_valid[-1])}")
+    else:
+        dist = "no valid random layer"
+    lines += ["", f"random layers: {s.random_n} drawn, {len(s.random_valid)} valid ({dist}); "
+              f"rejected: {rej}",
+              f"every reference passes rejection in every seed: {'yes' if s.all_pass else 'NO'}",
+              f"margin, worst reference - best random layer: {_pct(s.margin)} points "
+              f"(worst reference {_pct(s.worst_reference)}, best random {_pct(s.best_random)})",
+              f"seed spread (pooled std of a reference's fitness): {_pct(s.seed_std)} points; "
+              f"gaps between references: smallest {_pct(s.min_gap)}, largest {_pct(s.max_gap)}"]
+    if s.seed_std is not None and s.min_gap:
+        lines.append(f"ratio seed spread / smallest gap: {s.seed_std / s.min_gap:.2f}; "
+                     f"/ largest gap: {s.seed_std / s.max_gap:.2f}"
+                     + (f"; / margin to random: {s.seed_std / s.margin:.2f}"
+                        if s.margin and s.margin > 0 else ""))
+    return "\n".join(lines)
+
+
+def progress_line(rec: RunRecord, finished: int, total: int) -> str:
+    """One line per finished run (printed with or without a TTY)."""
+    what = f"{rec.name} seed {rec.seed}" if rec.kind == "reference" else rec.name
+    accs = " ".join(f"{a.split('_')[0]} {_pct(v)}" for a, v in rec.accuracies.items())
+    q = " ".join(f"{a.split('_')[0]} {'P' if p else 'F'}" for a, p in rec.quality_pass.items())
+    parts = [f"[{finished}/{total}] {what}: {rec.status}"]
+    if rec.reason:
+        parts.append(f"({rec.reason[:60]})")
+    if q:
+        parts.append(f"| quality {q}")
+    if accs:
+        parts.append(f"| held-out {accs} | fitness {_pct(rec.fitness)}")
+    parts.append(f"| {rec.seconds:.0f}s")
+    return " ".join(parts)

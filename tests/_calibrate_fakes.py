@@ -1,0 +1,22 @@
+"""A stand-in for `evonorm.search.calibrate.measure` (importable by spawned workers)."""
+
+import os
+
+
+def fake_measure(payload: dict) -> dict:
+    """References score 0.8 + 0.01 * seed on both archs; random graphs are rejected, or die when
+    the config's n_train is the marker -9 and the graph is the second random one."""
+    job = payload["job"]
+    archs = payload["config"]["archs"]
+    if payload["config"].get("n_train") == -9 and job["name"] == "random1":
+        os._exit(3)
+    rec = {"kind": job["kind"], "name": job["name"], "seed": job["seed"], "graph": job["graph"],
+           "quality": {}, "quality_pass": {}, "accuracies": {}, "fitness": None, "seconds": 0.01}
+    if job["kind"] == "reference":
+        acc = 0.8 + 0.01 * job["seed"]
+        rec.update(status="valid", reason=None, quality={a: 0.5 for a in archs},
+                   quality_pass={a: True for a in archs}, accuracies={a: acc for a in archs},
+                   fitness=acc)
+    else:
+        rec.update(status="rejected", reason="stability")
+    return rec

@@ -1,0 +1,153 @@
+"""`evonorm calibrate`: the summary's numbers, resume from runs.jsonl, bad input, one real tiny run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from _calibrate_fakes import fake_measure
+from evonorm.cli import main
+from evonorm.search.calibrate import (RUNS_NAME, RunRecord, format_summary, load_runs, plan,
+                                      prepare_out, run_jobs, summarize)
+from evonorm.search.presets import get_preset
+
+EVONORM = str(Path(sys.executable).parent / "evonorm")
+ARCHS = ["a1", "a2"]
+
+
+def _ref(name, seed, fit, passes=(True, True), status="valid"):
+    return RunRecord("reference", name, seed, status, None if status == "valid" else "quality:a2",
+                     quality=dict(zip(ARCHS, (0.4, 0.3))), quality_pass=dict(zip(ARCHS, passes)),
+                     accuracies={a: fit for a in ARCHS}, fitness=fit)
+
+
+def _rand(i, fit=None):
+    if fit is None:
+        return RunRecord("random", f"random{i}", 0, "rejected", "quality:a1")
+    return RunRecord("random", f"random{i}", 0, "valid", None, accuracies={a: fit for a in ARCHS},
+                     fitness=fit)
+
+
+def test_summary_numbers():
+    recs = [_ref("x", 0, 0.80), _ref("x", 1, 0.82), _ref("x", 2, 0.84),
+            _ref("y", 0, 0.70), _ref("y", 1, 0.72), _ref("y", 2, 0.74, (True, False), "rejected"),
+            _rand(0), _rand(1, 0.30), _rand(2, 0.20)]
+    s = summarize(recs, ARCHS)
+    assert s.all_pass is False  # y failed the quality test on a2 in seed 2
+    assert s.worst_reference == pytest.approx(0.72) and s.best_random == pytest.approx(0.30)
+    assert s.margin == pytest.approx(0.42)
+    assert s.seed_std == pytest.approx(0.02)  # both references: std 0.02 over 3 seeds
+    assert s.min_gap == pytest.approx(0.10) and s.max_gap == pytest.approx(0.10)
+    assert s.random_valid == [pytest.approx(0.30), pytest.approx(0.20)]
+    assert s.random_rejected == {"quality": 1}
+    text = format_summary(s, 0.2)
+    assert "| y | a1 | P(40.0) P(40.0) P(40.0) |" in text
+    assert "| | a2 | P(30.0) P(30.0) F(30.0) |" in text.replace("|  |", "| |")
+    assert "72.0 +- 2.0 (n=3)" in text and "passes rejection in every seed: NO" in text
+    assert "margin, worst reference - best random layer: 42.0 points" in text
+    assert "ratio seed spread / smallest gap: 0.20" in text
+
+
+def test_summary_all_pass_and_no_valid_random():
+    s = summarize([_ref("x", 0, 0.8), _ref("x", 1, 0.8), _rand(0)], ARCHS)
+    assert s.all_pass and s.margin is None and s.min_gap is None and s.seed_std == 0.0
+    assert "no valid random layer" in format_summary(s, 0.2)
+
+
+def test_run_jobs_saves_each_run_and_resumes(tmp_path):
+    cfg = get_preset("tiny", n_train=-9)  # marker: the fake's second random graph kills its worker
+    jobs = plan(cfg, seeds=2, n_random=3)
+    assert [j.kind for j in jobs].count("reference") == 6 and len(jobs) == 9
+    assert len({j.key for j in jobs}) == 9
+    setup = {"config": cfg.to_dict(), "seeds": 2, "random": 3}
+    assert prepare_out(tmp_path / "c", setup) == []
+    lines = []
+    run_jobs(jobs[:4], cfg, tmp_path / "c", workers=2, timeout=60, fn=fake_measure,
+             on_done=lambda r, i, n: lines.append((r.name, i, n)))
+    assert [(i, n) for _, i, n in lines] == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    # a kill mid-write leaves a partial line: ignored, its run is done again
+    with open(tmp_path / "c" / RUNS_NAME, "a") as f:
+        f.write('{"kind": "reference", "na')
+    done = prepare_out(tmp_path / "c", setup)
+    assert len(done) == 4
+    new = run_jobs(jobs, cfg, tmp_path / "c", workers=2, timeout=60, fn=fake_measure)
+    # rounds: every reference at seed 0 and random0, then the references at seed 1 and the rest
+    assert [j.name for j in jobs[:4]] == ["bn_relu", "gn_relu", "evonorm_s0", "random0"]
+    assert sorted(r.name for r in new) == ["bn_relu", "evonorm_s0", "gn_relu", "random1",
+                                          "random2"]
+    died = next(r for r in new if r.name == "random1")
+    assert died.status == "failed" and "died" in died.reason
+    assert len(load_runs(tmp_path / "c")) == 9
+    assert run_jobs(jobs, cfg, tmp_path / "c", workers=2, timeout=60, fn=fake_measure) == []
+    s = summarize(load_runs(tmp_path / "c"), list(cfg.archs))
+    assert s.all_pass and s.random_rejected == {"stability": 2, "worker died (exit code 3)": 1}
+    # another setup in the same folder is refused
+    with pytest.raises(ValueError, match="other settings"):
+        prepare_out(tmp_path / "c", {**setup, "seeds": 3})
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["calibrate", "--preset", "nope"], "invalid choice: 'nope'"),
+    (["calibrate", "--preset", "tiny", "--seeds", "0", "--out", "X"], "--seeds must be >= 1"),
+    (["calibrate", "--preset", "tiny", "--random", "-1", "--out", "X"], "--random must be >= 0"),
+    (["calibrate", "--preset", "tiny", "--workers", "-1", "--out", "X"], "--workers must be >= 0"),
+    (["calibrate", "--preset", "tiny", "--space", "q", "--out", "X"], "invalid choice: 'q'"),
+    (["calibrate", "--preset", "tiny", "--dataset", "mnist", "--out", "X"], "unknown dataset"),
+    (["calibrate", "--preset", "tiny", "--out", "afile"], "is not a folder"),
+    (["calibrate", "--preset", "tiny", "--out", "full"], "is not empty and holds no calibration"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "other.txt").write_text("x")
+    proc = subprocess.run([EVONORM, *argv], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "X").exists()  # nothing half-written
+
+
+def test_calibrate_tiny_end_to_end_and_resume(tmp_path, capsys):
+    out = tmp_path / "cal"
+    argv = ["calibrate", "--preset", "tiny", "--seeds", "1", "--random", "2", "--workers", "2",
+            "--out", str(out)]
+    assert main(argv) == 0
+    cap = capsys.readouterr()
+    assert cap.err.count("] ") >= 5  # a progress line per finished run
+    assert "[5/5]" in cap.err
+    assert "| bn_relu | resnet50_cifar | P(" in cap.out and "random layers: 2 drawn" in cap.out
+    assert (out / "table.md").read_text().strip() == cap.out.strip()
+    recs = load_runs(out)
+    assert len(recs) == 5
+    ref = next(r for r in recs if r.name == "evonorm_s0")
+    assert set(ref.quality) == set(ref.accuracies) == {"resnet50_cifar", "mobilenetv2_cifar"}
+    assert ref.fitness == pytest.approx(sum(ref.accuracies.values()) / 2)
+    # run again (another worker count is the same calibration): nothing is re-run
+    assert main(argv[:-4] + ["--workers", "1", "--out", str(out)]) == 0
+    assert "resuming: 5 done" in capsys.readouterr().err
+    assert len((out / RUNS_NAME).read_text().splitlines()) == 5
+    assert json.loads((out / "calibration.json").read_text())["seeds"] == 1
+
+
+@pytest.mark.slow
+def test_demo_references_pass_the_quality_test_on_fashion_mnist():
+    """The calibrated `demo` preset's quality test (what a search runs) passes every S reference
+    on every architecture, training seed 0 (README, "Calibration")."""
+    import torch
+
+    from evonorm.graph import Graph
+    from evonorm.search.calibrate import reference_graphs
+    from evonorm.search.evaluator import quality_config, search_dataset
+    from evonorm.search.rejection import quality
+
+    torch.set_num_threads(1)  # as in a 2-worker search on 2 cores: the calibration's numbers
+    cfg = get_preset("demo", dataset="fashion_mnist")
+    ds = search_dataset(cfg)
+    assert len(ds.test_y) == 1000
+    for name, graph in reference_graphs("s").items():
+        rej, accs = quality(Graph.from_json(graph), ds, cfg.archs,
+                            lambda a: quality_config(cfg, a), factor=cfg.quality_factor)
+        assert rej is None, (name, rej, accs)
+        assert set(accs) == set(cfg.archs)
