@@ -23,10 +23,16 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def ray_head(tmp_path):
+def ray_head(tmp_path, monkeypatch):
     """A one-node cluster (declaring one GPU, a Ray resource only: nothing runs on it) in its own process group (stopped by its id: never `ray stop`, which would end
     every Ray process on the machine)."""
     pytest.importorskip("ray", reason="ray is not installed (the `ray` extra)")
+    import ray._private.ray_constants as ray_constants
+
+    # Ray turns 127.0.0.1 into the machine's interface address unless told this is a one-machine
+    # cluster; keep the head and this driver on the loopback address only.
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
     port = _free_port()
     log = open(tmp_path / "ray_head.log", "w")
     # its own temp dir (short: Ray's socket paths must stay short), so it never leaves the machine-wide
