@@ -12,6 +12,7 @@ import html
 import time
 from typing import Any, Sequence
 
+from evonorm.graph.fingerprint import function_key
 from evonorm.report.data import FINISHED, RunData, formula, reason_category
 from evonorm.search.candidates import top_layers
 from evonorm.search.evaluation import finite
@@ -95,13 +96,13 @@ def summary_rows(runs: Sequence[RunData]) -> list[list[Any]]:
 def top_table(run: RunData, n: int = 10) -> str:
     archs = run.archs
     rows = []
-    for i, row in enumerate(top_layers(run.candidates, n), 1):
+    for i, row in enumerate(top_layers(run.candidates, n, same=lambda c: function_key(c.graph)), 1):
         c = row.best
         rows.append([i, formula_cell(c.graph), *[(c.accuracies or {}).get(a) for a in archs],
-                     c.fitness, row.found, c.id, c.origin])
+                     c.fitness, row.spellings, row.found, c.id, c.origin])
     if not rows:
         return '<p class="note">No valid layer yet.</p>'
-    return table(["#", "layer", *archs, "fitness", "found", "first best id", "origin"], rows)
+    return table(["#", "layer", *archs, "fitness", "spellings", "found", "first best id", "origin"], rows)
 
 
 def rerank_table(run: RunData) -> str:
@@ -163,8 +164,9 @@ def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes
     parts.append("<h2>Outcomes by reason</h2>" + reasons_table(runs))
     for r in runs:
         parts.append(f"<h2>Top layers of {esc(r.name)}</h2>"
-                     '<p class="note">One row per distinct layer (canonical key); "found" counts the '
-                     "candidates that were this layer.</p>" + top_table(r))
+                     '<p class="note">One row per function: spellings that agree on two fingerprints '
+                     '(fixed random inputs and v0/v1) are merged, "spellings" counts them and "found" '
+                     "counts the candidates that were any of them.</p>" + top_table(r))
         parts.append(f"<h3>Reference layers ({esc(r.name)})</h3>" + reference_table(r))
         parts.append(f"<h3>Reranking ({esc(r.name)})</h3>" + rerank_table(r))
     parts.append("</body></html>\n")
