@@ -120,3 +120,18 @@ def test_missing_matplotlib_is_a_clear_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert cli_main(["report", str(tmp_path)]) == 2
     assert "pip install 'evonorm[plots]'" in capsys.readouterr().err
+
+
+def test_figures_say_what_they_show():
+    from evonorm.report.figures import accuracy_histogram, calibration, search_progress
+
+    cands = [{"id": i, "status": "valid", "origin": "random", "fitness": 0.5,
+              "accuracies": {ARCHS[0]: 0.2 + i / 100, ARCHS[1]: 0.3 + i / 90}} for i in range(30)]
+    ax = accuracy_histogram(cands, ARCHS[:2]).axes[0]
+    bars = [(round(p.get_x(), 6), round(p.get_x() + p.get_width(), 6)) for p in ax.patches if p.get_height() > 0]
+    assert len(bars) >= 2 and all(a[1] <= b[0] or b[1] <= a[0] for i, a in enumerate(bars) for b in bars[i + 1:])
+    fig = calibration(cands, ARCHS[:2])
+    assert "above chance: n=30, r=1.00" in fig.axes[0].get_title()
+    run = RunData("evo", cands, config={"archs": ARCHS[:2], "window": 16})
+    texts = " ".join(t.get_text() for t in search_progress([run]).texts)
+    assert "10 best valid layers in the population window (the last 16 valid layers)" in texts
