@@ -60,3 +60,33 @@ def test_first_sentence_of_table_and_page(tmp_path, data, start):
     first = body.split('<p class="verdict">', 1)[1]
     assert first.split("</b> ", 1)[1].startswith(start)
     assert body.index('class="verdict"') < body.index("<h2>")
+
+
+def test_retrain_writes_a_line_per_layer_and_seed_and_resumes(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    import evonorm.train
+    from evonorm.search.retrain import retrain
+
+    run = tmp_path / "run"
+    make_store(run)  # one function (all spellings of one graph), origin random; space s
+    calls = []
+
+    def fake_train(spec, data, cfg, **kw):
+        calls.append((str(spec)[:20], cfg.arch, cfg.seed))
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # killed mid-way
+        return SimpleNamespace(status="ok", accuracy=0.5 + cfg.seed % 7 / 100, seconds=0.0, failed_step=None)
+
+    monkeypatch.setattr(evonorm.train, "train", fake_train)
+    with pytest.raises(KeyboardInterrupt):
+        retrain(run, top=3, seeds=2)
+    assert len(read_rows(run)) == 2  # the (layer, seed) pairs finished before the kill
+    rows = retrain(run, top=3, seeds=2)
+    assert sorted({(r.kind, r.layer) for r in rows}) == [
+        ("found", "id 12"), ("reference", "bn_relu"), ("reference", "evonorm_s0"), ("reference", "gn_relu")]
+    assert len(rows) == 8 and {r.seed for r in rows} == {1000, 1001}
+    assert len(calls) == 5 + 6 * 2  # nothing trained twice but the killed pair's first architecture
+    assert "retrain [6/6]" in capsys.readouterr().err
+    n = len(calls)
+    assert len(retrain(run, top=3, seeds=2)) == 8 and len(calls) == n  # all there: nothing to train
