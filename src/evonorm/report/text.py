@@ -19,7 +19,7 @@ def summary_table(run_dir: str | Path, top: int = 10) -> str:
     archs = run.archs
     rows = top_layers(run.candidates, top, same=lambda c: function_key(c.graph))
     if not rows:
-        return verdict(run.retrain) + "\nno valid layer found"
+        return verdict(run.retrain, str(run_dir)) + "\nno valid layer found"
     head = ["rank", "id", "fitness"] + archs + ["spellings", "layer"]
     lines = [head]
     for rank, row in enumerate(rows, 1):
@@ -28,8 +28,9 @@ def summary_table(run_dir: str | Path, top: int = 10) -> str:
                      + [f"{c.accuracies.get(a, float('nan')):.4f}" for a in archs]
                      + [str(row.spellings), formula(c.graph)])
     widths = [max(len(r[i]) for r in lines) for i in range(len(head) - 1)]
-    return verdict(run.retrain) + "\n" + "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + r[-1]
-                     for r in lines)
+    table = "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + r[-1]
+                      for r in lines)
+    return verdict(run.retrain, str(run_dir)) + "\n" + table
 
 
 def rerank_table(rows: list[dict], graphs: dict[int, dict]) -> str:

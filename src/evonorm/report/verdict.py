@@ -15,7 +15,6 @@ from evonorm.report.welch import mean_std, welch_greater
 from evonorm.search.retrain import RetrainRow
 
 ALPHA = 0.05
-HOW = "evonorm report RUN --seeds 3"
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ def layer_stats(rows: Iterable[RetrainRow]) -> list[LayerStats]:
     return sorted(out, key=lambda s: (not s.values, -(s.mean if s.values else 0.0)))
 
 
-def verdict(rows: Iterable[RetrainRow]) -> str:
+def verdict(rows: Iterable[RetrainRow], run: str = "RUN") -> str:
     """One plain sentence: a found layer beats the best reference/seed (by how much, test, p), or
     none does beyond noise, or it cannot be told yet (and how to tell)."""
     stats = [s for s in layer_stats(rows) if len(s.values) >= 2]
@@ -61,7 +60,7 @@ def verdict(rows: Iterable[RetrainRow]) -> str:
     if not found or not base:
         missing = "found layers" if not found else "reference or seed layers"
         return (f"Cannot tell yet whether a found layer beats the references: no multi-seed "
-                f"re-training of the {missing} (run `{HOW}`); the search fitness is one training "
+                f"re-training of the {missing} (run `evonorm report {run} --seeds 3`); the search fitness is one training "
                 f"seed per layer.")
     best, ref = found[0], base[0]
     test = welch_greater(best.values, ref.values)
