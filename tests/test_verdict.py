@@ -90,3 +90,16 @@ def test_retrain_writes_a_line_per_layer_and_seed_and_resumes(tmp_path, monkeypa
     assert "retrain [6/6]" in capsys.readouterr().err
     n = len(calls)
     assert len(retrain(run, top=3, seeds=2)) == 8 and len(calls) == n  # all there: nothing to train
+
+
+def test_a_found_spelling_of_a_seed_layer_counts_as_that_seed(tmp_path):
+    from evonorm.search.retrain import plan
+    from evonorm.search.store import Store
+    from test_report_store import add
+
+    run = tmp_path / "run"
+    make_store(run)  # valid layers of one function, origin random
+    with Store(run) as s:
+        add(s, 99, "valid", {"resnet50_cifar": 0.1, "mobilenetv2_cifar": 0.1}, key="seedkey", origin="seed")
+    _, layers = plan(run, top=3)
+    assert [kind for _, kind, _, _ in layers] == ["reference"] * 3 + ["seed"]
