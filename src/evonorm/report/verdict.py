@@ -58,10 +58,10 @@ def verdict(rows: Iterable[RetrainRow], run: str = "RUN") -> str:
     found = [s for s in stats if s.kind == "found"]
     base = [s for s in stats if s.kind != "found"]
     if not found or not base:
-        missing = "found layers" if not found else "reference or seed layers"
-        return (f"Cannot tell yet whether a found layer beats the references: no multi-seed "
-                f"re-training of the {missing} (run `evonorm report {run} --seeds 3`); the search fitness is one training "
-                f"seed per layer.")
+        missing = "found layer" if not found else "reference or seed layer"
+        return (f"Cannot tell yet whether a found layer beats the references: no {missing} has been "
+                f"re-trained with >= 2 training seeds (run `evonorm report {run} --seeds 3`); the "
+                f"search fitness is one training seed per layer.")
     best, ref = found[0], base[0]
     test = welch_greater(best.values, ref.values)
     seeds = f"{len(best.values)} vs {len(ref.values)} seeds"
