@@ -54,10 +54,11 @@ def test_page_embeds_every_figure_and_fills_tables(tmp_path):
         assert (tmp_path / "report" / f"{stem}.png").read_bytes().startswith(PNG)
     assert "<script" not in html and "http" not in html.split("<body>", 1)[1]  # self-contained
     top = html.split("Top layers of evo", 1)[1].split("</table>", 1)[0]
-    assert top.count("<tr>") == 1 + 7  # header + one row per distinct key among the valid (i%4==0 -> i%7 takes all 7)
+    # the valid candidates have 7 keys (i%4==0 -> i%7 takes all 7) but one graph: one row, 7 spellings
+    assert top.count("<tr>") == 1 + 1 and '<td class="num">7</td>' in top
     assert "quality:resnet50_cifar" in html and "bn_relu" in html
     formulas = re.findall(r'<img class="formula" alt="([^"]*)" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', top)
-    assert len(formulas) == 7 and all(base64.b64decode(b).startswith(PNG) for _, b in formulas)
+    assert len(formulas) == 1 and all(base64.b64decode(b).startswith(PNG) for _, b in formulas)
     assert "x / max(sqrt(s^2_{b,w,h}(x))" in formulas[0][0]  # EvoNorm-B0's formula as alt text
     assert not list(tmp_path.glob("**/*.tmp"))
 
@@ -119,3 +120,18 @@ def test_missing_matplotlib_is_a_clear_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert cli_main(["report", str(tmp_path)]) == 2
     assert "pip install 'evonorm[plots]'" in capsys.readouterr().err
+
+
+def test_figures_say_what_they_show():
+    from evonorm.report.figures import accuracy_histogram, calibration, search_progress
+
+    cands = [{"id": i, "status": "valid", "origin": "random", "fitness": 0.5,
+              "accuracies": {ARCHS[0]: 0.2 + i / 100, ARCHS[1]: 0.3 + i / 90}} for i in range(30)]
+    ax = accuracy_histogram(cands, ARCHS[:2]).axes[0]
+    bars = [(round(p.get_x(), 6), round(p.get_x() + p.get_width(), 6)) for p in ax.patches if p.get_height() > 0]
+    assert len(bars) >= 2 and all(a[1] <= b[0] or b[1] <= a[0] for i, a in enumerate(bars) for b in bars[i + 1:])
+    fig = calibration(cands, ARCHS[:2])
+    assert "above chance: n=30, r=1.00" in fig.axes[0].get_title()
+    run = RunData("evo", cands, config={"archs": ARCHS[:2], "window": 16})
+    texts = " ".join(t.get_text() for t in search_progress([run]).texts)
+    assert "10 best valid layers in the population window (the last 16 valid layers)" in texts

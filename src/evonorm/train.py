@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -138,8 +138,11 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
 
 
 def train(norm_act: Any, dataset: Dataset, cfg: TrainConfig, *, progress: bool = False,
-          model: nn.Module | None = None) -> TrainResult:
+          model: nn.Module | None = None, log: Callable[[str], None] | None = None) -> TrainResult:
     """Train `cfg.arch` with `norm_act` on `dataset` and evaluate on its test split.
+
+    Progress: `progress` draws a bar (for a terminal); `log` gets a plain line after each tenth
+    of the steps (for a log file).
 
     Deterministic for `cfg.seed` (model init, data order, augmentation). `model` lets a caller
     pass a prebuilt network (e.g. a converted third-party model) instead of building `cfg.arch`.
@@ -194,6 +197,9 @@ def train(norm_act: Any, dataset: Dataset, cfg: TrainConfig, *, progress: bool =
                 bar.update(1)
                 if step % 10 == 0:
                     bar.set_postfix(loss=f"{loss_value:.3f}")
+            if log is not None and (step + 1) % max(1, cfg.steps // 10) == 0:
+                log(f"{cfg.arch}: step {step + 1}/{cfg.steps} loss {loss_value:.3f} "
+                    f"({time.perf_counter() - start:.0f}s)")
     finally:
         if bar is not None:
             bar.close()

@@ -25,6 +25,13 @@ def build_parser() -> ArgumentParser:
                    help="first train reference layers (default: bn_relu evonorm_b0 evonorm_s0) with "
                         "the run's own settings on each architecture, once, into RUN/references.json; "
                         "costs about as much as evaluating 3 candidates")
+    p.add_argument("--seeds", type=int, default=0, metavar="N",
+                   help="first re-train the top found layers, the space's reference layers and the "
+                        "run's seed layers with N fresh training seeds each (N >= 2 for the test; "
+                        "resumable, kept in RUN/retrain.jsonl); the page's first sentence then says "
+                        "whether a found layer beats them beyond noise")
+    p.add_argument("--retrain-top", type=int, default=3, metavar="K",
+                   help="how many distinct found layers --seeds re-trains (default 3)")
     return p
 
 
@@ -38,6 +45,8 @@ def main(argv: list[str]) -> int:
 
     from evonorm.commands._common import check_store, write_errors
 
+    if args.seeds < 0 or args.retrain_top < 0:
+        raise CommandError(f"--seeds and --retrain-top must be >= 0, got {args.seeds} and {args.retrain_top}")
     runs = [args.run, *args.compare]
     for r in runs:
         try:
@@ -60,6 +69,14 @@ def main(argv: list[str]) -> int:
             try:
                 train_references(args.run, args.references or DEFAULT_REFERENCES,
                                  log=lambda s: print(s, flush=True))
+            except (FileNotFoundError, ValueError) as err:
+                raise CommandError(str(err).splitlines()[0]) from None
+    if args.seeds:
+        from evonorm.search.retrain import retrain
+
+        with write_errors(f"re-training into {args.run}"):
+            try:
+                retrain(args.run, top=args.retrain_top, seeds=args.seeds, log=lambda s: print(s, flush=True))
             except (FileNotFoundError, ValueError) as err:
                 raise CommandError(str(err).splitlines()[0]) from None
     with write_errors("the report"):

@@ -102,7 +102,8 @@ def main(argv: list[str]) -> int:
     print(f"training {args.layer if len(args.layer) < 60 else args.layer[:57] + '...'} on "
           f"{cfg.arch} (width {cfg.resolved_width():g}), {ds.name}, preset {args.preset}: "
           f"{cfg.steps} steps of {cfg.batch_size}", flush=True)
-    result = train(factory, ds, cfg, progress=progress)
+    log = None if progress or args.progress is False else (lambda s: print(s, file=sys.stderr, flush=True))
+    result = train(factory, ds, cfg, progress=progress, log=log)
     if result.status == "ok":
         print(f"accuracy {result.accuracy:.4f}  loss {result.final_loss:.4f}  "
               f"{result.seconds:.1f}s ({result.seconds / max(1, result.steps_done):.3f} s/step)")

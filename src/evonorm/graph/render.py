@@ -3,10 +3,14 @@
 Plain text:  x / max(sqrt(s^2_{b,w,h}(x)), v1*x + sqrt(s^2_{w,h}(x)))*gamma + beta
 LaTeX:       \\frac{x}{\\max(\\sqrt{s^2_{b,w,h}(x)}, v_1 x + \\sqrt{s^2_{w,h}(x)})}\\gamma + \\beta
 As in the paper, eps is omitted, sqrt/log (sign(a) sqrt|a|, sign(a) ln|a|) and nodes used more than
-once are named z (z_1, z_2, ... when there are several), and exp(0) is shown as the constant 1.
+once are named z (z_1, z_2, ... when there are several). A subexpression that depends on none of
+x, v0, v1 (`tanh(0)`, `sign(0)*ln|0|`, `exp(0)`) is a constant and shown as its value, and
+`a + 0`, `a - 0`, `a*1`, `a / 1` are shown as `a`, so that spellings of one function read alike.
 """
 
 from __future__ import annotations
+
+import math
 
 from evonorm.graph.graph import NUM_INPUTS, Graph
 from evonorm.graph.primitives import PRIMITIVES
@@ -19,12 +23,13 @@ class _Renderer:
     def __init__(self, graph: Graph, latex: bool):
         self.g, self.latex = graph, latex
         live = graph.live_nodes()
+        self.const = constants(graph)
         uses: dict[int, int] = {}
         for nid in live:
             if nid >= NUM_INPUTS:
                 for a in graph.node(nid)[1:]:
                     uses[a] = uses.get(a, 0) + 1
-        named = [n for n in live if n >= NUM_INPUTS and not self._is_one(n) and (
+        named = [n for n in live if n >= NUM_INPUTS and n not in self.const and (
             uses.get(n, 0) > 1 or any(graph.node(m)[0] in ("sqrt", "log") and n in graph.node(m)[1:]
                                       and not self._simple(n) for m in live if m >= NUM_INPUTS))]
         self.names = {}
@@ -33,11 +38,11 @@ class _Renderer:
             self.names[n] = "z" + idx
         self.cache: dict[int, tuple[str, int]] = {}
 
-    def _is_one(self, nid: int) -> bool:
-        return nid >= NUM_INPUTS and self.g.node(nid) == ("exp", 1)
-
     def _simple(self, nid: int) -> bool:
-        return nid < NUM_INPUTS or self._is_one(nid)
+        return nid < NUM_INPUTS or nid in self.const
+
+    def _is(self, nid: int, value: float) -> bool:
+        return self.const.get(nid) == value
 
     def ref(self, nid: int) -> tuple[str, int]:
         if nid in self.names:
@@ -55,9 +60,19 @@ class _Renderer:
     def _render(self, nid: int) -> tuple[str, int]:
         if nid < NUM_INPUTS:
             return self._leaf(nid), ATOM
-        if self._is_one(nid):
-            return "1", ATOM
+        if nid in self.const:
+            v = self.const[nid]
+            text = f"{v:.4g}"
+            return text, (ATOM if v >= 0 else UNARY)
         op, *args = self.g.node(nid)
+        if op == "add" and (self._is(args[1], 0.0) or self._neg_of_zero(args[1])):
+            return self.ref(args[0])
+        if op == "add" and self._is(args[0], 0.0):
+            return self.ref(args[1])
+        if op in ("mul", "div") and self._is(args[1], 1.0):
+            return self.ref(args[0])
+        if op == "mul" and self._is(args[0], 1.0):
+            return self.ref(args[1])
         L = self.latex
         a = [self.ref(i) for i in args]
 
@@ -117,6 +132,9 @@ class _Renderer:
                     else f"sign({a[0][0]})*ln(|{a[0][0]}|)"), MUL
         raise AssertionError(op)  # unreachable: Graph validated the op
 
+    def _neg_of_zero(self, nid: int) -> bool:
+        return nid >= NUM_INPUTS and self.g.node(nid)[0] == "neg" and self._is(self.g.node(nid)[1], 0.0)
+
     def formula(self, affine: bool) -> str:
         body = self.expr(self.g.output)
         if affine:
@@ -138,3 +156,32 @@ def to_text(graph: Graph, *, affine: bool = True) -> str:
 def to_latex(graph: Graph, *, affine: bool = True) -> str:
     """LaTeX formula in the paper's notation."""
     return _Renderer(graph, latex=True).formula(affine)
+
+
+def constants(graph: Graph) -> dict[int, float]:
+    """The live nodes that depend on none of x, v0, v1 (node 1, zero, included), with their value:
+    each is evaluated as the output of the graph cut after it. A constant whose value is not finite
+    or not the same everywhere is left out (it is then written out as an expression)."""
+    import torch
+
+    from evonorm.graph.compile import evaluate
+
+    varying = {0, 2, 3}
+    out: dict[int, float] = {1: 0.0}
+    x = torch.linspace(-2.0, 3.0, 2 * 4 * 3 * 3, dtype=torch.float64).reshape(2, 4, 3, 3)
+    v = torch.tensor([0.5, -1.5, 2.0, 0.25], dtype=torch.float64)
+    for nid in graph.live_nodes():
+        if nid < NUM_INPUTS:
+            continue
+        args = graph.node(nid)[1:]
+        if any(a in varying for a in args):
+            varying.add(nid)
+            continue
+        with torch.no_grad():
+            y = evaluate(Graph(graph.nodes[:nid - NUM_INPUTS + 1], graph.max_nodes), x, v, -v, groups=2)
+        value = float(y.flatten()[0])
+        if math.isfinite(value) and bool((y == y.flatten()[0]).all()):
+            out[nid] = value + 0.0  # -0.0 -> 0.0
+        else:
+            varying.add(nid)
+    return out

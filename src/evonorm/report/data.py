@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from evonorm.search.candidates import Candidate, as_candidate, reason_group
 from evonorm.search.evaluation import STATUSES, finite
 from evonorm.search.references import REFERENCES_FILE
+from evonorm.search.retrain import RetrainRow, read_rows
 from evonorm.search.store import Store, resolve_path, run_folder
 
 FINISHED = STATUSES
@@ -35,6 +36,7 @@ class RunData:
     references: dict[str, dict[str, float]] = field(default_factory=dict)
     in_flight: int = 0  # proposals handed to workers and not finished when the store was read
     status: str = ""  # the store's run status ("running", "complete", ...) when it records one
+    retrain: list[RetrainRow] = field(default_factory=list)  # multi-seed re-training, if any
 
     def __post_init__(self) -> None:
         self.candidates = sorted((as_candidate(c) for c in self.candidates), key=lambda c: c.id)
@@ -90,6 +92,7 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
                 status=_meta(store, "status"),
             )
             data.references = _references(data, run_folder(run))
+            data.retrain = read_rows(run)
             return data
         except sqlite3.OperationalError as err:  # "database is locked" while a writer commits
             last = err

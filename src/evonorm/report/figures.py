@@ -119,6 +119,13 @@ def search_progress(runs: Sequence[RunData], *, top: int = 10, baseline: float |
         ax.legend(fontsize=8, loc="lower right")
         ax.grid(alpha=0.3)
     ax.set_title(f"Search progress (mean ± std of the top-{top} valid layers)")
+    window = next((r.config.get("window") for r in runs if isinstance(r.config.get("window"), int)), None)
+    pool = f"the population window (the last {window} valid layers)" if window else "the population"
+    fig.text(0.01, 0.01, f"Line: mean fitness (mean held-out accuracy over the architectures) of the "
+                         f"{top} best valid layers in {pool} after each candidate; band: ± their std. "
+                         "x: candidates evaluated (valid, rejected and failed).",
+             fontsize=7, color="0.3", wrap=True, va="bottom")
+    fig.subplots_adjust(bottom=0.25)
     return fig
 
 
@@ -151,11 +158,11 @@ def accuracy_histogram(candidates: Sequence[Any], archs: Sequence[str], *, chanc
         _message(ax, f"no finished {origin or ''} candidate yet".replace("  ", " "))
     else:
         edges = [i / bins for i in range(bins + 1)]
-        for i, a in enumerate(archs):
-            at_chance = sum(1 for v in accs[a] if v <= chance * 1.5)
-            ax.hist(accs[a], bins=edges, alpha=0.18, color=f"C{i}", log=True, histtype="stepfilled")
-            ax.hist(accs[a], bins=edges, color=f"C{i}", log=True, histtype="step", linewidth=1.4,
-                    label=f"{a}: {at_chance}/{len(accs[a])} near chance")
+        shown = [a for a in archs if accs[a]]
+        labels = [f"{a}: {sum(1 for v in accs[a] if v <= chance * 1.5)}/{len(accs[a])} near chance"
+                  for a in shown]  # each bin's bars side by side, one per architecture
+        ax.hist([accs[a] for a in shown], bins=edges, color=[f"C{archs.index(a)}" for a in shown],
+                log=True, histtype="bar", rwidth=0.9, label=labels)
         if reference is not None:
             ax.axvline(reference, color="k", linestyle="--", linewidth=1, label="BN-ReLU")
         ax.set_xlim(0, 1)
@@ -195,11 +202,25 @@ def calibration(candidates: Sequence[Any], archs: Sequence[str], *, chance: floa
         ax.set_aspect("equal")
         ax.set_xlabel(f"{a} accuracy")
         ax.set_ylabel(f"{b} accuracy")
-        r = pearson(xs, ys)
-        ax.set_title(f"{a} vs {b}\nn={len(xs)}, r={r:.2f}" if r is not None else f"{a} vs {b}",
-                     fontsize=9)
+        ax.set_title(f"{short(a)} vs {short(b)}\n" + correlation_text(xs, ys, chance), fontsize=8)
     fig.suptitle("Cross-architecture calibration (failures count at chance)", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
+
+
+def short(arch: str) -> str:
+    """An architecture's name without the dataset suffix, for titles."""
+    return arch.removesuffix("_cifar")
+
+
+def correlation_text(xs: Sequence[float], ys: Sequence[float], chance: float) -> str:
+    """Pearson's r over all layers and over the layers above chance on both architectures (the
+    near-chance cluster alone makes r look high)."""
+    r = pearson(xs, ys)
+    above = [(x, y) for x, y in zip(xs, ys) if x > chance * 1.5 and y > chance * 1.5]
+    r_above = pearson([x for x, _ in above], [y for _, y in above])
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    return f"all: n={len(xs)}, r={fmt(r)}; above chance: n={len(above)}, r={fmt(r_above)}"
 
 
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:

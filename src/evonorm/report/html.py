@@ -12,7 +12,9 @@ import html
 import time
 from typing import Any, Sequence
 
+from evonorm.graph.fingerprint import function_key
 from evonorm.report.data import FINISHED, RunData, formula, reason_category
+from evonorm.report.verdict import layer_stats, verdict
 from evonorm.search.candidates import top_layers
 from evonorm.search.evaluation import finite
 
@@ -95,13 +97,13 @@ def summary_rows(runs: Sequence[RunData]) -> list[list[Any]]:
 def top_table(run: RunData, n: int = 10) -> str:
     archs = run.archs
     rows = []
-    for i, row in enumerate(top_layers(run.candidates, n), 1):
+    for i, row in enumerate(top_layers(run.candidates, n, same=lambda c: function_key(c.graph)), 1):
         c = row.best
         rows.append([i, formula_cell(c.graph), *[(c.accuracies or {}).get(a) for a in archs],
-                     c.fitness, row.found, c.id, c.origin])
+                     c.fitness, row.spellings, row.found, c.id, c.origin])
     if not rows:
         return '<p class="note">No valid layer yet.</p>'
-    return table(["#", "layer", *archs, "fitness", "found", "first best id", "origin"], rows)
+    return table(["#", "layer", *archs, "fitness", "spellings", "found", "first best id", "origin"], rows)
 
 
 def rerank_table(run: RunData) -> str:
@@ -145,12 +147,24 @@ def reference_table(run: RunData) -> str:
     return table(["reference layer", *archs, "mean"], rows)
 
 
+def retrain_table(run: RunData) -> str:
+    stats = layer_stats(run.retrain)
+    if not stats:
+        return ('<p class="note">No multi-seed re-training yet (<code>evonorm report RUN --seeds 3</code>): '
+                "the fitness above is one training seed per layer.</p>")
+    rows = [[formula_cell(s.graph) if s.graph is not None else s.layer, s.kind, s.layer,
+             f"{100 * s.mean:.1f} +- {100 * s.std:.1f}" if s.values else "-", len(s.values), s.failed]
+            for s in stats]
+    return table(["layer", "kind", "name", "fitness % (mean +- std)", "seeds", "failed"], rows)
+
+
 def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes]]) -> str:
     """The page: summary, figures (title, caption, PNG bytes), outcome table, and per run its
     top layers, references and reranks."""
     title = "evonorm report: " + ", ".join(r.name for r in runs)
     parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
              f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1>",
+             *[f'<p class="verdict"><b>{esc(r.name)}:</b> {esc(verdict(r.retrain))}</p>' for r in runs],
              f'<p class="note">Written {esc(time.strftime("%Y-%m-%d %H:%M:%S %Z"))} from the run store(s); '
              "a search still running shows what had finished by then.</p>",
              "<h2>Runs</h2>",
@@ -163,8 +177,14 @@ def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes
     parts.append("<h2>Outcomes by reason</h2>" + reasons_table(runs))
     for r in runs:
         parts.append(f"<h2>Top layers of {esc(r.name)}</h2>"
-                     '<p class="note">One row per distinct layer (canonical key); "found" counts the '
-                     "candidates that were this layer.</p>" + top_table(r))
+                     '<p class="note">One row per function: spellings that agree on two fingerprints '
+                     '(fixed random inputs and v0/v1) are merged, "spellings" counts them and "found" '
+                     "counts the candidates that were any of them.</p>" + top_table(r))
+        parts.append(f"<h3>Multi-seed re-training ({esc(r.name)})</h3>"
+                     '<p class="note">The top distinct found layers, the reference layers of the space and the '
+                     "run's seed layers, each trained again with fresh training seeds on the run's own data split "
+                     "and setting; the first sentence of this page compares the best found layer with the best "
+                     "reference or seed layer by a one-sided Welch t-test over these seeds.</p>" + retrain_table(r))
         parts.append(f"<h3>Reference layers ({esc(r.name)})</h3>" + reference_table(r))
         parts.append(f"<h3>Reranking ({esc(r.name)})</h3>" + rerank_table(r))
     parts.append("</body></html>\n")

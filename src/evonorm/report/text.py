@@ -5,27 +5,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evonorm.graph.fingerprint import function_key
 from evonorm.report.data import formula, load_run
+from evonorm.report.verdict import verdict
 from evonorm.search.candidates import top_layers
 
 
 def summary_table(run_dir: str | Path, top: int = 10) -> str:
-    """The top valid layers (one row per distinct layer) as a plain-text table with formulas."""
+    """The verdict sentence (see `report.verdict`), then the top valid layers as a plain-text table
+    with formulas: one row per function (spellings that agree on both fingerprints merged, their
+    count in "spellings")."""
     run = load_run(Path(run_dir))
     archs = run.archs
-    rows = top_layers(run.candidates, top)
+    rows = top_layers(run.candidates, top, same=lambda c: function_key(c.graph))
     if not rows:
-        return "no valid layer found"
-    head = ["rank", "id", "fitness"] + archs + ["layer"]
+        return verdict(run.retrain, str(run_dir)) + "\nno valid layer found"
+    head = ["rank", "id", "fitness"] + archs + ["spellings", "layer"]
     lines = [head]
     for rank, row in enumerate(rows, 1):
         c = row.best
         lines.append([str(rank), str(c.id), f"{c.fitness:.4f}"]
                      + [f"{c.accuracies.get(a, float('nan')):.4f}" for a in archs]
-                     + [formula(c.graph)])
+                     + [str(row.spellings), formula(c.graph)])
     widths = [max(len(r[i]) for r in lines) for i in range(len(head) - 1)]
-    return "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + r[-1]
-                     for r in lines)
+    table = "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + r[-1]
+                      for r in lines)
+    return verdict(run.retrain, str(run_dir)) + "\n" + table
 
 
 def rerank_table(rows: list[dict], graphs: dict[int, dict]) -> str:

@@ -4,8 +4,8 @@ the best distinct valid layers, and rejections grouped by reason (stdlib only).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Iterable, Literal, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Iterable, Literal, Mapping
 
 from evonorm.search.evaluation import Evaluation, finite
 
@@ -66,11 +66,13 @@ def as_candidate(c: Candidate | Mapping[str, Any]) -> Candidate:
 @dataclass(frozen=True)
 class TopLayer:
     """One distinct layer among a run's candidates: its best valid candidate and how often the
-    search proposed it (`found`, every status counted)."""
+    search proposed it (`found`, every status counted) and, when spellings are merged, how many
+    distinct structures compute it (`spellings`)."""
 
     key: str
     best: Candidate
     found: int
+    spellings: int = 1
 
     @property
     def fitness(self) -> float:
@@ -78,11 +80,13 @@ class TopLayer:
 
 
 def top_layers(candidates: Iterable[Candidate | Mapping[str, Any]], n: int | None = 10,
-               by: str = "key") -> list[TopLayer]:
+               by: str = "key", same: Callable[[Candidate], str | None] | None = None) -> list[TopLayer]:
     """The best distinct valid layers, best fitness first (ties: the earlier best candidate).
 
     Candidates are the same layer when they share `by` (canonical key, or "fingerprint"); a
-    candidate without one stands alone. `n=None` keeps every layer.
+    candidate without one stands alone. With `same` (a function key of a candidate, e.g. both
+    fingerprints, see `evonorm.graph.fingerprint.function_key`), layers with equal keys are one row
+    (the best one, `spellings` counting them). `n=None` keeps every layer.
     """
     groups: dict[str, list[Candidate]] = {}
     for c in map(as_candidate, candidates):
@@ -95,6 +99,13 @@ def top_layers(candidates: Iterable[Candidate | Mapping[str, Any]], n: int | Non
             best = max(valid, key=lambda c: (c.fitness, -c.id))
             rows.append(TopLayer(k, best, len(members)))
     rows.sort(key=lambda r: (-r.fitness, r.best.id))
+    if same is not None:
+        merged: dict[str, TopLayer] = {}
+        for r in rows:
+            k = same(r.best) or r.key
+            m = merged.get(k)
+            merged[k] = r if m is None else replace(m, found=m.found + r.found, spellings=m.spellings + r.spellings)
+        rows = list(merged.values())  # insertion order: best first
     return rows if n is None else rows[:n]
 
 

@@ -60,9 +60,16 @@ class Tally:
 
     def line(self) -> str:
         rej = " ".join(f"{k}:{v}" for k, v in sorted(self.rejected.items())) or "0"
-        best = "-" if self.best is None else f"{self.best:.4f}"
         return (f"valid {self.valid} | rejected {rej} | failed {self.failed} | "
-                f"cache hits {self.cache_hits} | best {best}")
+                f"cache hits {self.cache_hits} | best {self.best_text()}")
+
+    def best_text(self) -> str:
+        return "-" if self.best is None else f"{self.best:.4f}"
+
+    def short(self) -> str:
+        """The bar's postfix: best first, so that an 80-column bar still shows it."""
+        return (f"best {self.best_text()} valid {self.valid} rej {sum(self.rejected.values())} "
+                f"fail {self.failed}")
 
 
 @dataclass
@@ -110,9 +117,12 @@ class _Search:
     """State of one driver session over a store."""
 
     def __init__(self, store: Store, cfg: SearchConfig, executor: Executor,
-                 bar=None, log: Callable[[str], None] | None = None):
+                 bar=None, log: Callable[[str], None] | None = None, every: float = 10.0):
         self.store, self.cfg, self.executor = store, cfg, executor
         self.bar, self.log = bar, log or (lambda s: None)
+        self.every = every  # seconds between plain status lines when there is no bar
+        self.started = self.last_line = time.perf_counter()
+        self.done_before = store.num_candidates()
         self.rng = rng_from_state(store.last_rng_state(), cfg.seed)
         self.tally = Tally()
         valid: list[Member] = []
@@ -155,12 +165,30 @@ class _Search:
             self.population.add(Member(cand.id, prop.graph, self._scores(cand.accuracies)))
         self.tally.add(cand)
         if self.bar is not None:
+            self.bar.set_description_str(f"search best {self.tally.best_text()}", refresh=False)
+            self.bar.set_postfix_str(self.tally.short(), refresh=False)
             self.bar.update(1)
-            self.bar.set_postfix_str(self.tally.line(), refresh=False)
         else:
             self.log(f"[{self.tally.done}/{self.cfg.budget}] #{cand.id} {cand.status}"
                      f"{' (' + cand.reason + ')' if cand.reason else ''}"
                      f"{' cache' if cache_hit else ''} | {self.tally.line()}")
+            self.last_line = time.perf_counter()
+
+    def status_line(self) -> str:
+        """done / valid / best / ETA, from this session's pace."""
+        elapsed = time.perf_counter() - self.started
+        done, now_done = self.tally.done, self.tally.done - self.done_before  # all, this session's
+        left = max(0, self.cfg.budget - done)
+        eta = f"{elapsed / now_done * left:.0f}s" if now_done else "?"
+        return (f"search: {done}/{self.cfg.budget} done | valid {self.tally.valid} | best "
+                f"{self.tally.best_text()} | {len(self.in_flight)} training | {elapsed:.0f}s elapsed, ETA {eta}")
+
+    def heartbeat(self) -> None:
+        """Without a bar, a plain status line every `every` seconds, so a long wait is not silent."""
+        now = time.perf_counter()
+        if self.bar is None and now - self.last_line >= self.every:
+            self.log(self.status_line())
+            self.last_line = now
 
     def _dispatch(self, prop: PendingProposal, attempts: int = 0) -> None:
         """Cache lookup, then wait behind an identical in-flight layer, or submit."""
@@ -222,7 +250,8 @@ class _Search:
                 if self.waiting:  # cannot happen: waiters are released with their original
                     raise RuntimeError("search stalled with layers waiting on nothing")
                 return
-            self._collect(0.5)
+            self._collect(min(0.5, self.every))
+            self.heartbeat()
 
 
 def as_evaluation(result: Any) -> Evaluation:
@@ -231,11 +260,14 @@ def as_evaluation(result: Any) -> Evaluation:
 
 
 def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], Evaluation] | None = None,
-               executor: Executor | None = None, progress: bool = True) -> SearchResult:
+               executor: Executor | None = None, progress: bool = True,
+               progress_every: float = 10.0) -> SearchResult:
     """Run (or continue) the search stored in `run_dir` until its budget is spent.
 
     `evaluate_fn` (default: evonorm.search.evaluator.evaluate) must be a picklable top-level
     function; `executor` defaults to the config's. Safe to call again after any interruption.
+    Progress: a bar on a terminal, else a line per candidate and a status line every
+    `progress_every` seconds in between.
     """
     run = Path(run_dir)
     store = Store(run)
@@ -255,7 +287,7 @@ def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], Evaluation]
             bar = tqdm(total=cfg.budget, initial=store.num_candidates(), unit="cand",
                        desc="search", file=sys.stderr, dynamic_ncols=True)
         log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
-        search = _Search(store, cfg, executor, bar=bar, log=log)
+        search = _Search(store, cfg, executor, bar=bar, log=log, every=progress_every)
         store.set_meta("status", "running")
         try:
             search.run()

@@ -62,6 +62,7 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
                     status, reason = "failed", f"nonfinite:{arch}@{res.failed_step}"
                     break
                 accs[arch] = float(res.accuracy)
+                log(f"rerank [{n}/{len(todo)}] candidate {c.id}: {arch} {accs[arch]:.4f} ({res.seconds:.0f}s)")
             mean = sum(accs.values()) / len(accs) if status == "ok" else None
             store.add_rerank(candidate_id=c.id, preset=label, accuracies=accs, mean=mean,
                              status=status, reason=reason, search_fitness=c.fitness,

@@ -1,0 +1,119 @@
+"""Multi-seed re-training: the evidence behind a run's first sentence.
+
+The top distinct found layers, the reference layers of the run's space and the run's seed layers
+are trained again with several fresh training seeds, each with the run's own data split and
+full-training setting (the evaluator's `train_config` and the trainer's `train`, as the search and
+`references.py` do). Each finished (layer, seed) is one JSON line appended to `RUN/retrain.jsonl`,
+so a later report reads them without training again and an interrupted re-training resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from evonorm.search.store import Store, run_folder
+
+RETRAIN_FILE = "retrain.jsonl"
+REFERENCES_BY_SPACE = {"s": ("bn_relu", "gn_relu", "evonorm_s0"), "b": ("evonorm_b0", "bn_relu")}
+SEED_OFFSET = 1000  # training seeds cfg.seed + 1000 + i: fresh, not the search's own seed
+
+
+@dataclass(frozen=True)
+class RetrainRow:
+    """One layer trained with one seed: `kind` is "found", "reference" or "seed"; `layer` is a
+    registry name (references) or "id N" (a candidate of the run); `fitness` is None on failure."""
+
+    layer: str
+    kind: str
+    seed: int
+    accuracies: dict
+    fitness: float | None
+    candidate_id: int | None = None
+    graph: Any = None
+    seconds: float = 0.0
+    reason: str | None = None  # why it failed
+
+
+def read_rows(run: str | Path) -> list[RetrainRow]:
+    """The finished (layer, seed) rows of a run (none when it was never re-trained); a line cut
+    short by a crash is skipped."""
+    path = run_folder(Path(run)) / RETRAIN_FILE
+    rows = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(RetrainRow(**json.loads(line)))
+            except (ValueError, TypeError):
+                continue
+    return rows
+
+
+def plan(run: str | Path, top: int) -> tuple[Any, list[tuple[str, str, Any, int | None]]]:
+    """The run's config and the layers to re-train: (label, kind, graph or name, candidate id)."""
+    from evonorm.graph.fingerprint import function_key
+    from evonorm.search.candidates import top_layers
+
+    with Store(run, readonly=True) as store:
+        cfg = store.search_config()
+        cands = list(store.candidates())
+    rows = top_layers(cands, None, same=lambda c: function_key(c.graph))
+    seed_functions = {function_key(c.graph) for c in cands if c.origin == "seed"}
+    # a found layer that computes a seed layer's function is that seed, not a finding
+    found = [r.best for r in rows if r.best.origin != "seed"
+             and function_key(r.best.graph) not in seed_functions][:top]
+    seeds = [r.best for r in rows if function_key(r.best.graph) in seed_functions]
+    layers = [(f"id {c.id}", "found", c.graph, c.id) for c in found]
+    layers += [(name, "reference", name, None) for name in REFERENCES_BY_SPACE.get(cfg.space, ())]
+    layers += [(f"id {c.id}", "seed", c.graph, c.id) for c in seeds]
+    return cfg, layers
+
+
+def retrain(run: str | Path, *, top: int = 3, seeds: int = 3,
+            log: Callable[[str], None] | None = None) -> list[RetrainRow]:
+    """Train every planned layer with `seeds` training seeds on each architecture of the run,
+    appending a line per finished (layer, seed); rows already in the file are not trained again.
+    Logs one line per finished (layer, seed) with the count done, so it shows progress anywhere."""
+    from evonorm.search.evaluator import search_dataset, train_config
+    from evonorm.train import train
+
+    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    if top < 0 or seeds < 1:
+        raise ValueError(f"re-training needs top >= 0 and seeds >= 1, got {top} and {seeds}")
+    cfg, layers = plan(run, top)
+    path = run_folder(Path(run)) / RETRAIN_FILE
+    done = {(r.layer, r.seed) for r in read_rows(run)}
+    todo = [(lay, cfg.seed + SEED_OFFSET + i) for lay in layers for i in range(seeds)
+            if (lay[0], cfg.seed + SEED_OFFSET + i) not in done]
+    if not todo:
+        return read_rows(run)
+    data = search_dataset(cfg)
+    start_all = time.perf_counter()
+    for n, ((label, kind, spec, cid), seed) in enumerate(todo, 1):
+        start = time.perf_counter()
+        accs: dict[str, float | None] = {}
+        reason = None
+        for arch in cfg.archs:
+            try:
+                res = train(spec, data, train_config(cfg, arch, seed=seed))
+            except Exception as err:  # recorded; the other layers and seeds still train
+                accs[arch], reason = None, reason or f"error: {type(err).__name__}: {err}"[:300]
+                continue
+            ok = res.status == "ok" and res.accuracy is not None
+            accs[arch] = float(res.accuracy) if ok else None
+            reason = reason or (None if ok else f"nonfinite:{arch}@{res.failed_step}")
+        fitness = None if reason else sum(accs.values()) / len(accs)  # type: ignore[arg-type]
+        row = RetrainRow(label, kind, seed, accs, fitness, cid, spec if cid is not None else None,
+                         round(time.perf_counter() - start, 2), reason)
+        with path.open("a") as f:  # one whole line per (layer, seed): a crash loses at most this one
+            f.write(json.dumps(asdict(row)) + "\n")
+        elapsed = time.perf_counter() - start_all
+        eta = elapsed / n * (len(todo) - n)
+        log(f"retrain [{n}/{len(todo)}] {kind} {label} seed {seed}: "
+            + (f"fitness {fitness:.4f}" if fitness is not None else f"failed ({reason})")
+            + f" ({row.seconds:.1f}s, ETA {eta:.0f}s)")
+    return read_rows(run)

@@ -1,0 +1,51 @@
+"""Long work shows progress: a search without a terminal prints status lines between candidates;
+with one, the bar keeps the best fitness inside 80 columns."""
+
+import io
+import re
+
+from _search_fakes import slow_fake
+from evonorm.search.driver import init_run, run_search
+from evonorm.search.presets import get_preset
+
+
+def _cfg(**kw):
+    base = dict(dataset="synthetic", budget=8, workers=2, window=6, initial_population=3,
+                tournament_fraction=0.5, archs=("a1", "a2"), timeout=60.0)
+    base.update(kw)
+    return get_preset("tiny", **base)
+
+
+def test_without_a_terminal_status_lines_come_every_few_seconds(tmp_path, capsys):
+    init_run(tmp_path, _cfg())
+    run_search(tmp_path, evaluate_fn=slow_fake, progress=True, progress_every=0.05)
+    err = capsys.readouterr().err
+    status = re.findall(r"search: (\d+)/8 done \| valid \d+ \| best (\S+) \| \d+ training \| \d+s elapsed, ETA (\S+)", err)
+    assert len(status) >= 2, err
+    assert any(eta.endswith("s") for _, _, eta in status)  # an ETA once something has finished
+    assert len(re.findall(r"^\[\d+/8\] #\d+ ", err, re.M)) == 8  # and a line per candidate
+
+
+class FakeTTY(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_bar_keeps_the_best_fitness_visible_at_80_columns(tmp_path, monkeypatch):
+    init_run(tmp_path, _cfg())
+    tty = FakeTTY()
+    monkeypatch.setattr("sys.stderr", tty)
+    run_search(tmp_path, evaluate_fn=slow_fake, progress=True)
+    frames = [f for f in re.split(r"[\r\n]", tty.getvalue()) if re.search(r" [1-8]/8 ", f)]
+    # a terminal cuts the bar on the right: the best fitness leads, inside the first 80 columns
+    assert frames and all(re.search(r"search best \d\.\d{4}", f[:80]) for f in frames)
+
+
+def test_train_logs_a_line_per_tenth_of_its_steps():
+    from evonorm.data import synthetic_dataset
+    from evonorm.train import get_preset, train
+
+    lines = []
+    train("bn_relu", synthetic_dataset(256, 64, seed=0), get_preset("tiny", steps=20), log=lines.append)
+    assert len(lines) == 10 and all(re.match(r"\w+: step \d+/20 loss \d", line) for line in lines)
+    assert "step 20/20" in lines[-1]

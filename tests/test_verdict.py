@@ -1,0 +1,105 @@
+"""The first sentence of the report and of the end-of-search table, from hand-written re-training
+rows beside small stores (no training)."""
+
+import json
+from dataclasses import asdict
+
+import pytest
+
+from evonorm.report.text import summary_table
+from evonorm.report.verdict import layer_stats, verdict
+from evonorm.search.retrain import RETRAIN_FILE, RetrainRow, read_rows
+
+from test_report_store import make_store
+
+
+def rows(layer, kind, values):
+    return [RetrainRow(layer, kind, 1000 + i, {"a": v}, v) for i, v in enumerate(values)]
+
+
+BEATS = rows("id 7", "found", [0.80, 0.82, 0.81]) + rows("bn_relu", "reference", [0.70, 0.72, 0.69]) \
+    + rows("id 1", "seed", [0.60, 0.61, 0.62])
+NOISE = rows("id 7", "found", [0.80, 0.60, 0.70]) + rows("bn_relu", "reference", [0.72, 0.66, 0.70])
+
+
+def test_verdict_says_which_layer_beats_which_by_the_test():
+    text = verdict(BEATS)
+    assert text.startswith("Found layer id 7 beats bn_relu 70.3 +- 1.5 by 10.7 points")
+    assert "one-sided Welch t-test, p=" in text and "< 0.05" in text
+
+
+def test_verdict_says_none_beats_beyond_noise():
+    text = verdict(NOISE)
+    assert text.startswith("No found layer beats bn_relu 69.3 +- 3.1 beyond noise (best: found layer id 7 70.0 +- 10.0")
+    assert ">= 0.05" in text
+
+
+def test_verdict_cannot_tell_without_seeds_and_failures_count_apart():
+    assert verdict([]).startswith("Cannot tell yet") and "--seeds 3" in verdict([])
+    failed = rows("id 7", "found", [0.8, 0.8]) + [RetrainRow("bn_relu", "reference", 1000, {}, None, reason="x")]
+    assert verdict(failed).startswith("Cannot tell yet")
+    stats = layer_stats(failed)
+    assert [(s.layer, len(s.values), s.failed) for s in stats] == [("id 7", 2, 0), ("bn_relu", 0, 1)]
+
+
+@pytest.mark.parametrize("data,start", [(BEATS, "Found layer id 7 beats"), (NOISE, "No found layer beats"),
+                                        (None, "Cannot tell yet")])
+def test_first_sentence_of_table_and_page(tmp_path, data, start):
+    pytest.importorskip("matplotlib")
+    from evonorm.cli import main as cli_main
+
+    run = tmp_path / "run"
+    make_store(run)
+    if data is not None:
+        lines = [json.dumps(asdict(r)) for r in data]
+        (run / RETRAIN_FILE).write_text("\n".join(lines) + "\n{\"cut short")  # a crash mid-line is skipped
+        assert len(read_rows(run)) == len(data)
+    assert summary_table(run).startswith(start)
+    assert cli_main(["report", str(run)]) == 0
+    body = (run / "report.html").read_text().split("<body>", 1)[1]
+    first = body.split('<p class="verdict">', 1)[1]
+    assert first.split("</b> ", 1)[1].startswith(start)
+    assert body.index('class="verdict"') < body.index("<h2>")
+
+
+def test_retrain_writes_a_line_per_layer_and_seed_and_resumes(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    import evonorm.train
+    from evonorm.search.retrain import retrain
+
+    run = tmp_path / "run"
+    make_store(run)  # one function (all spellings of one graph), origin random; space s
+    calls = []
+
+    def fake_train(spec, data, cfg, **kw):
+        calls.append((str(spec)[:20], cfg.arch, cfg.seed))
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # killed mid-way
+        return SimpleNamespace(status="ok", accuracy=0.5 + cfg.seed % 7 / 100, seconds=0.0, failed_step=None)
+
+    monkeypatch.setattr(evonorm.train, "train", fake_train)
+    with pytest.raises(KeyboardInterrupt):
+        retrain(run, top=3, seeds=2)
+    assert len(read_rows(run)) == 2  # the (layer, seed) pairs finished before the kill
+    rows = retrain(run, top=3, seeds=2)
+    assert sorted({(r.kind, r.layer) for r in rows}) == [
+        ("found", "id 12"), ("reference", "bn_relu"), ("reference", "evonorm_s0"), ("reference", "gn_relu")]
+    assert len(rows) == 8 and {r.seed for r in rows} == {1000, 1001}
+    assert len(calls) == 5 + 6 * 2  # nothing trained twice but the killed pair's first architecture
+    assert "retrain [6/6]" in capsys.readouterr().err
+    n = len(calls)
+    assert len(retrain(run, top=3, seeds=2)) == 8 and len(calls) == n  # all there: nothing to train
+
+
+def test_a_found_spelling_of_a_seed_layer_counts_as_that_seed(tmp_path):
+    from evonorm.search.retrain import plan
+    from evonorm.search.store import Store
+    from test_report_store import add
+
+    run = tmp_path / "run"
+    make_store(run)  # valid layers of one function, origin random
+    with Store(run) as s:
+        add(s, 99, "valid", {"resnet50_cifar": 0.1, "mobilenetv2_cifar": 0.1}, key="seedkey", origin="seed")
+    _, layers = plan(run, top=3)
+    assert [kind for _, kind, _, _ in layers] == ["reference"] * 3 + ["seed"]
