@@ -385,10 +385,11 @@ def test_resume_help_says_when_proposals_may_differ():
 
 @pytest.mark.slow
 def test_resume_beside_a_live_search_is_refused_and_takes_over_after_sigkill(tmp_path):
-    """The issue's scenario with the real CLI: `search ... &` then `resume` on the same run."""
+    """The issue's scenario with the real CLI: `search ... &` then `resume` on the same run (a budget
+    large enough that the search is still running when the second driver tries, on an idle machine too)."""
     evonorm = str(Path(sys.executable).parent / "evonorm")
     run = tmp_path / "run"
-    proc = subprocess.Popen([evonorm, "search", "--preset", "tiny", "--budget", "4", "--workers",
+    proc = subprocess.Popen([evonorm, "search", "--preset", "tiny", "--budget", "30", "--workers",
                              "1", "--out", str(run), "--quiet"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
@@ -416,4 +417,4 @@ def test_resume_beside_a_live_search_is_refused_and_takes_over_after_sigkill(tmp
     assert done.returncode == 0, done.stderr
     with Store(run, readonly=True) as s:
         assert s.get_meta("status") == "complete"
-        assert sorted(c.proposal for c in s.candidates()) == list(range(4))
+        assert sorted(c.proposal for c in s.candidates()) == list(range(30))

@@ -43,7 +43,10 @@ def ray_head(tmp_path, monkeypatch):
          f"--temp-dir={temp_dir}",
          "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=1", "--include-dashboard=false", "--disable-usage-stats"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        # a home of its own: a ~/.ray/auth_token left by another Ray session would make this head ask for a
+        # token that the driver below does not send
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+             "HOME": str(tmp_path / "home")})
     try:
         deadline = time.monotonic() + 180
         while True:
