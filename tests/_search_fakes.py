@@ -6,6 +6,16 @@ import os
 import time
 
 
+def fake_config(**kw):
+    """The tiny preset on the synthetic set with two fake architectures (for the fake evaluators below)."""
+    from evonorm.search.presets import get_preset
+
+    base = dict(dataset="synthetic", budget=30, workers=2, window=6, initial_population=3,
+                tournament_fraction=0.5, archs=("a1", "a2"), timeout=60.0)
+    base.update(kw)
+    return get_preset("tiny", **base)
+
+
 def scripted(payload: dict) -> dict:
     """Does what the payload says: ok (echo), raise, die (os._exit), hang."""
     action = payload.get("action", "ok")

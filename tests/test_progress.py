@@ -4,20 +4,13 @@ with one, the bar keeps the best fitness inside 80 columns."""
 import io
 import re
 
-from _search_fakes import slow_fake
+from _search_fakes import fake_config, slow_fake
 from evonorm.search.driver import init_run, run_search
-from evonorm.search.presets import get_preset
 
-
-def _cfg(**kw):
-    base = dict(dataset="synthetic", budget=8, workers=2, window=6, initial_population=3,
-                tournament_fraction=0.5, archs=("a1", "a2"), timeout=60.0)
-    base.update(kw)
-    return get_preset("tiny", **base)
 
 
 def test_without_a_terminal_status_lines_come_every_few_seconds(tmp_path, capsys):
-    init_run(tmp_path, _cfg())
+    init_run(tmp_path, fake_config(budget=8))
     run_search(tmp_path, evaluate_fn=slow_fake, progress=True, progress_every=0.05)
     err = capsys.readouterr().err
     status = re.findall(r"search: (\d+)/8 done \| valid \d+ \| best (\S+) \| \d+ training \| \d+s elapsed, ETA (\S+)", err)
@@ -32,7 +25,7 @@ class FakeTTY(io.StringIO):
 
 
 def test_the_bar_keeps_the_best_fitness_visible_at_80_columns(tmp_path, monkeypatch):
-    init_run(tmp_path, _cfg())
+    init_run(tmp_path, fake_config(budget=8))
     tty = FakeTTY()
     monkeypatch.setattr("sys.stderr", tty)
     run_search(tmp_path, evaluate_fn=slow_fake, progress=True)

@@ -7,19 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from _search_fakes import detailed_fake, fake_evaluate, sigkill_after, slow_fake
+from _search_fakes import detailed_fake, fake_config, fake_evaluate, sigkill_after, slow_fake
 from evonorm.search.driver import init_run, run_search
-from evonorm.search.presets import get_preset
 from evonorm.search.store import Store
 
 TESTS = Path(__file__).parent
 
-
-def _cfg(**kw):
-    base = dict(dataset="synthetic", budget=30, workers=2, window=6, initial_population=3,
-                tournament_fraction=0.5, archs=("a1", "a2"), timeout=60.0)
-    base.update(kw)
-    return get_preset("tiny", **base)
 
 
 def _check_accounting(store, budget):
@@ -32,7 +25,7 @@ def _check_accounting(store, budget):
 
 
 def test_search_spends_budget_and_keeps_aging_population(tmp_path):
-    init_run(tmp_path, _cfg())
+    init_run(tmp_path, fake_config())
     res = run_search(tmp_path, evaluate_fn=fake_evaluate, progress=False)
     assert res.complete and res.done == 30
     with Store(tmp_path, readonly=True) as s:
@@ -51,7 +44,7 @@ def test_search_spends_budget_and_keeps_aging_population(tmp_path):
 
 
 def test_the_evaluation_reaches_the_store_whole_with_its_detail(tmp_path):
-    init_run(tmp_path, _cfg(budget=40, max_nodes=1, p_random=1.0))
+    init_run(tmp_path, fake_config(budget=40, max_nodes=1, p_random=1.0))
     run_search(tmp_path, evaluate_fn=detailed_fake, progress=False)
     with Store(tmp_path, readonly=True) as s:
         cands = _check_accounting(s, 40)
@@ -67,7 +60,7 @@ def test_the_evaluation_reaches_the_store_whole_with_its_detail(tmp_path):
 
 
 def test_random_search_never_mutates(tmp_path):
-    init_run(tmp_path, _cfg(algorithm="random", budget=12))
+    init_run(tmp_path, fake_config(algorithm="random", budget=12))
     run_search(tmp_path, evaluate_fn=fake_evaluate, progress=False)
     with Store(tmp_path, readonly=True) as s:
         assert {c.origin for c in s.candidates()} == {"random"}
@@ -75,7 +68,7 @@ def test_random_search_never_mutates(tmp_path):
 
 def test_cache_hits_reuse_earlier_results(tmp_path):
     # one-node S graphs: a small space, so the same layer comes up again and again
-    init_run(tmp_path, _cfg(budget=40, max_nodes=1, p_random=1.0))
+    init_run(tmp_path, fake_config(budget=40, max_nodes=1, p_random=1.0))
     run_search(tmp_path, evaluate_fn=fake_evaluate, progress=False)
     with Store(tmp_path, readonly=True) as s:
         cands = _check_accounting(s, 40)
@@ -92,7 +85,7 @@ def test_cache_hits_reuse_earlier_results(tmp_path):
 
 
 def test_worker_that_raises_or_dies_is_recorded_and_search_goes_on(tmp_path):
-    init_run(tmp_path, _cfg(budget=24, n_train=-7, retries=1))
+    init_run(tmp_path, fake_config(budget=24, n_train=-7, retries=1))
     res = run_search(tmp_path, evaluate_fn=fake_evaluate, progress=False)
     assert res.complete
     with Store(tmp_path, readonly=True) as s:
@@ -113,7 +106,7 @@ def _proposal_graphs(run):
 
 def test_resume_continues_the_random_stream(tmp_path):
     """Stopping after 7 candidates and resuming gives exactly the uninterrupted sequence."""
-    cfg = _cfg(budget=16, workers=1)
+    cfg = fake_config(budget=16, workers=1)
     init_run(tmp_path / "whole", cfg)
     run_search(tmp_path / "whole", evaluate_fn=fake_evaluate, progress=False)
     init_run(tmp_path / "parts", cfg.replace(budget=7))
@@ -135,7 +128,7 @@ run_search({run!r}, evaluate_fn=slow_fake, progress=False)
 
 
 def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path):
-    cfg = _cfg(budget=20, workers=1)
+    cfg = fake_config(budget=20, workers=1)
     whole, run = tmp_path / "whole", tmp_path / "killed"
     init_run(whole, cfg)
     run_search(whole, evaluate_fn=fake_evaluate, progress=False)
