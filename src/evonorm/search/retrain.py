@@ -61,12 +61,18 @@ def plan(run: str | Path, top: int) -> tuple[Any, list[tuple[str, str, Any, int 
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
         cands = list(store.candidates())
-    rows = top_layers(cands, None, same=lambda c: function_key(c.graph))
-    seed_functions = {function_key(c.graph) for c in cands if c.origin == "seed"}
+    keys: dict[int, str | None] = {}  # both fingerprints run the layer: once per candidate
+
+    def key(c) -> str | None:
+        if c.id not in keys:
+            keys[c.id] = function_key(c.graph)
+        return keys[c.id]
+
+    rows = top_layers(cands, None, same=key)
+    seed_functions = {key(c) for c in cands if c.origin == "seed"}
     # a found layer that computes a seed layer's function is that seed, not a finding
-    found = [r.best for r in rows if r.best.origin != "seed"
-             and function_key(r.best.graph) not in seed_functions][:top]
-    seeds = [r.best for r in rows if function_key(r.best.graph) in seed_functions]
+    found = [r.best for r in rows if r.best.origin != "seed" and key(r.best) not in seed_functions][:top]
+    seeds = [r.best for r in rows if key(r.best) in seed_functions]
     layers = [(f"id {c.id}", "found", c.graph, c.id) for c in found]
     layers += [(name, "reference", name, None) for name in REFERENCES_BY_SPACE.get(cfg.space, ())]
     layers += [(f"id {c.id}", "seed", c.graph, c.id) for c in seeds]
