@@ -46,7 +46,7 @@ def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monke
     assert main(["search", "--preset", "demo", "--dataset", "synthetic", "--n-train", "200",
                  "--budget", "1", "--workers", "1", "--archs", "resnet50_cifar",
                  "--out", str(run)]) == 0
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     start = next(line for line in err.splitlines() if line.startswith("search: "))
     assert "preset demo" in start and "device cpu" in start
     assert "dataset synthetic (150 train / 50 held-out images)" in start
@@ -56,3 +56,9 @@ def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monke
                                          "classes": 10, "image_size": 32}
         assert s.get_meta("device") == {"type": "cpu", "workers": 1, "executor": "local"}
         assert s.config()["dataset"] == "synthetic"
+    # the end-of-search table and the report page name them under their first sentence
+    setup = "preset demo, dataset synthetic (150 train / 50 held-out images), device cpu, 1 local worker(s)"
+    assert out.splitlines()[2] == setup, out
+    from evonorm.report import write_report
+
+    assert f"run: {setup}" in write_report([run]).read_text()

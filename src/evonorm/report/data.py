@@ -37,6 +37,7 @@ class RunData:
     in_flight: int = 0  # proposals handed to workers and not finished when the store was read
     status: str = ""  # the store's run status ("running", "complete", ...) when it records one
     retrain: list[RetrainRow] = field(default_factory=list)  # multi-seed re-training, if any
+    setup: str = ""  # what the run trained on: preset, dataset and its sizes, device (`setup_line`)
 
     def __post_init__(self) -> None:
         self.candidates = sorted((as_candidate(c) for c in self.candidates), key=lambda c: c.id)
@@ -91,6 +92,7 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
                 in_flight=len(_safe(store, "pending_proposals")),
                 status=_meta(store, "status"),
             )
+            data.setup = setup_line(data.config, store.get_meta("dataset"), store.get_meta("device"))
             data.references = _references(data, run_folder(run))
             data.retrain = read_rows(run)
             return data
@@ -101,6 +103,20 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
             if store is not None:
                 store.close()
     raise RuntimeError(f"could not read {path}: {last}")
+
+
+def setup_line(config: dict, dataset: Any = None, device: Any = None) -> str:
+    """'preset demo, dataset fashion_mnist (3000 train / 1000 held-out images), device cpu, 2 local
+    worker(s)' from the facts `evonorm search` stores (meta keys dataset, device), else the config."""
+    parts = [f"preset {config.get('preset', '?')}"]
+    if isinstance(dataset, dict):
+        parts.append(f"dataset {dataset.get('name')} ({dataset.get('train')} train / "
+                     f"{dataset.get('held_out')} held-out images)")
+    else:
+        parts.append(f"dataset {config.get('dataset') or '?'}")
+    if isinstance(device, dict):
+        parts.append(f"device {device.get('type')}, {device.get('workers')} {device.get('executor')} worker(s)")
+    return ", ".join(parts)
 
 
 def _meta(store: Any, key: str) -> str:

@@ -18,8 +18,9 @@ def summary_table(run_dir: str | Path, top: int = 10) -> str:
     run = load_run(Path(run_dir))
     archs = run.archs
     rows = top_layers(run.candidates, top, same=lambda c: function_key(c.graph))
+    head_lines = verdict(run.retrain, str(run_dir)) + "\n" + run.setup
     if not rows:
-        return verdict(run.retrain, str(run_dir)) + "\nno valid layer found"
+        return head_lines + "\nno valid layer found"
     head = ["rank", "id", "fitness"] + archs + ["spellings", "layer"]
     lines = [head]
     for rank, row in enumerate(rows, 1):
@@ -30,7 +31,7 @@ def summary_table(run_dir: str | Path, top: int = 10) -> str:
     widths = [max(len(r[i]) for r in lines) for i in range(len(head) - 1)]
     table = "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + r[-1]
                       for r in lines)
-    return verdict(run.retrain, str(run_dir)) + "\n" + table
+    return head_lines + "\n" + table
 
 
 def rerank_table(rows: list[dict], graphs: dict[int, dict]) -> str:
