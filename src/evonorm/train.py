@@ -137,82 +137,126 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     return lr
 
 
+class Run:
+    """One training run that can stop at any step, be scored, and go on from the same weights,
+    optimizer state and batch stream: the stages of a multi-fidelity evaluation (a layer trains to
+    a hurdle, and only if it clears it, on to the next) add up to exactly `train(cfg)`.
+
+    Deterministic for `cfg.seed` (model init, data order, augmentation). The learning-rate
+    schedule always spans `cfg.steps`, so a stage is the first part of the full run.
+    """
+
+    def __init__(self, norm_act: Any, dataset: Dataset, cfg: TrainConfig, *,
+                 model: nn.Module | None = None):
+        self.start = time.perf_counter()
+        self.cfg = cfg
+        self.ds = subset(dataset, cfg.n_train, cfg.n_test, seed=cfg.seed)
+        torch.manual_seed(cfg.seed)
+        if model is None:
+            model = build_model(cfg.arch, norm_act, num_classes=self.ds.num_classes,
+                                width=cfg.resolved_width(), in_chans=self.ds.channels)
+        self.device = torch.device(cfg.device)
+        self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+        self.model = model.to(self.device, memory_format=self.memory_format)
+        self.opt = torch.optim.SGD(param_groups(self.model, cfg.weight_decay), lr=cfg.lr,
+                                   momentum=cfg.momentum, nesterov=cfg.nesterov)
+        self.step_model = torch.compile(self.model) if cfg.compile else self.model
+        self.batches = train_batches(self.ds, cfg.batch_size, cfg.steps, seed=cfg.seed,
+                                     crop=cfg.crop, flip=cfg.flip)
+        self.result = TrainResult(accuracy=None, status="ok",
+                                  params=sum(p.numel() for p in self.model.parameters()),
+                                  config=asdict(cfg))
+        self._timed = (0, 0.0)  # (steps, seconds) after the first warm-up steps
+
+    @property
+    def step(self) -> int:
+        return self.result.steps_done
+
+    @property
+    def ok(self) -> bool:
+        return self.result.status == "ok"
+
+    def advance(self, to_step: int | None = None, *, progress: bool = False,
+                log: Callable[[str], None] | None = None) -> bool:
+        """Train on until step `to_step` (default: the end); False once the loss is non-finite."""
+        cfg, result = self.cfg, self.result
+        to_step = cfg.steps if to_step is None else min(to_step, cfg.steps)
+        if not self.ok or self.step >= to_step:
+            return self.ok
+        bar = None
+        if progress:
+            from tqdm import tqdm
+            bar = tqdm(total=to_step, initial=self.step, desc=cfg.arch, unit="step", leave=False)
+        loss_fn = nn.CrossEntropyLoss()
+        warm = min(WARMUP_STEPS, cfg.steps // 4)  # first steps pay for allocation and compilation
+        self.model.train()
+        t_warm = None
+        try:
+            while self.step < to_step:
+                step = self.step
+                x, y = next(self.batches)
+                if step >= warm and t_warm is None:
+                    t_warm, first = time.perf_counter(), step
+                for group in self.opt.param_groups:
+                    group["lr"] = lr_at(cfg, step)
+                x = x.to(self.device, memory_format=self.memory_format, non_blocking=True)
+                y = y.to(self.device, non_blocking=True)
+                loss = loss_fn(self.step_model(x), y)
+                loss_value = float(loss.detach())
+                result.final_loss = loss_value
+                if not math.isfinite(loss_value):
+                    result.status, result.reason = "nonfinite", "nonfinite loss"
+                    result.failed_step = step
+                    break
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt.step()
+                result.steps_done = step + 1
+                if bar is not None:
+                    bar.update(1)
+                    if step % 10 == 0:
+                        bar.set_postfix(loss=f"{loss_value:.3f}")
+                if log is not None and (step + 1) % max(1, cfg.steps // 10) == 0:
+                    log(f"{cfg.arch}: step {step + 1}/{cfg.steps} loss {loss_value:.3f} "
+                        f"({time.perf_counter() - self.start:.0f}s)")
+        finally:
+            if bar is not None:
+                bar.close()
+            if t_warm is not None and self.step > first:
+                n, secs = self._timed
+                self._timed = (n + self.step - first, secs + time.perf_counter() - t_warm)
+                result.step_seconds = self._timed[1] / self._timed[0]
+            result.seconds = time.perf_counter() - self.start
+        return self.ok
+
+    def score(self) -> float | None:
+        """Held-out accuracy of the weights now (None, and status "nonfinite", if a logit is
+        not finite or the loss was)."""
+        if not self.ok:
+            return None
+        acc, finite = evaluate(self.model, self.ds, self.cfg.eval_batch_size, self.device,
+                               self.memory_format)
+        if not finite:
+            self.result.status, self.result.reason = "nonfinite", "nonfinite eval output"
+            self.result.failed_step = self.step
+            return None
+        self.result.accuracy = acc
+        self.result.seconds = time.perf_counter() - self.start
+        return acc
+
+
 def train(norm_act: Any, dataset: Dataset, cfg: TrainConfig, *, progress: bool = False,
           model: nn.Module | None = None, log: Callable[[str], None] | None = None) -> TrainResult:
     """Train `cfg.arch` with `norm_act` on `dataset` and evaluate on its test split.
 
     Progress: `progress` draws a bar (for a terminal); `log` gets a plain line after each tenth
-    of the steps (for a log file).
-
-    Deterministic for `cfg.seed` (model init, data order, augmentation). `model` lets a caller
-    pass a prebuilt network (e.g. a converted third-party model) instead of building `cfg.arch`.
+    of the steps (for a log file). `model` lets a caller pass a prebuilt network (e.g. a
+    converted third-party model) instead of building `cfg.arch`.
     """
-    start = time.perf_counter()
-    ds = subset(dataset, cfg.n_train, cfg.n_test, seed=cfg.seed)
-    torch.manual_seed(cfg.seed)
-    if model is None:
-        model = build_model(cfg.arch, norm_act, num_classes=ds.num_classes,
-                            width=cfg.resolved_width(), in_chans=ds.channels)
-    device = torch.device(cfg.device)
-    model = model.to(device)
-    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
-    if cfg.channels_last:
-        model = model.to(memory_format=memory_format)
-    n_params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.SGD(param_groups(model, cfg.weight_decay), lr=cfg.lr,
-                          momentum=cfg.momentum, nesterov=cfg.nesterov)
-    step_model = torch.compile(model) if cfg.compile else model
-    loss_fn = nn.CrossEntropyLoss()
-    result = TrainResult(accuracy=None, status="ok", params=n_params, config=asdict(cfg))
-
-    batches = train_batches(ds, cfg.batch_size, cfg.steps, seed=cfg.seed, crop=cfg.crop,
-                            flip=cfg.flip)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=cfg.steps, desc=f"{cfg.arch}", unit="step", leave=False)
-    model.train()
-    loss_value = None
-    warm = min(WARMUP_STEPS, cfg.steps // 4)  # first steps pay for allocation and compilation
-    t_warm = None
-    try:
-        for step, (x, y) in enumerate(batches):
-            if step == warm:
-                t_warm = time.perf_counter()
-            for group in opt.param_groups:
-                group["lr"] = lr_at(cfg, step)
-            x = x.to(device, memory_format=memory_format, non_blocking=True)
-            y = y.to(device, non_blocking=True)
-            loss = loss_fn(step_model(x), y)
-            loss_value = float(loss.detach())
-            if not math.isfinite(loss_value):
-                result.status, result.reason, result.failed_step = "nonfinite", "nonfinite loss", step
-                result.final_loss = loss_value
-                break
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            result.steps_done = step + 1
-            if bar is not None:
-                bar.update(1)
-                if step % 10 == 0:
-                    bar.set_postfix(loss=f"{loss_value:.3f}")
-            if log is not None and (step + 1) % max(1, cfg.steps // 10) == 0:
-                log(f"{cfg.arch}: step {step + 1}/{cfg.steps} loss {loss_value:.3f} "
-                    f"({time.perf_counter() - start:.0f}s)")
-    finally:
-        if bar is not None:
-            bar.close()
-    if t_warm is not None and result.steps_done > warm:
-        result.step_seconds = (time.perf_counter() - t_warm) / (result.steps_done - warm)
-    if result.status == "ok":
-        result.final_loss = loss_value
-        result.accuracy, finite = evaluate(model, ds, cfg.eval_batch_size, device, memory_format)
-        if not finite:
-            result.status, result.reason = "nonfinite", "nonfinite eval output"
-            result.failed_step = result.steps_done
-    result.seconds = time.perf_counter() - start
-    return result
+    run = Run(norm_act, dataset, cfg, model=model)
+    if run.advance(progress=progress, log=log):
+        run.score()
+    return run.result
 
 
 @torch.no_grad()
