@@ -152,11 +152,11 @@ def test_a_version_1_store_reads_then_migrates_in_place_keeping_its_rows(tmp_pat
             1, "valid", {"a": 0.5}, 0.5, None)
         assert r.get_meta("schema_version") == 1
     with Store(tmp_path) as s:  # for writing: migrated to the current schema
-        assert s.get_meta("schema_version") == SCHEMA_VERSION == 2
+        assert s.get_meta("schema_version") == SCHEMA_VERSION == 3
         assert s.candidates() == [old] and s.population() == [1] and s.config() == {"budget": 2}
         (prop,) = s.pending_proposals()
         ev = Evaluation("rejected", "stability", 4, {"grad_norm": 3e8})
         assert s.add_candidate(prop, ev, key="k2", fingerprint=None).evaluation == ev
     with Store(tmp_path) as s:  # opening again changes nothing
-        assert s.get_meta("schema_version") == 2
+        assert s.get_meta("schema_version") == 3
         assert [c.detail for c in s.candidates()] == [None, {"grad_norm": 3e8}]
