@@ -11,7 +11,7 @@ from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.search.candidates import top_layers
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.evaluator import search_dataset, train_stages
+from evonorm.search.evaluator import search_dataset, train_config, train_stages
 from evonorm.search.evolution import AgingPopulation, Member
 from evonorm.search.store import Store
 from evonorm.train import Run, TrainConfig, lr_at, train
@@ -58,6 +58,8 @@ def test_train_stages_hurdle_stops_and_quality_bar_rejects():
     g = NAMED_GRAPHS["evonorm_s0"]
     full = train_stages(g, ds, cfg)
     assert full.status == "valid" and full.stage == 2 and full.accuracies == full.stages[-1]
+    arch = cfg.archs[0]  # a reference or re-training run is the candidates' full run
+    assert train(g, ds, train_config(cfg, arch)).accuracy == full.stages[-1][arch]
     stopped = train_stages(g, ds, cfg, hurdles=[1.01])  # no layer clears a hurdle above 100%
     assert stopped.status == "valid" and stopped.stage == 1
     assert stopped.stages[0] == full.stages[0]  # the same first stage either way

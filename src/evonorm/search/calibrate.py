@@ -35,15 +35,15 @@ def norm_relu_graph(axes: str) -> dict:
 
 
 def reference_graphs(space: str) -> dict[str, dict]:
-    """The layers a preset must rank above random ones: name -> graph JSON."""
+    """The layers a preset must rank above random ones (`references.REFERENCES_BY_SPACE`; for
+    the B space EvoNorm-B0 and the appendix's top B candidates, b_top1 being EvoNorm-B1):
+    name -> graph JSON, BN-ReLU and GN-ReLU written as graphs, as a search would meet them."""
     from evonorm.graph.library import NAMED_GRAPHS
+    from evonorm.search.references import REFERENCES_BY_SPACE
 
-    if space == "s":
-        return {"bn_relu": norm_relu_graph("batch"), "gn_relu": norm_relu_graph("group"),
-                "evonorm_s0": NAMED_GRAPHS["evonorm_s0"].to_json()}
-    # EvoNorm-B0 and the appendix's top B candidates that differ from it (b_top1 is EvoNorm-B1)
-    return {name: NAMED_GRAPHS[name].to_json()
-            for name in ("evonorm_b0", "b_top1", "b_top2", "b_top4")}
+    textbook = {"bn_relu": norm_relu_graph("batch"), "gn_relu": norm_relu_graph("group")}
+    return {name: textbook[name] if name in textbook else NAMED_GRAPHS[name].to_json()
+            for name in REFERENCES_BY_SPACE[space]}
 
 
 @dataclass(frozen=True)

@@ -54,11 +54,14 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
     config's per-architecture overrides and seed, then `steps` and `extra`.
 
     The quality test passes schedule="constant": its short run stands for the first steps of the
-    full run, where a cosine schedule is still at its peak learning rate.
+    full run, where a cosine schedule is still at its peak learning rate. In a staged config the
+    search's full training restarts its cosine at each stage (`restarts`), here as in
+    `train_stages`, so a reference or re-training run is the candidates' full run.
     """
     from evonorm.train import PRESETS
 
     setting = setting or cfg.training
+    staged = setting == cfg.training and steps is None and bool(cfg.stages)
     if setting.preset not in PRESETS:
         raise ValueError(f"unknown training preset {setting.preset!r} "
                          f"(choose from {', '.join(PRESETS)})")
@@ -68,6 +71,8 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
         over.setdefault("n_train", None)
         over.setdefault("n_test", None)
     over.update(arch=arch, seed=cfg.seed)
+    if staged:
+        over["restarts"] = tuple(cfg.stages)  # as the staged evaluation trains it to the end
     if steps is not None:
         over["steps"] = steps
     over.update(extra)
@@ -101,7 +106,6 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     from evonorm.train import Run
 
     ends = [*cfg.stages, train_config(cfg, cfg.archs[0]).steps]
-    restarts = tuple(cfg.stages)
     runs: dict[str, Run] = {}
     stages: list[dict[str, float]] = []
     ckpt = Path(checkpoint) if checkpoint else None
@@ -109,7 +113,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
         saved = torch.load(ckpt, weights_only=False)
         stages = saved["stages"]
         for arch, state in saved["runs"].items():
-            runs[arch] = Run(graph, ds, train_config(cfg, arch, restarts=restarts))
+            runs[arch] = Run(graph, ds, train_config(cfg, arch))
             runs[arch].restore(state)
     bar = quality_threshold(ds.num_classes, cfg.quality_factor) if cfg.stages and screen else None
 
@@ -123,7 +127,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
         for arch in cfg.archs:
             run = runs.get(arch)
             if run is None:
-                run = runs[arch] = Run(graph, ds, train_config(cfg, arch, restarts=restarts))
+                run = runs[arch] = Run(graph, ds, train_config(cfg, arch))
             run.advance(ends[k])
             acc = run.score()
             if acc is None:

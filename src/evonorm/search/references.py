@@ -15,7 +15,11 @@ from typing import Callable, Sequence
 
 from evonorm.search.store import Store, run_folder
 
-DEFAULT_REFERENCES = ("bn_relu", "evonorm_b0", "evonorm_s0")
+# The one list of reference layers per search space: what a calibration must rank above random
+# layers, what a run's found layers are re-trained against, and what the report draws.
+REFERENCES_BY_SPACE = {"s": ("bn_relu", "gn_relu", "evonorm_s0"),
+                       "b": ("bn_relu", "evonorm_b0", "b_top1", "b_top2")}
+DEFAULT_REFERENCES = ("bn_relu", "evonorm_b0", "evonorm_s0")  # a run's report, any space
 REFERENCES_FILE = "references.json"
 
 

@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from evonorm.search.references import REFERENCES_BY_SPACE
 from evonorm.search.store import Store, run_folder
 
 RETRAIN_FILE = "retrain.jsonl"
-REFERENCES_BY_SPACE = {"s": ("bn_relu", "gn_relu", "evonorm_s0"), "b": ("evonorm_b0", "bn_relu")}
 SEED_OFFSET = 1000  # training seeds cfg.seed + 1000 + i: fresh, not the search's own seed
 
 
