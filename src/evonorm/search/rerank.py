@@ -234,7 +234,7 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
         n_workers = min(cfg.num_workers, len(todo)) or 1
         for line in plan.describe():
             log(line)
-        log(f"rerank: top {len(chosen)} layers, {len(chosen) - len(todo)} reranked before, "
+        log(f"rerank: top {len(chosen)} layer(s), {len(chosen) - len(todo)} reranked before, "
             f"{len(todo)} to train on {n_workers} {cfg.executor} worker(s), device {cfg.device}")
         finished, total = len(chosen) - len(todo), len(chosen)
         if todo:
