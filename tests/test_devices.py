@@ -45,6 +45,13 @@ def test_an_unknown_or_missing_device_exits_2_in_one_line(command, tmp_path, cap
     assert not (tmp_path / "run").exists()  # nothing written
 
 
+def test_a_gpu_share_without_ray_and_cuda_exits_2(tmp_path, capsys):
+    argv = ["search", "--preset", "tiny", "--out", str(tmp_path / "run"), "--gpus-per-worker", "0.5"]
+    _refused(argv, capsys, "--gpus-per-worker applies to --executor ray with --device cuda only")
+    _refused([*argv, "--gpus-per-worker", "2"], capsys, "gpus_per_worker must be in (0, 1]")
+    assert not (tmp_path / "run").exists()
+
+
 def init_done(run):
     from evonorm.search.driver import init_run
 

@@ -121,6 +121,9 @@ def main(argv: list[str]) -> int:
         raise CommandError("--top must be >= 0")
     cfg = config_from_args(args)
     check_executor(cfg)
+    if args.gpus_per_worker is not None and (cfg.executor != "ray" or cfg.device == "cpu"):
+        raise CommandError("--gpus-per-worker applies to --executor ray with --device cuda only "
+                           "(local workers all share the machine's GPU)")
     check_workers(cfg)
     run = args.out
     with write_errors(f"run folder {run}"):
