@@ -100,3 +100,21 @@ def detailed_fake(payload: dict):
     if ev.status == "rejected":
         ev = Evaluation("rejected", ev.reason, ev.reason_step, {"accuracy": 0.01, "threshold": 0.2})
     return ev
+
+
+def staged_evaluate(payload: dict) -> dict:
+    """A fake staged evaluator: stage k's fitness is the hash fitness plus 0.1 per stage; a layer
+    stops where the payload's hurdle for that stage is above it (records the hurdles it saw)."""
+    cfg, graph = payload["config"], payload["graph"]
+    base = fitness_of(graph, cfg["archs"])
+    stages = []
+    for k in range(len(cfg["stages"]) + 1):
+        accs = {a: v + 0.1 * k for a, v in base.items()}
+        stages.append(accs)
+        hurdles = payload.get("hurdles") or []
+        h = hurdles[k] if k < len(hurdles) else None
+        if h is not None and sum(accs.values()) / len(accs) < h:
+            break
+    return {"status": "valid", "accuracies": stages[-1], "stages": stages,
+            "fitness": sum(stages[-1].values()) / len(stages[-1]),
+            "detail": {"hurdles": payload.get("hurdles")}}

@@ -39,6 +39,7 @@ class TrainConfig:
     weight_decay: float = 1e-4
     schedule: str = "constant"  # "constant" | "cosine"
     lr_warmup: int = 0  # steps of linear learning-rate warm-up (0: none, the paper's recipe)
+    restarts: tuple[int, ...] = ()  # cosine: steps where a new cycle starts (warm restarts)
     eval_batch_size: int = 512
     crop: int | None = None  # None: 3/4 of the image side (24 for 32x32)
     flip: bool = True
@@ -57,6 +58,12 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.lr_warmup < 0:
             raise ValueError(f"lr_warmup must be >= 0, got {self.lr_warmup}")
+        object.__setattr__(self, "restarts", tuple(int(r) for r in self.restarts))
+        if list(self.restarts) != sorted(set(self.restarts)) or any(
+                not 0 < r < self.steps for r in self.restarts):
+            raise ValueError(f"restarts must be increasing steps in (0, steps), got {self.restarts}")
+        if self.restarts and self.schedule != "cosine":
+            raise ValueError("restarts need schedule 'cosine'")
         if self.arch not in ARCHS:
             raise ValueError(f"unknown architecture {self.arch!r} (choose from {', '.join(ARCHS)})")
         for name in ("lr", "width", "width_scale"):  # nan/inf/<= 0 would train nothing silently
@@ -128,10 +135,14 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
     """The schedule's rate, ramped up linearly over the first `lr_warmup` steps: tiny, deep
-    networks at a batch of 32 diverge or stall in their first steps at the full rate."""
+    networks at a batch of 32 diverge or stall in their first steps at the full rate. With
+    `restarts`, the cosine starts again at each (SGDR, Loshchilov & Hutter 2017), so a run scored
+    at a restart is scored on annealed weights, as a short run of its own would be."""
     lr = cfg.lr
-    if cfg.schedule == "cosine":
-        lr = 0.5 * cfg.lr * (1.0 + math.cos(math.pi * step / cfg.steps))
+    if cfg.schedule == "cosine":  # within its cycle: a stage of a staged run ends annealed
+        begin = max((r for r in cfg.restarts if r <= step), default=0)
+        end = min((r for r in cfg.restarts if r > step), default=cfg.steps)
+        lr = 0.5 * cfg.lr * (1.0 + math.cos(math.pi * (step - begin) / (end - begin)))
     if step < cfg.lr_warmup:
         lr *= (step + 1) / cfg.lr_warmup
     return lr
@@ -230,6 +241,22 @@ class Run:
                 result.step_seconds = self._timed[1] / self._timed[0]
             result.seconds = time.perf_counter() - self.start
         return self.ok
+
+    def state(self) -> dict:
+        """What `restore` needs to go on exactly as if never stopped (for a checkpoint)."""
+        return {"model": self.model.state_dict(), "opt": self.opt.state_dict(),
+                "rng": torch.get_rng_state(), "result": asdict(self.result), "timed": self._timed}
+
+    def restore(self, state: dict) -> None:
+        """Continue from `state()` of a run of the same config: weights, optimizer, the random
+        stream and the batch stream (regenerated and skipped to the saved step)."""
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["opt"])
+        torch.set_rng_state(state["rng"])
+        self.result = TrainResult(**state["result"])
+        self._timed = tuple(state["timed"])
+        for _ in range(self.step):
+            next(self.batches)
 
     def score(self) -> float | None:
         """Held-out accuracy of the weights now (None, and status "nonfinite", if a logit is

@@ -47,6 +47,8 @@ class Candidate:
     accuracies = _evaluation_field("accuracies")
     fitness = _evaluation_field("fitness")
     timings = _evaluation_field("timings")
+    stages = _evaluation_field("stages")
+    stage = _evaluation_field("stage")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Candidate":
@@ -81,7 +83,8 @@ class TopLayer:
 
 def top_layers(candidates: Iterable[Candidate | Mapping[str, Any]], n: int | None = 10,
                by: str = "key", same: Callable[[Candidate], str | None] | None = None) -> list[TopLayer]:
-    """The best distinct valid layers, best fitness first (ties: the earlier best candidate).
+    """The best distinct valid layers, best fitness first (ties: the earlier best candidate);
+    in a staged search, layers that reached a further stage come first.
 
     Candidates are the same layer when they share `by` (canonical key, or "fingerprint"); a
     candidate without one stands alone. With `same` (a function key of a candidate, e.g. both
@@ -96,9 +99,11 @@ def top_layers(candidates: Iterable[Candidate | Mapping[str, Any]], n: int | Non
     for k, members in groups.items():
         valid = [c for c in members if c.status == "valid" and finite(c.fitness)]
         if valid:
-            best = max(valid, key=lambda c: (c.fitness, -c.id))
+            best = max(valid, key=lambda c: (*c.evaluation.rank_key(), -c.id))
             rows.append(TopLayer(k, best, len(members)))
-    rows.sort(key=lambda r: (-r.fitness, r.best.id))
+    # further stage first (multi-fidelity: a layer stopped by a hurdle ranks below those it
+    # did not stop), then fitness
+    rows.sort(key=lambda r: (-r.best.stage, -r.fitness, r.best.id))
     if same is not None:
         merged: dict[str, TopLayer] = {}
         for r in rows:

@@ -79,6 +79,13 @@ class SearchConfig:
     stability_archs: int = 1  # stress-test the first N anchor architectures
     quality_steps: int = 100
     quality_factor: float = 2.0  # reject below quality_factor x chance accuracy
+    # multi-fidelity (progressive dynamic hurdles, So et al. 2019): the full training run is
+    # scored at these steps (a cosine cycle ends at each, so every stage is scored annealed) and
+    # a layer goes on only while its stage fitness clears that stage's hurdle, the mean stage
+    # fitness of the last `window` layers that reached it (once `hurdle_min` have). The first
+    # stage is the quality test (the bar applies to its accuracies); `quality_steps` must be 0.
+    stages: tuple[int, ...] = ()
+    hurdle_min: int = 4
     # execution
     workers: int = 0  # 0 -> one per core
     executor: str = "local"
@@ -119,6 +126,12 @@ class SearchConfig:
             errors.append(f"p_random must be in [0, 1], got {self.p_random}")
         if not 0.0 < self.holdout < 1.0:
             errors.append(f"holdout must be in (0, 1), got {self.holdout}")
+        if list(self.stages) != sorted(set(self.stages)) or any(s < 1 for s in self.stages):
+            errors.append(f"stages must be increasing step counts >= 1, got {list(self.stages)}")
+        if self.stages and self.quality_steps:
+            errors.append("with stages the first stage is the quality test: set quality_steps 0")
+        if self.hurdle_min < 1:
+            errors.append(f"hurdle_min must be >= 1, got {self.hurdle_min}")
         if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan would disable it
             errors.append(f"timeout must be a finite number of seconds > 0, got {self.timeout}")
         if self.device.split(":", 1)[0] not in DEVICES:
@@ -147,6 +160,11 @@ class SearchConfig:
         """The larger setting the top layers are retrained in (paper Sec. 5.2)."""
         return TrainSetting(self.rerank_preset, self.rerank_train, presized=False)
 
+    @property
+    def num_stages(self) -> int:
+        """Scored stages of a fully trained layer: the `stages` plus the end of training."""
+        return len(self.stages) + 1
+
     def with_dataset(self) -> "SearchConfig":
         """The config with its dataset named (the default one when unset): resolved once, when a
         run starts, and stored with it. Never a silent fall-back to the synthetic set: without
@@ -161,6 +179,7 @@ class SearchConfig:
         d = dataclasses.asdict(self)
         d["archs"] = list(self.archs)
         d["seed_layers"] = list(self.seed_layers)
+        d["stages"] = list(self.stages)
         return d
 
     @classmethod
@@ -170,7 +189,7 @@ class SearchConfig:
         if unknown:
             raise ValueError(f"unknown search config field(s): {', '.join(unknown)}")
         d = dict(d)
-        for name in ("archs", "seed_layers"):
+        for name in ("archs", "seed_layers", "stages"):
             if name in d:
                 d[name] = tuple(d[name])
         return cls(**d)

@@ -44,14 +44,18 @@ class Tally:
     failed: int = 0
     cache_hits: int = 0
     rejected: Counter = field(default_factory=Counter)
-    best: float | None = None
+    best: float | None = None  # of the layers trained to the end
+    stages: int = 1  # scored stages of a fully trained layer
+    stopped: int = 0  # valid layers a hurdle stopped before the end
 
     def add(self, c: Candidate) -> None:
         self.done += 1
         self.cache_hits += c.cache_hit
         if c.status == "valid":
             self.valid += 1
-            if c.fitness is not None and (self.best is None or c.fitness > self.best):
+            self.stopped += c.stage < self.stages
+            final = c.stage >= self.stages  # with hurdles, a stopped layer's fitness is earlier
+            if final and c.fitness is not None and (self.best is None or c.fitness > self.best):
                 self.best = c.fitness
         elif c.status == "rejected":
             self.rejected[reason_group(c.reason)] += 1
@@ -60,7 +64,8 @@ class Tally:
 
     def line(self) -> str:
         rej = " ".join(f"{k}:{v}" for k, v in sorted(self.rejected.items())) or "0"
-        return (f"valid {self.valid} | rejected {rej} | failed {self.failed} | "
+        hurdled = f" ({self.stopped} stopped by a hurdle)" if self.stages > 1 else ""
+        return (f"valid {self.valid}{hurdled} | rejected {rej} | failed {self.failed} | "
                 f"cache hits {self.cache_hits} | best {self.best_text()}")
 
     def best_text(self) -> str:
@@ -124,20 +129,32 @@ class _Search:
         self.started = self.last_line = time.perf_counter()
         self.done_before = store.num_candidates()
         self.rng = rng_from_state(store.last_rng_state(), cfg.seed)
-        self.tally = Tally()
+        self.tally = Tally(stages=cfg.num_stages)
+        # each hurdle: the stage fitness of the last `window` layers that reached that stage
+        self.reached: list[deque[float]] = [deque(maxlen=cfg.window) for _ in cfg.stages]
         valid: list[Member] = []
         for c in store.candidates():
             self.tally.add(c)
             if c.status == "valid":
-                valid.append(Member(c.id, c.graph, self._scores(c.accuracies)))
+                valid.append(self._member(c))
         self.population = AgingPopulation(cfg.window, valid[-cfg.window:])
         self.pending: deque[PendingProposal] = deque(store.pending_proposals())
         self.in_flight: dict[int, InFlight] = {}  # by proposal idx
         self.waiting: dict[str, list[PendingProposal]] = {}  # behind an in-flight key
         self.payload_config = cfg.to_dict()
 
-    def _scores(self, accs: dict) -> tuple[float, ...]:
-        return tuple(float(accs.get(a, 0.0)) for a in self.cfg.archs)
+    def _member(self, c: Candidate) -> Member:
+        """A valid candidate as a population member; its stage fitnesses feed the hurdles
+        (a cache hit's too: every proposal of a layer counts, as in the population)."""
+        for k, f in enumerate(c.evaluation.stage_fitness[:len(self.reached)]):
+            self.reached[k].append(f)
+        return Member(c.id, c.graph, tuple(float(c.accuracies.get(a, 0.0)) for a in self.cfg.archs),
+                      c.stage)
+
+    def hurdles(self) -> list[float | None]:
+        """Progressive dynamic hurdles: the mean fitness at each stage of the layers that reached
+        it (None until `hurdle_min` have: early layers all go on)."""
+        return [sum(r) / len(r) if len(r) >= self.cfg.hurdle_min else None for r in self.reached]
 
     def _new_proposal(self) -> PendingProposal:
         c = self.cfg
@@ -162,7 +179,7 @@ class _Search:
             prop, evaluation, key=key, fingerprint=fp, cache_hit=cache_hit, seconds=seconds,
             worker=worker, join_population=self.cfg.window if new_member else None)
         if new_member:
-            self.population.add(Member(cand.id, prop.graph, self._scores(cand.accuracies)))
+            self.population.add(self._member(cand))
         self.tally.add(cand)
         if self.bar is not None:
             self.bar.set_description_str(f"search best {self.tally.best_text()}", refresh=False)
@@ -211,8 +228,13 @@ class _Search:
         self._submit(InFlight(prop, key, fp, attempts))
 
     def _submit(self, job: InFlight) -> None:
-        self.executor.submit(job.proposal.idx, {"graph": job.proposal.graph,
-                                                "config": self.payload_config})
+        payload = {"graph": job.proposal.graph, "config": self.payload_config}
+        if self.cfg.stages:  # a retried or resumed candidate continues from its last stage
+            payload["hurdles"] = self.hurdles()
+            if self.cfg.executor == "local":
+                payload["checkpoint"] = str(self.store.path.parent / "stages"
+                                            / f"{job.proposal.idx}.pt")
+        self.executor.submit(job.proposal.idx, payload)
         self.in_flight[job.proposal.idx] = job
 
     def _fill(self) -> None:

@@ -25,13 +25,26 @@ class Evaluation:
     accuracies: dict[str, float] = field(default_factory=dict)  # held-out accuracy per arch
     fitness: float | None = None  # mean of `accuracies`, for valid evaluations only
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    # multi-fidelity: accuracies per architecture after each stage reached; `accuracies` and
+    # `fitness` are the last stage's. A valid layer stopped by a hurdle has fewer stages.
+    stages: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def stage(self) -> int:
+        """Stages reached (1 for a search without stages)."""
+        return len(self.stages) or 1
+
+    def rank_key(self) -> tuple[int, float]:
+        """How valid layers compare: the further stage first, then fitness (so layers compare at
+        an equal stage, and one that cleared a hurdle outranks those it stopped)."""
+        return (self.stage, self.fitness if self.fitness is not None else float("-inf"))
 
     @classmethod
-    def valid(cls, accuracies: Mapping[str, float],
-              timings: Mapping[str, float] | None = None) -> "Evaluation":
+    def valid(cls, accuracies: Mapping[str, float], timings: Mapping[str, float] | None = None,
+              stages: list[Mapping[str, float]] | None = None) -> "Evaluation":
         accs = dict(accuracies)
         return cls("valid", accuracies=accs, fitness=sum(accs.values()) / len(accs) if accs else None,
-                   timings=dict(timings or {}))
+                   timings=dict(timings or {}), stages=[dict(s) for s in stages or []])
 
     @classmethod
     def rejected(cls, rejection: Any, accuracies: Mapping[str, float] | None = None,
@@ -39,6 +52,11 @@ class Evaluation:
         """From a `rejection.Rejection` (reason, step, detail) and what was measured before it."""
         return cls("rejected", rejection.reason, rejection.step, rejection.detail,
                    dict(accuracies or {}), None, dict(timings or {}))
+
+    @property
+    def stage_fitness(self) -> list[float]:
+        """Mean accuracy over the architectures after each stage reached."""
+        return [sum(s.values()) / len(s) for s in self.stages if s]
 
     @classmethod
     def failed(cls, reason: str) -> "Evaluation":
@@ -54,6 +72,7 @@ class Evaluation:
         kw = {k: v for k, v in d.items() if k in known}
         kw["accuracies"] = dict(kw.get("accuracies") or {})
         kw["timings"] = dict(kw.get("timings") or {})
+        kw["stages"] = [dict(s) for s in kw.get("stages") or []]
         return cls(**kw)
 
 

@@ -82,6 +82,73 @@ def quality_config(cfg, arch: str, schedule: str = "constant"):
     return train_config(cfg, arch, steps=cfg.quality_steps, schedule=schedule)
 
 
+def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = (),
+                 checkpoint: str | None = None, screen: bool = True) -> Evaluation:
+    """Full training on every architecture, in stages (`cfg.stages`, then the end).
+
+    Every stage continues each architecture's run from the previous stage's weights, so a layer
+    that goes all the way costs exactly one full training. After stage k the layer stops, valid
+    with k stages, if its fitness is below `hurdles[k-1]` (None: no hurdle yet). The first stage
+    of a staged config is the quality test: an architecture below the bar rejects the layer, and
+    the remaining architectures are not trained. `checkpoint` (a file path) saves the runs after
+    each stage and is picked up again if the candidate is evaluated anew after a crash; it is
+    removed once the candidate is decided.
+    """
+    import os
+    from pathlib import Path
+
+    import torch
+
+    from evonorm.search.rejection import quality_threshold
+    from evonorm.train import Run
+
+    ends = [*cfg.stages, train_config(cfg, cfg.archs[0]).steps]
+    restarts = tuple(cfg.stages)
+    runs: dict[str, Run] = {}
+    stages: list[dict[str, float]] = []
+    ckpt = Path(checkpoint) if checkpoint else None
+    if ckpt is not None and ckpt.is_file():
+        saved = torch.load(ckpt, weights_only=False)
+        stages = saved["stages"]
+        for arch, state in saved["runs"].items():
+            runs[arch] = Run(graph, ds, train_config(cfg, arch, restarts=restarts))
+            runs[arch].restore(state)
+    bar = quality_threshold(ds.num_classes, cfg.quality_factor) if cfg.stages and screen else None
+
+    def decided(e: Evaluation) -> Evaluation:
+        if ckpt is not None:
+            ckpt.unlink(missing_ok=True)
+        return e
+
+    for k in range(len(stages), len(ends)):
+        accs: dict[str, float] = {}
+        for arch in cfg.archs:
+            run = runs.get(arch)
+            if run is None:
+                run = runs[arch] = Run(graph, ds, train_config(cfg, arch, restarts=restarts))
+            run.advance(ends[k])
+            acc = run.score()
+            if acc is None:
+                phase = "quality" if k == 0 and bar is not None else "train"
+                rej = Rejection("nonfinite", run.result.failed_step, {"arch": arch, "phase": phase})
+                return decided(Evaluation.rejected(rej, accs))
+            accs[arch] = float(acc)
+            if k == 0 and bar is not None and acc < bar:
+                rej = Rejection(f"quality:{arch}", run.step, {"accuracy": float(acc),
+                                                             "threshold": bar})
+                return decided(Evaluation.rejected(rej, accs))
+        stages.append(accs)
+        hurdle = hurdles[k] if k < len(hurdles) else None
+        if k < len(ends) - 1 and hurdle is not None and sum(accs.values()) / len(accs) < hurdle:
+            break
+        if ckpt is not None and k < len(ends) - 1:
+            ckpt.parent.mkdir(parents=True, exist_ok=True)
+            tmp = ckpt.with_name(ckpt.name + ".tmp")
+            torch.save({"stages": stages, "runs": {a: r.state() for a, r in runs.items()}}, tmp)
+            os.replace(tmp, ckpt)
+    return decided(Evaluation.valid(stages[-1], stages=stages if cfg.stages else None))
+
+
 def _error(err: BaseException) -> Rejection:
     msg = str(err).splitlines()[0] if str(err) else ""
     return Rejection(f"error: {type(err).__name__}: {msg}"[:300])
@@ -133,18 +200,10 @@ def evaluate(payload: dict) -> Evaluation:
             lap("quality")
             if rej:
                 return Evaluation.rejected(rej, accs, timings)
-        from evonorm.train import train
-
-        accs = {}
-        for arch in cfg.archs:
-            res = train(graph, ds, train_config(cfg, arch))
-            if res.status != "ok" or res.accuracy is None:
-                lap("train")
-                rej = Rejection("nonfinite", res.failed_step, {"arch": arch, "phase": "train"})
-                return Evaluation.rejected(rej, accs, timings)
-            accs[arch] = float(res.accuracy)
+        result = train_stages(graph, ds, cfg, hurdles=payload.get("hurdles") or [],
+                              checkpoint=payload.get("checkpoint"), screen=screen)
         lap("train")
-        return Evaluation.valid(accs, timings)
+        return dataclasses.replace(result, timings={**timings, **result.timings})
     except (KeyboardInterrupt, SystemExit, MemoryError):
         raise
     except Exception as err:  # an exception in the layer is a rejection with its reason (SPEC)

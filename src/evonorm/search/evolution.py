@@ -53,11 +53,13 @@ def select_winner(scores: Sequence[Sequence[float]], rng: random.Random,
 
 @dataclass(frozen=True)
 class Member:
-    """One valid candidate in the population: its store id, graph JSON and per-architecture scores."""
+    """One valid candidate in the population: its store id, graph JSON, per-architecture scores
+    and the training stage they were measured at (multi-fidelity; 1 without stages)."""
 
     id: int
     graph: dict
     scores: tuple[float, ...]
+    stage: int = 1
 
 
 class AgingPopulation:
@@ -86,9 +88,13 @@ class AgingPopulation:
 
     def tournament(self, rng: random.Random, fraction: float, criterion: str = "pareto",
                    minimum: int = 2) -> Member:
-        """Sample a random subset of the window and return its winner."""
+        """Sample a random subset of the window and return its winner. Scores compare only at an
+        equal training stage: the contestants that reached the furthest stage in the sample
+        compete (with hurdles, those were above the mean of the ones a hurdle stopped)."""
         members = list(self._members)
         contestants = rng.sample(members, tournament_size(len(members), fraction, minimum))
+        top = max(m.stage for m in contestants)
+        contestants = [m for m in contestants if m.stage == top]
         return contestants[select_winner([m.scores for m in contestants], rng, criterion)]
 
 

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from evonorm.search.config import SearchConfig
 
 STORE_NAME = "store.sqlite"
-SCHEMA_VERSION = 3  # 2: candidates.detail (what a rejection measured); 3: reranks.split
+SCHEMA_VERSION = 4  # 2: candidates.detail (what a rejection measured); 3: candidates.stages;
+# 4: reranks.split
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -46,6 +47,7 @@ CREATE TABLE IF NOT EXISTS candidates (
     reason TEXT,
     reason_step INTEGER,
     detail TEXT,                        -- JSON, or NULL (schema version 2)
+    stages TEXT,                        -- JSON list of per-stage accuracies, or NULL (version 3)
     accuracies TEXT NOT NULL,
     fitness REAL,
     cache_hit INTEGER NOT NULL,
@@ -69,7 +71,7 @@ CREATE TABLE IF NOT EXISTS reranks (
     search_fitness REAL,
     seconds REAL NOT NULL,
     created_at REAL NOT NULL,
-    split TEXT,                         -- the data it was scored on; NULL: before version 3
+    split TEXT,                         -- the data it was scored on; NULL: before version 4
     UNIQUE (candidate_id, preset)
 );
 """
@@ -100,7 +102,8 @@ def run_folder(path: str | Path) -> Path:
 
 # Each step brings a store from the version in its key to the next one, in place.
 _MIGRATIONS = {1: "ALTER TABLE candidates ADD COLUMN detail TEXT",
-               2: "ALTER TABLE reranks ADD COLUMN split TEXT"}
+               2: "ALTER TABLE candidates ADD COLUMN stages TEXT",
+               3: "ALTER TABLE reranks ADD COLUMN split TEXT"}
 
 
 def migrate(db: sqlite3.Connection) -> None:
@@ -236,7 +239,7 @@ class Store:
 
     def reranks(self) -> list[dict]:
         """Rerank results, best mean first (failed ones last). `split` says what a row was scored
-        on (None: a rerank from before schema version 3, scored on the search's held-out images)."""
+        on (None: a rerank from before schema version 4, scored on the search's held-out images)."""
         rows = self._db.execute(
             "SELECT * FROM reranks ORDER BY mean IS NULL, mean DESC, candidate_id").fetchall()
         out = []
@@ -312,13 +315,13 @@ class Store:
             cur = self._db.execute(
                 "INSERT INTO candidates (proposal, graph, key, fingerprint, parent_id, origin, "
                 "status, reason, reason_step, detail, accuracies, fitness, cache_hit, seconds, "
-                "timings, worker, created_at, finished_at) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "timings, worker, created_at, finished_at, stages) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (proposal.idx, json.dumps(proposal.graph), key, fingerprint, proposal.parent_id,
                  proposal.origin, e.status, e.reason, e.reason_step,
                  None if e.detail is None else json.dumps(e.detail), json.dumps(e.accuracies),
                  e.fitness, int(cache_hit), seconds, json.dumps(e.timings), worker,
-                 proposal.created_at, now))
+                 proposal.created_at, now, json.dumps(e.stages) if e.stages else None))
             if join_population is not None:
                 ids = (self.population() + [cur.lastrowid])[-join_population:]
                 self._write_population(ids)
@@ -371,11 +374,12 @@ class Store:
 
 def _row_to_candidate(r: sqlite3.Row) -> Candidate:
     detail = r["detail"] if "detail" in r.keys() else None  # read-only open of a version-1 store
+    stages = r["stages"] if "stages" in r.keys() else None  # ... or of a version-2 one
     evaluation = Evaluation(
         status=r["status"], reason=r["reason"], reason_step=r["reason_step"],
         detail=None if detail is None else json.loads(detail),
         accuracies=json.loads(r["accuracies"]), fitness=r["fitness"],
-        timings=json.loads(r["timings"]))
+        timings=json.loads(r["timings"]), stages=json.loads(stages) if stages else [])
     return Candidate(
         id=r["id"], evaluation=evaluation, graph=json.loads(r["graph"]), key=r["key"],
         fingerprint=r["fingerprint"], parent_id=r["parent_id"], origin=r["origin"],

@@ -1,0 +1,145 @@
+"""Multi-fidelity evaluation: staged training that continues from the previous stage's weights,
+progressive dynamic hurdles, tournaments at an equal stage, stage results in the store, resume."""
+
+import sqlite3
+
+import pytest
+
+from _search_fakes import fake_config, staged_evaluate
+from evonorm.data import load_dataset
+from evonorm.graph.library import NAMED_GRAPHS
+from evonorm.search.candidates import top_layers
+from evonorm.search.driver import init_run, run_search
+from evonorm.search.evaluation import Evaluation
+from evonorm.search.evaluator import search_dataset, train_stages
+from evonorm.search.evolution import AgingPopulation, Member
+from evonorm.search.store import Store
+from evonorm.train import Run, TrainConfig, lr_at, train
+
+
+def _staged_cfg(**kw):
+    from evonorm.search.presets import get_preset
+
+    base = dict(dataset="synthetic", n_train=96, quality_steps=0, stages=(3,), quality_factor=0.0,
+                train={"steps": 6, "batch_size": 8, "width": 0.0625, "eval_batch_size": 64})
+    base.update(kw)
+    return get_preset("tiny", **base)
+
+
+def test_a_run_advanced_in_stages_equals_one_run():
+    ds = load_dataset("synthetic", n_train=64, n_test=32)
+    cfg = TrainConfig(arch="resnet50_cifar", width=0.0625, steps=6, batch_size=8,
+                      schedule="cosine", restarts=(3,), n_train=64, n_test=32)
+    whole = train(NAMED_GRAPHS["evonorm_s0"], ds, cfg)
+    run = Run(NAMED_GRAPHS["evonorm_s0"], ds, cfg)
+    run.advance(3)
+    mid = run.score()
+    state = run.state()
+    other = Run(NAMED_GRAPHS["evonorm_s0"], ds, cfg)  # a fresh process would do this
+    other.restore(state)
+    other.advance()
+    assert mid is not None and run.step == 3 and other.step == 6
+    assert other.score() == whole.accuracy
+
+
+def test_restarts_anneal_each_stage():
+    cfg = TrainConfig(steps=10, schedule="cosine", restarts=(4,), lr=1.0)
+    assert lr_at(cfg, 0) == 1.0 and lr_at(cfg, 4) == 1.0  # a new cycle starts at the restart
+    assert lr_at(cfg, 3) < 0.2 and lr_at(cfg, 9) < 0.1
+    with pytest.raises(ValueError, match="restarts"):
+        TrainConfig(steps=10, schedule="constant", restarts=(4,))
+    with pytest.raises(ValueError, match="restarts"):
+        TrainConfig(steps=10, schedule="cosine", restarts=(10,))
+
+
+def test_train_stages_hurdle_stops_and_quality_bar_rejects():
+    cfg = _staged_cfg()
+    ds = search_dataset(cfg)
+    g = NAMED_GRAPHS["evonorm_s0"]
+    full = train_stages(g, ds, cfg)
+    assert full.status == "valid" and full.stage == 2 and full.accuracies == full.stages[-1]
+    stopped = train_stages(g, ds, cfg, hurdles=[1.01])  # no layer clears a hurdle above 100%
+    assert stopped.status == "valid" and stopped.stage == 1
+    assert stopped.stages[0] == full.stages[0]  # the same first stage either way
+    rejected = train_stages(g, ds, cfg.replace(quality_factor=20.0))  # bar: 200% accuracy
+    assert rejected.status == "rejected" and rejected.reason == f"quality:{cfg.archs[0]}"
+    assert list(rejected.accuracies) == [cfg.archs[0]]  # the other archs were not trained
+
+
+def test_a_candidate_killed_after_a_stage_continues_from_its_checkpoint(tmp_path, monkeypatch):
+    cfg = _staged_cfg()
+    ds = search_dataset(cfg)
+    g = NAMED_GRAPHS["evonorm_s0"]
+    whole = train_stages(g, ds, cfg)
+    ckpt = tmp_path / "stages" / "7.pt"
+    real = Run.advance
+    calls = []
+
+    def dies_in_stage_two(self, to_step=None, **kw):
+        if to_step is not None and to_step > 3:
+            raise KeyboardInterrupt  # as if the worker were killed
+        calls.append(to_step)
+        return real(self, to_step, **kw)
+
+    monkeypatch.setattr(Run, "advance", dies_in_stage_two)
+    with pytest.raises(KeyboardInterrupt):
+        train_stages(g, ds, cfg, checkpoint=str(ckpt))
+    assert ckpt.is_file() and len(calls) == len(cfg.archs)
+    monkeypatch.setattr(Run, "advance", lambda self, to_step=None, **kw: (
+        calls.append(to_step), real(self, to_step, **kw))[1])
+    calls.clear()
+    again = train_stages(g, ds, cfg, checkpoint=str(ckpt))
+    assert calls == [6] * len(cfg.archs)  # stage one was not trained again
+    assert again.stages == whole.stages and not ckpt.exists()
+
+
+def test_config_checks_stages():
+    with pytest.raises(ValueError, match="quality_steps"):
+        _staged_cfg(quality_steps=5)
+    with pytest.raises(ValueError, match="increasing"):
+        _staged_cfg(stages=(4, 2))
+
+
+def test_tournament_compares_only_at_the_furthest_stage():
+    import random
+
+    pop = AgingPopulation(10, [Member(1, {}, (0.9, 0.9), stage=1), Member(2, {}, (0.2, 0.2), stage=2)])
+    for seed in range(20):
+        assert pop.tournament(random.Random(seed), 1.0, "average").id == 2
+
+
+def test_search_with_hurdles_stores_stages_and_stops_below_the_mean(tmp_path):
+    cfg = fake_config(budget=30, stages=(2,), quality_steps=0, hurdle_min=3, workers=1)
+    run = init_run(tmp_path / "run", cfg)
+    run_search(run, evaluate_fn=staged_evaluate, progress=False)
+    with Store(run, readonly=True) as store:
+        cands = [c for c in store.candidates() if not c.cache_hit]
+    assert all(c.status == "valid" and 1 <= c.stage <= 2 for c in cands)
+    stopped = [c for c in cands if c.stage == 1]
+    assert stopped and len(stopped) < len(cands)
+    for c in cands:  # the hurdle handed out is the mean stage-1 fitness of the layers before it
+        h = (c.detail["hurdles"] or [None])[0]
+        first = c.evaluation.stage_fitness[0]
+        assert (c.stage == 1) == (h is not None and first < h)
+    earlier = [c.evaluation.stage_fitness[0] for c in cands[:3]]
+    assert cands[3].detail["hurdles"][0] == pytest.approx(sum(earlier) / 3)
+    top = top_layers(cands, n=None)
+    assert [r.best.stage for r in top] == sorted((r.best.stage for r in top), reverse=True)
+
+
+def test_version_2_store_gains_the_stages_column(tmp_path):
+    cfg = fake_config(budget=4)
+    run = init_run(tmp_path / "run", cfg)
+    run_search(run, evaluate_fn=staged_evaluate, progress=False)
+    db = sqlite3.connect(run / "store.sqlite")
+    db.execute("ALTER TABLE candidates DROP COLUMN stages")
+    db.execute("ALTER TABLE reranks DROP COLUMN split")  # version 4
+    db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    with Store(run, readonly=True) as store:  # reads as it is
+        assert all(c.stages == [] for c in store.candidates())
+    with Store(run) as store:  # migrates when opened for writing
+        assert store._db.execute("SELECT stages FROM candidates").fetchall()
+    ev = Evaluation.valid({"a": 0.5}, stages=[{"a": 0.3}, {"a": 0.5}])
+    assert Evaluation.from_dict(ev.to_dict()) == ev and ev.stage_fitness == [0.3, 0.5]
