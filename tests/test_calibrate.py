@@ -11,6 +11,7 @@ from _calibrate_fakes import fake_measure
 from evonorm.cli import main
 from evonorm.search.calibrate import (RUNS_NAME, RunRecord, format_summary, load_runs, plan,
                                       prepare_out, run_jobs, summarize)
+from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.search.presets import get_preset
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")
@@ -151,3 +152,24 @@ def test_demo_references_pass_the_quality_test_on_fashion_mnist():
                             lambda a: quality_config(cfg, a), factor=cfg.quality_factor)
         assert rej is None, (name, rej, accs)
         assert set(accs) == set(cfg.archs)
+
+
+def test_staged_calibration_trains_random_layers_past_the_bar():
+    """In a staged config every layer trains to the end: a random layer that fails the quality
+    test (the first stage) is rejected but keeps its fitness, so the table has a margin."""
+    from evonorm.search.calibrate import measure, summarize
+
+    cfg = get_preset("tiny", dataset="synthetic", n_train=96, quality_steps=0, stages=(2,),
+                     quality_factor=100.0, stability_steps=0, prechecks=False,
+                     train={"steps": 4, "batch_size": 8, "width": 0.0625})
+    graph = NAMED_GRAPHS["evonorm_s0"].to_json()
+    rec = RunRecord(**measure({"job": {"kind": "random", "name": "random0", "seed": 0,
+                                       "graph": graph}, "config": cfg.to_dict()}))
+    assert rec.status == "rejected" and rec.reason == f"quality:{cfg.archs[0]}"
+    assert rec.fitness is not None and set(rec.accuracies) == set(cfg.archs)
+    assert rec.quality_pass == {a: False for a in cfg.archs}
+    ref = RunRecord(**measure({"job": {"kind": "reference", "name": "s0", "seed": 0,
+                                       "graph": graph}, "config": cfg.to_dict()}))
+    s = summarize([rec, ref], list(cfg.archs))
+    assert s.random_valid == [] and s.random_trained == [rec.fitness]
+    assert s.margin is None and s.margin_trained == pytest.approx(ref.fitness - rec.fitness)

@@ -143,3 +143,15 @@ def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path):
         after = _check_accounting(s, 20)
     assert after[:len(before)] == before  # nothing finished was lost or redone
     assert [tuple(r) for r in _proposal_graphs(run)] == [tuple(r) for r in _proposal_graphs(whole)]
+
+
+def test_budget_seconds_stops_proposing_once_the_worker_time_is_spent(tmp_path):
+    cfg = fake_config(budget=10_000, budget_seconds=0.3, workers=1)
+    run = init_run(tmp_path / "run", cfg)
+    res = run_search(run, evaluate_fn=fake_evaluate, progress=False)
+    with Store(run, readonly=True) as store:
+        cands = store.candidates()
+        status = store.get_meta("status")
+    spent = sum(c.seconds for c in cands)
+    assert res.complete and status == "complete" and 5 < len(cands) < 10_000
+    assert spent >= 0.3 and spent - cands[-1].seconds < 0.3  # the last one crossed the line

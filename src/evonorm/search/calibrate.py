@@ -104,18 +104,33 @@ def measure(payload: dict) -> dict:
 
     A random graph runs the evaluator unchanged. A reference runs it with the quality test off
     (pre-checks, stability, full training), then the quality test alone on every architecture.
+    In a staged config (`stages`) the quality test is the first stage of the full run, so every
+    layer, random ones too, is trained to the end past a failed bar (its fitness is kept, and
+    the quality test is judged on the first stage's accuracies): the random layers' fitness is
+    then known even where the search would reject them.
     """
     import time
 
     from evonorm.graph import Graph
     from evonorm.search.evaluator import evaluate, quality_config, search_dataset
-    from evonorm.search.rejection import quality
+    from evonorm.search.rejection import quality, quality_threshold
 
     t0 = time.perf_counter()
     job = Job(**payload["job"])
     cfg = SearchConfig.from_dict(payload["config"]).replace(seed=job.seed)
     rec = RunRecord(job.kind, job.name, job.seed, "rejected", None, graph=job.graph)
-    if job.kind == "random":
+    if cfg.stages:  # staged: the quality test is the first stage; train on past it, bar at 0
+        res = evaluate({"graph": job.graph, "config": cfg.replace(quality_factor=0.0).to_dict()})
+        rec.reason, rec.accuracies = res.reason, dict(res.accuracies)
+        if res.status == "valid":
+            rec.fitness = res.fitness
+            bar = quality_threshold(search_dataset(cfg).num_classes, cfg.quality_factor)
+            for arch, acc in res.stages[0].items():
+                rec.quality[arch], rec.quality_pass[arch] = acc, acc >= bar
+                if acc < bar and rec.reason is None:
+                    rec.reason = f"quality:{arch}"
+        rec.status = "valid" if rec.reason is None else "rejected"
+    elif job.kind == "random":
         res = evaluate({"graph": job.graph, "config": cfg.to_dict()})
         rec.status, rec.reason = res.status, res.reason
         rec.accuracies, rec.fitness = dict(res.accuracies), res.fitness
@@ -247,10 +262,12 @@ class Summary:
     random_n: int
     random_valid: list[float]
     random_rejected: dict[str, int]
+    random_trained: list[float]  # every random layer that trained to the end (staged configs)
     all_pass: bool  # every reference passes rejection in every seed
     worst_reference: float | None  # lowest mean fitness over references
     best_random: float | None
     margin: float | None  # worst_reference - best_random
+    margin_trained: float | None  # worst_reference - best random layer trained, passed or not
     seed_std: float | None  # pooled std of a reference's fitness across seeds
     min_gap: float | None  # smallest gap between two references' mean fitness
     max_gap: float | None
@@ -276,6 +293,7 @@ def summarize(records: list[RunRecord], archs: list[str]) -> Summary:
                    reverse=True)
     rejected = Counter((r.reason or r.status).split(":", 1)[0] for r in randoms
                        if r.status != "valid")
+    trained = sorted((r.fitness for r in randoms if r.fitness is not None), reverse=True)
     means = {n: statistics.fmean(d["fitness"]) for n, d in refs.items() if d["fitness"]}
     worst = min(means.values()) if means else None
     best = valid[0] if valid else None
@@ -284,8 +302,9 @@ def summarize(records: list[RunRecord], archs: list[str]) -> Summary:
     ordered = sorted(means.values())
     gaps = [b - a for a, b in zip(ordered, ordered[1:])]
     all_pass = bool(refs) and all(s == "valid" for d in refs.values() for s in d["status"])
-    return Summary(archs, refs, len(randoms), valid, dict(rejected), all_pass, worst, best,
-                   None if worst is None or best is None else worst - best, seed_std,
+    return Summary(archs, refs, len(randoms), valid, dict(rejected), trained, all_pass, worst,
+                   best, None if worst is None or best is None else worst - best,
+                   None if worst is None or not trained else worst - trained[0], seed_std,
                    min(gaps) if gaps else None, (ordered[-1] - ordered[0]) if gaps else None)
 
 
@@ -319,6 +338,10 @@ def format_summary(s: Summary, bar: float) -> str:
         dist = "no valid random layer"
     lines += ["", f"random layers: {s.random_n} drawn, {len(s.random_valid)} valid ({dist}); "
               f"rejected: {rej}",
+              *([f"random layers trained to the end whether or not they passed the quality "
+                 f"test: {len(s.random_trained)} (fitness max {_pct(s.random_trained[0])}, median "
+                 f"{_pct(statistics.median(s.random_trained))}); margin, worst reference - best "
+                 f"of them: {_pct(s.margin_trained)} points"] if s.random_trained else []),
               f"every reference passes rejection in every seed: {'yes' if s.all_pass else 'NO'}",
               f"margin, worst reference - best random layer: {_pct(s.margin)} points "
               f"(worst reference {_pct(s.worst_reference)}, best random {_pct(s.best_random)})",

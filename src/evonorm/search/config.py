@@ -56,6 +56,8 @@ class SearchConfig:
     space: str = "s"
     algorithm: str = "evolution"
     budget: int = 100  # candidates proposed in all (rejected and cache hits included)
+    budget_seconds: float | None = None  # also stop proposing once candidates took this many
+    # worker-seconds in all (equal-compute comparisons; None: no limit)
     max_nodes: int = 10
     seed_layers: tuple[str, ...] = ()  # named graphs or graph JSON, evaluated first (origin "seed")
     window: int = 2500
@@ -116,6 +118,9 @@ class SearchConfig:
             errors.append(f"executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
         if self.budget < 1:
             errors.append(f"budget must be >= 1, got {self.budget}")
+        if self.budget_seconds is not None and not (
+                math.isfinite(self.budget_seconds) and self.budget_seconds > 0):
+            errors.append(f"budget_seconds must be a finite number > 0, got {self.budget_seconds}")
         if self.workers < 0:
             errors.append(f"workers must be >= 0, got {self.workers}")
         if self.window < 1:

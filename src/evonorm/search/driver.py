@@ -130,11 +130,13 @@ class _Search:
         self.done_before = store.num_candidates()
         self.rng = rng_from_state(store.last_rng_state(), cfg.seed)
         self.tally = Tally(stages=cfg.num_stages)
+        self.spent = 0.0  # worker-seconds of the finished candidates (for `budget_seconds`)
         # each hurdle: the stage fitness of the last `window` layers that reached that stage
         self.reached: list[deque[float]] = [deque(maxlen=cfg.window) for _ in cfg.stages]
         valid: list[Member] = []
         for c in store.candidates():
             self.tally.add(c)
+            self.spent += c.seconds
             if c.status == "valid":
                 valid.append(self._member(c))
         self.population = AgingPopulation(cfg.window, valid[-cfg.window:])
@@ -181,6 +183,7 @@ class _Search:
         if new_member:
             self.population.add(self._member(cand))
         self.tally.add(cand)
+        self.spent += seconds
         if self.bar is not None:
             self.bar.set_description_str(f"search best {self.tally.best_text()}", refresh=False)
             self.bar.set_postfix_str(self.tally.short(), refresh=False)
@@ -237,11 +240,15 @@ class _Search:
         self.executor.submit(job.proposal.idx, payload)
         self.in_flight[job.proposal.idx] = job
 
+    def out_of_time(self) -> bool:
+        """The worker-seconds budget is spent (never, without one)."""
+        return self.cfg.budget_seconds is not None and self.spent >= self.cfg.budget_seconds
+
     def _fill(self) -> None:
         while self.executor.free_slots() > 0:
             if self.pending:
                 prop = self.pending.popleft()
-            elif self.store.num_proposals() < self.cfg.budget:
+            elif self.store.num_proposals() < self.cfg.budget and not self.out_of_time():
                 prop = self._new_proposal()
             else:
                 return
@@ -319,7 +326,8 @@ def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], Evaluation]
             if own_executor:
                 executor.close()
             done = store.num_candidates()
-            complete = done >= cfg.budget
+            complete = done >= cfg.budget or (search.out_of_time() and not search.in_flight
+                                               and not search.pending)
             # a killed driver leaves "running"; any other exit says what it left behind
             store.set_meta("status", "complete" if complete else "stopped")
         if complete:

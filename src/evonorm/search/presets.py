@@ -26,13 +26,15 @@ PRESETS: dict[str, SearchConfig] = {
         timeout=300.0, rerank_preset="tiny", rerank_train={"steps": 6, "batch_size": 16,
                                                           "width": 0.0625}, rerank_top=3),
     # The README's main job: about 10 minutes on 2 cores with Fashion-MNIST. Calibrated with
-    # `evonorm calibrate --preset demo` (README, "Calibration"): 1000 held-out images, not 300
-    # (a 300-image score has a 2.9-point standard error); 5 warm-up steps; MobileNetV2 at width
-    # 0.0625 learns at lr 0.05 (at 0.02 BN-ReLU stays at chance for 50 steps, at 0.1 it is
-    # unstable); 150 steps of full training. The search starts from three textbook S-space layers
-    # (GroupNorm/LayerNorm/InstanceNorm-ReLU) and mutates once (not twice) with fewer random
-    # restarts, so that a budget of a few dozen finds valid layers at all: two mutations of a
-    # six-node layer, or a fresh random graph, almost never pass rejection at this scale.
+    # `evonorm calibrate --preset demo` (README, "Calibration"): 1000 held-out images (a 300-image
+    # score has a 2.9-point standard error); 10 warm-up steps; MobileNetV2 at width 0.0625 at lr
+    # 0.03 (0.02 leaves BN-ReLU at chance, 0.05 leaves GN-ReLU there). Training is staged
+    # (multi-fidelity): 75 steps, each architecture scored annealed (a cosine cycle ends there),
+    # the quality bar of 1.2x chance on those scores, then only layers above the hurdle (the
+    # mean stage-1 fitness so far) train 75 steps more from the same weights. The search starts
+    # from three textbook S-space layers (GroupNorm/LayerNorm/InstanceNorm-ReLU) and mutates once
+    # (not twice) with fewer random restarts, so that a budget of a few dozen finds valid layers
+    # at all: two mutations of a six-node layer, or a fresh random graph, rarely pass rejection.
     "demo": SearchConfig(
         preset="demo", n_train=4000, holdout=0.25, space="s", budget=100, window=16,
         initial_population=1, tournament_fraction=0.25, mutations=1, p_random=0.3,
@@ -41,7 +43,8 @@ PRESETS: dict[str, SearchConfig] = {
         train_preset="tiny", train={"steps": 150, "batch_size": 32, "width": 0.0625, "lr": 0.1,
                                     "lr_warmup": 10},
         arch_train={"mobilenetv2_cifar": {"lr": 0.03}},
-        stability_steps=10, stability_batch=8, quality_steps=50, quality_factor=1.2,
+        stability_steps=10, stability_batch=8, quality_steps=0, quality_factor=1.2,
+        stages=(75,), hurdle_min=4,
         timeout=1800.0, rerank_preset="tiny",  # a loaded machine took > 600 s per seed layer
         rerank_train={"steps": 300, "batch_size": 64, "width": 0.0625, "n_train": 10000,
                       "n_test": None, "lr_warmup": 10}, rerank_top=3),  # the whole test split
@@ -49,6 +52,20 @@ PRESETS: dict[str, SearchConfig] = {
     "small": SearchConfig(
         preset="small", n_train=10000, budget=200, window=100, initial_population=20,
         tournament_fraction=0.1, train_preset="small", rerank_preset="paper-s"),
+    # From scratch (issue 12): `demo`'s proxy, random graphs only (no textbook seed layers).
+    # Evolution mutates a tournament winner once found; until then (and with p_random) it
+    # draws random graphs like random search. For `experiments/evolution_vs_random.py`.
+    "scratch": SearchConfig(
+        preset="scratch", n_train=4000, holdout=0.25, space="s", budget=400, window=32,
+        initial_population=1, tournament_fraction=0.25, mutations=1, p_random=0.3,
+        archs=("resnet50_cifar", "mobilenetv2_cifar"),
+        train_preset="tiny", train={"steps": 150, "batch_size": 32, "width": 0.0625, "lr": 0.1,
+                                    "lr_warmup": 10},
+        arch_train={"mobilenetv2_cifar": {"lr": 0.03}},
+        stability_steps=10, stability_batch=8, quality_steps=0, quality_factor=1.2,
+        stages=(75,), hurdle_min=4, timeout=1800.0, rerank_preset="tiny",
+        rerank_train={"steps": 300, "batch_size": 64, "width": 0.0625, "n_train": 10000,
+                      "n_test": 2000, "lr_warmup": 10}, rerank_top=3),
     # The paper's settings (Sec. 5.1): CIFAR-10, 3 archs, 2000 steps constant lr / 5000 cosine.
     "paper-b": SearchConfig(
         preset="paper-b", dataset="cifar10", space="b", budget=20000, window=2500,

@@ -1,0 +1,40 @@
+"""The Fig. 10 experiment's protocol pieces: equal worker-seconds, the metric, the exact test."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from evolution_vs_random import mann_whitney_greater, run_config, run_metric, within_budget  # noqa: E402
+
+from evonorm.search.candidates import Candidate  # noqa: E402
+
+
+def _cand(i, seconds, status="valid", fitness=0.5, stages=2):
+    return Candidate.from_dict({"id": i, "seconds": seconds, "status": status, "fitness": fitness,
+                                "stages": [{"a": fitness}] * stages if status == "valid" else []})
+
+
+def test_exact_mann_whitney_one_sided():
+    u, p = mann_whitney_greater([5, 6, 7, 8, 9], [0, 1, 2, 3, 4])
+    assert u == 25 and p == pytest.approx(1 / 252)  # the one most extreme split of 252
+    u, p = mann_whitney_greater([0, 1, 2, 3, 4], [5, 6, 7, 8, 9])
+    assert u == 0 and p == 1.0
+    _, p = mann_whitney_greater([1, 1, 1], [1, 1, 1])  # all tied: no evidence
+    assert p == 1.0
+
+
+def test_budget_cut_and_metric():
+    cands = [_cand(1, 10, fitness=0.3), _cand(2, 10, fitness=0.6, stages=1),
+             _cand(3, 10, status="rejected", fitness=None), _cand(4, 10, fitness=0.9)]
+    within = within_budget(cands, 25)
+    assert [c.id for c in within] == [1, 2, 3]  # the third crossed the line and counts
+    assert run_metric(within, stages=2, chance=0.1) == 0.3  # a stopped layer's 0.6 is earlier
+    assert run_metric([], stages=2, chance=0.1) == 0.1
+
+
+def test_both_arms_share_everything_but_the_algorithm():
+    evo, rnd = (run_config("scratch", a, 3, 600.0).to_dict() for a in ("evolution", "random"))
+    assert {k for k in evo if evo[k] != rnd[k]} == {"algorithm"}
+    assert evo["seed_layers"] == [] and evo["budget_seconds"] == 600.0 and evo["workers"] == 1
