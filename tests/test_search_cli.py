@@ -63,14 +63,19 @@ def test_search_resume_rerank_tiny(tmp_path, capsys):
     # complete: resume says so and exits 0
     assert _run(["resume", str(run)]) == 0
     assert "already complete" in capsys.readouterr().out
-    # rerank the best layer in the preset's larger setting, on the held-out 10%
+    # rerank the best layer in the preset's larger setting, scored on the test split
     assert _run(["rerank", str(run), "--top", "1"]) == 0
-    assert "rerank" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "scored on the synthetic test split (256 of 512 images), never seen by the search" in out
+    assert "rerank [1/1] candidate" in err and "rerank 6 steps of 16, 1024 training images" in err
     with Store(run, readonly=True) as s:
         (r,) = s.reranks()
         assert r["candidate_id"] == s0.id and r["status"] == "ok" and r["rank"] == 1
         assert set(r["accuracies"]) == {"resnet50_cifar", "mobilenetv2_cifar"}
-        assert r["preset"].startswith("tiny[")
+        assert r["preset"].startswith("tiny[") and r["split"].startswith("synthetic test split")
+    # a setting no larger than the search's is refused in one line, before anything is written
+    assert _run(["rerank", str(run), "--top", "1", "--steps", "4"]) == 2
+    assert "not larger than the search's" in capsys.readouterr().err
     # raising the budget continues the same run
     assert _run(["resume", str(run), "--budget", "5", "--quiet"]) == 0
     with Store(run, readonly=True) as s:

@@ -135,6 +135,7 @@ def test_version_2_store_gains_the_stages_column(tmp_path):
     run_search(run, evaluate_fn=staged_evaluate, progress=False)
     db = sqlite3.connect(run / "store.sqlite")
     db.execute("ALTER TABLE candidates DROP COLUMN stages")
+    db.execute("ALTER TABLE reranks DROP COLUMN split")  # version 4
     db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     db.commit()
     db.close()

@@ -91,6 +91,12 @@ def test_reranks_sorted_by_mean(tmp_path):
         r = s.reranks()
         assert [(x["candidate_id"], x["rank"], x["mean"]) for x in r] == [(5, 1, 0.7), (3, 2, 0.45)]
         assert s.reranked_ids("p") == {3, 5}
+        s.add_rerank(candidate_id=7, preset="p", accuracies={}, mean=None, status="lost",
+                     reason="timeout", search_fitness=0.4, seconds=9.0, split="t")
+        s.add_rerank(candidate_id=8, preset="p", accuracies={}, mean=None, status="failed",
+                     reason="nonfinite:a@3", search_fitness=0.4, seconds=1.0, split="t")
+        # a lost worker's layer is trained again; the layer's own failure is final
+        assert s.reranked_ids("p", "t") == {8} and s.reranks()[-1]["split"] == "t"
 
 
 def test_readonly_missing_store_is_clear(tmp_path):
@@ -139,6 +145,7 @@ INSERT INTO proposals VALUES (1, '{"nodes": [["tanh", 0]]}', 1, 'mutation', '[3,
 INSERT INTO candidates VALUES (1, 0, '{"nodes": [["sigmoid", 0], ["mul", 0, 4]]}', 'k1', 'f1',
     NULL, 'random', 'valid', NULL, NULL, '{"a": 0.5}', 0.5, 0, 3.0, '{"train": 3.0}', 'w0', 1.0, 4.0);
 INSERT INTO population VALUES (0, 1);
+INSERT INTO reranks VALUES (1, 1, 'tiny', '{"a": 0.6}', 0.6, 'ok', NULL, 0.5, 9.0, 5.0);
 """
 
 
@@ -151,12 +158,17 @@ def test_a_version_1_store_reads_then_migrates_in_place_keeping_its_rows(tmp_pat
         assert (old.id, old.status, old.accuracies, old.fitness, old.detail) == (
             1, "valid", {"a": 0.5}, 0.5, None)
         assert r.get_meta("schema_version") == 1
+        assert r.reranks()[0]["split"] is None  # scored on the search's held-out images
     with Store(tmp_path) as s:  # for writing: migrated to the current schema
-        assert s.get_meta("schema_version") == SCHEMA_VERSION == 3
+        assert s.get_meta("schema_version") == SCHEMA_VERSION == 4
         assert s.candidates() == [old] and s.population() == [1] and s.config() == {"budget": 2}
+        (rr,) = s.reranks()
+        assert (rr["candidate_id"], rr["mean"], rr["split"]) == (1, 0.6, None)
+        # an old rerank does not count as done for a rerank scored on the test split
+        assert s.reranked_ids("tiny") == {1} and s.reranked_ids("tiny", "test") == set()
         (prop,) = s.pending_proposals()
         ev = Evaluation("rejected", "stability", 4, {"grad_norm": 3e8})
         assert s.add_candidate(prop, ev, key="k2", fingerprint=None).evaluation == ev
     with Store(tmp_path) as s:  # opening again changes nothing
-        assert s.get_meta("schema_version") == 3
+        assert s.get_meta("schema_version") == 4
         assert [c.detail for c in s.candidates()] == [None, {"grad_norm": 3e8}]

@@ -119,6 +119,26 @@ def _check_sizes(name: str, n_train: int | None, n_test: int | None, max_train: 
             raise ValueError(f"{name} has {limit} {split} images: asked for {n} (must be 1..{limit})")
 
 
+def to_device(ds: Dataset, device: torch.device | str) -> Dataset:
+    """The dataset with its tensors on `device` (itself when they are there already): moved once,
+    then every batch is cut where the model runs, with no copy per step."""
+    device = torch.device(device)
+    if ds.train_x.device == device and ds.test_x.device == device:
+        return ds
+    return replace(ds, train_x=ds.train_x.to(device), train_y=ds.train_y.to(device),
+                   test_x=ds.test_x.to(device), test_y=ds.test_y.to(device))
+
+
+def subset_indices(n: int, size: int | None, generator: torch.Generator) -> torch.Tensor:
+    """Sorted indices of a random `size` of `n` items drawn from `generator` (all of them for None
+    or a size >= n); what `subset` keeps of a split."""
+    if size is None or size >= n:
+        return torch.arange(n)
+    if size < 1:
+        raise ValueError(f"subset size must be >= 1, got {size}")
+    return torch.randperm(n, generator=generator)[:size].sort().values
+
+
 def subset(ds: Dataset, n_train: int | None = None, n_test: int | None = None,
            seed: int = 0) -> Dataset:
     """A seeded random subset of each split (None or a size >= the split keeps it whole)."""
@@ -127,9 +147,7 @@ def subset(ds: Dataset, n_train: int | None = None, n_test: int | None = None,
     def pick(x: torch.Tensor, y: torch.Tensor, n: int | None):
         if n is None or n >= len(y):
             return x, y
-        if n < 1:
-            raise ValueError(f"subset size must be >= 1, got {n}")
-        idx = torch.randperm(len(y), generator=gen)[:n].sort().values
+        idx = subset_indices(len(y), n, gen).to(x.device)
         return x[idx], y[idx]
 
     train_x, train_y = pick(ds.train_x, ds.train_y, n_train)
@@ -137,16 +155,21 @@ def subset(ds: Dataset, n_train: int | None = None, n_test: int | None = None,
     return replace(ds, train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y)
 
 
-def holdout_split(ds: Dataset, frac: float = 0.1, seed: int = 0) -> Dataset:
-    """Train on a seeded (1 - frac) of the training set, test on the held-out rest (reranking)."""
-    n = len(ds.train_y)
+def holdout_indices(n: int, frac: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(kept, held): sorted indices of a seeded split of `n` training images, `frac` held out."""
     if not 0.0 < frac < 1.0:  # also refuses nan
         raise ValueError(f"holdout fraction must be in (0, 1), got {frac}")
     n_held = int(round(n * frac))
     if not 0 < n_held < n:
         raise ValueError(f"holdout fraction {frac} leaves an empty split of {n} training images")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    held, kept = perm[:n_held].sort().values, perm[n_held:].sort().values
+    return perm[n_held:].sort().values, perm[:n_held].sort().values
+
+
+def holdout_split(ds: Dataset, frac: float = 0.1, seed: int = 0) -> Dataset:
+    """Train on a seeded (1 - frac) of the training set, test on the held-out rest (the search's
+    fitness; it never sees the test split)."""
+    kept, held = (i.to(ds.train_x.device) for i in holdout_indices(len(ds.train_y), frac, seed))
     return replace(ds, name=f"{ds.name}-holdout", train_x=ds.train_x[kept],
                    train_y=ds.train_y[kept], test_x=ds.train_x[held], test_y=ds.train_y[held])
 
@@ -159,15 +182,19 @@ def crop_size(image_size: int) -> int:
 
 
 def normalize(x: torch.Tensor, mean, std) -> torch.Tensor:
-    """uint8 (B, C, H, W) -> float32, per-channel standardized."""
-    m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+    """uint8 (B, C, H, W) -> float32, per-channel standardized (on x's device)."""
+    m = torch.tensor(mean, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
     return (x.float().div_(255.0) - m) / s
 
 
 def random_crop_flip(x: torch.Tensor, size: int, generator: torch.Generator,
                      flip: bool = True) -> torch.Tensor:
-    """Random `size`x`size` crops and horizontal flips of a whole batch, by one gather."""
+    """Random `size`x`size` crops and horizontal flips of a whole batch, by one gather.
+
+    The offsets come from `generator` on the CPU (the same crops on every device); the gather
+    runs where `x` is.
+    """
     b, c, h, w = x.shape
     if size > h or size > w:
         raise ValueError(f"crop {size} larger than images {h}x{w}")
@@ -179,14 +206,19 @@ def random_crop_flip(x: torch.Tensor, size: int, generator: torch.Generator,
     if flip:
         flipped = torch.rand(b, generator=generator) < 0.5
         cols = torch.where(flipped.view(b, 1), cols.flip(1), cols)
-    bi = torch.arange(b).view(b, 1, 1, 1)
-    ci = torch.arange(c).view(1, c, 1, 1)
+    bi = torch.arange(b, device=x.device).view(b, 1, 1, 1)
+    ci = torch.arange(c, device=x.device).view(1, c, 1, 1)
+    rows, cols = rows.to(x.device), cols.to(x.device)
     return x[bi, ci, rows.view(b, 1, size, 1), cols.view(b, 1, 1, size)]
 
 
 def train_batches(ds: Dataset, batch_size: int, steps: int, *, seed: int = 0,
                   crop: int | None = None, flip: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """`steps` augmented, normalized training batches; seeded epochs of shuffled images."""
+    """`steps` augmented, normalized training batches; seeded epochs of shuffled images.
+
+    Batches are cut on the device the dataset's tensors are on (`to_device`); the order and the
+    augmentation come from a CPU generator, so they are the same on every device.
+    """
     n = len(ds.train_y)
     if n == 0:
         raise ValueError(f"dataset {ds.name!r} has no training images")
@@ -200,7 +232,7 @@ def train_batches(ds: Dataset, batch_size: int, steps: int, *, seed: int = 0,
             while sum(len(p) for p in parts) < batch_size:
                 parts.append(torch.randperm(n, generator=gen))
             order, pos = torch.cat(parts), 0
-        idx = order[pos:pos + batch_size]
+        idx = order[pos:pos + batch_size].to(ds.train_x.device)
         pos += batch_size
         x = random_crop_flip(ds.train_x[idx], size, gen, flip=flip)
         yield normalize(x, ds.mean, ds.std), ds.train_y[idx]

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from evonorm.data import Dataset, eval_batches, subset, train_batches
+from evonorm.data import Dataset, eval_batches, subset, to_device, train_batches
 from evonorm.models import ARCHS, build_model
 
 
@@ -161,12 +161,14 @@ class Run:
                  model: nn.Module | None = None):
         self.start = time.perf_counter()
         self.cfg = cfg
-        self.ds = subset(dataset, cfg.n_train, cfg.n_test, seed=cfg.seed)
+        self.device = torch.device(cfg.device)
+        # the run's images go to the device once (not at all when the caller's data is there),
+        # so no step copies a batch from the CPU
+        self.ds = to_device(subset(dataset, cfg.n_train, cfg.n_test, seed=cfg.seed), self.device)
         torch.manual_seed(cfg.seed)
         if model is None:
             model = build_model(cfg.arch, norm_act, num_classes=self.ds.num_classes,
                                 width=cfg.resolved_width(), in_chans=self.ds.channels)
-        self.device = torch.device(cfg.device)
         self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
         self.model = model.to(self.device, memory_format=self.memory_format)
         self.opt = torch.optim.SGD(param_groups(self.model, cfg.weight_decay), lr=cfg.lr,
@@ -297,7 +299,7 @@ def evaluate(model: nn.Module, ds: Dataset, batch_size: int = 512,
     for x, y in eval_batches(ds, batch_size):
         logits = model(x.to(device, memory_format=memory_format))
         finite = finite and bool(torch.isfinite(logits).all())
-        correct += int((logits.argmax(1).cpu() == y).sum())
+        correct += int((logits.argmax(1) == y.to(logits.device)).sum())
         total += len(y)
     model.train(was_training)
     return correct / max(1, total), finite

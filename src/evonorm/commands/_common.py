@@ -34,20 +34,25 @@ def check_workers(cfg) -> None:
             "are proposed before their results can steer the evolution")
 
 
-def check_device(device: str | None) -> None:
-    """A --device torch knows, and CUDA only where there is one (before any work starts)."""
+def check_device(device: str | None) -> str | None:
+    """The --device to use (None when not given): a device torch knows, CUDA only where there is
+    one, `auto` resolved to cuda where CUDA is available, else cpu. Resolved once, before any work
+    starts, so a run stores the device it really used."""
     if device is None:
-        return
+        return None
     import torch
 
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
-        raise CommandError(f"unknown --device {device!r} (cpu or cuda)") from None
+        raise CommandError(f"unknown --device {device!r} (cpu, cuda or auto)") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise CommandError(f"--device {device!r} is not supported (cpu, cuda or auto)")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise CommandError(f"--device {device}: no CUDA device is available here")
-    if dev.type not in ("cpu", "cuda"):
-        raise CommandError(f"--device {device!r} is not supported (cpu or cuda)")
+    return device
 
 
 def check_writable(path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
@@ -9,9 +11,12 @@ from evonorm.cli import ArgumentParser, CommandError
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="evonorm rerank", description=(
-        "Retrain the top layers of a search in a larger setting (the search's rerank preset, or "
-        "--preset) on 90%% of the training set, score them on the held-out 10%%, rank by mean "
-        "accuracy over the anchor architectures; results go into RUN/store.sqlite."))
+        "Retrain the top layers of a search in a larger setting (the search preset's rerank "
+        "setting, or --preset) on the training images the search did not score on, score them "
+        "on the dataset's test split (never seen by the search) and rank them by mean accuracy "
+        "over the anchor architectures. Layers train in parallel on the search's executor; each "
+        "result goes into RUN/store.sqlite as it arrives, and a stopped rerank continues where "
+        "it stopped."))
     p.add_argument("run", type=Path, help="run folder of `evonorm search --out`")
     p.add_argument("--top", type=int, default=None, help="layers to rerank (default: the preset's, 10 "
                    "for the paper presets)")
@@ -20,6 +25,14 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="override the training steps")
     p.add_argument("--width", type=float, default=None, help="override the channel multiplier")
     p.add_argument("--n-train", type=int, default=None, help="override the training images")
+    p.add_argument("--allow-smaller", action="store_true", help="rerank even in a setting that "
+                   "is not larger than the search's (more steps, more training images)")
+    p.add_argument("--device", default=None, help="cpu, cuda or auto (default: the search's)")
+    p.add_argument("--workers", type=int, default=None, help="layers trained at once (default: "
+                   "the search's; 0: one per core)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per layer before its "
+                   "worker is killed (default: the search's, scaled by the rerank's extra steps)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
 
 
@@ -27,29 +40,41 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.top is not None and args.top < 1:
         raise CommandError("--top must be >= 1")
-    from evonorm.commands._common import check_store, run_lock, write_errors
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise CommandError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
+    from evonorm.commands._common import (check_device, check_executor, check_store, check_workers,
+                                          run_lock, write_errors)
     from evonorm.report.text import rerank_table
-    from evonorm.search.rerank import rerank, rerank_config
+    from evonorm.search.rerank import prepare, rerank
     from evonorm.search.store import Store
     from evonorm.train import PRESETS
 
     check_store(args.run)
+    device = check_device(args.device)
     if args.preset is not None and args.preset not in PRESETS:
         raise CommandError(f"unknown training preset {args.preset!r} "
                            f"(choose from {', '.join(PRESETS)})")
     overrides = {k: v for k, v in dict(steps=args.steps, width=args.width,
                                        n_train=args.n_train).items() if v is not None}
-    try:  # the setting must be valid before anything is trained or written
+    kw = dict(preset=args.preset, overrides=overrides, device=device, workers=args.workers,
+              timeout=args.timeout, allow_smaller=args.allow_smaller)
+    try:  # the setting must be valid (and larger) before anything is trained or written
         with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
-            rerank_config(store.search_config(), args.preset, overrides)
+            plan = prepare(store.search_config(), **kw)
     except (ValueError, TypeError, FileNotFoundError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
+    check_executor(plan.cfg)
+    check_workers(plan.cfg)
+    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     with run_lock(args.run), write_errors(f"run {args.run}"):
         try:
-            rows = rerank(args.run, top=args.top, preset=args.preset, overrides=overrides)
+            rows = rerank(args.run, top=args.top, log=log, **kw)
         except (ValueError, FileNotFoundError) as err:
             raise CommandError(str(err).splitlines()[0]) from None
     with Store(args.run, readonly=True) as store:
         graphs = {c.id: c.graph for c in store.candidates()}
+    if rows:
+        print(f"rerank {plan.label}, scored on the {plan.split}, never seen by the search "
+              f"(trained on the images it did not score on):")
     print(rerank_table(rows, graphs))
     return 0

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import (check_executor, check_store, check_workers, report_result, run_lock,
-                                      write_errors)
+from evonorm.commands._common import (check_device, check_executor, check_store, check_workers,
+                                      report_result, run_lock, write_errors)
 
 
 def build_parser() -> ArgumentParser:
@@ -24,6 +24,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: per core)")
     p.add_argument("--executor", choices=EXECUTORS, default=None, help="local or ray")
     p.add_argument("--address", default=None, help="Ray cluster address")
+    p.add_argument("--device", default=None, help="cpu, cuda or auto (default: the device the "
+                   "run was started with, as stored)")
     p.add_argument("--top", type=int, default=10, help="layers in the final table (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
@@ -35,12 +37,14 @@ def _plan(args):
     from evonorm.search.store import Store
 
     check_store(args.run)
+    device = check_device(args.device)
     try:
         with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
             cfg, done = store.search_config(), store.num_candidates()
             pending = len(store.pending_proposals())
         changes = {k: v for k, v in dict(workers=args.workers, executor=args.executor,
-                                         address=args.address, budget=args.budget).items()
+                                         address=args.address, budget=args.budget,
+                                         device=device).items()
                    if v is not None}
         if "budget" in changes and changes["budget"] < cfg.budget:
             raise ValueError(f"--budget cannot shrink the run's budget of {cfg.budget}")
@@ -54,6 +58,7 @@ def _plan(args):
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    from evonorm.commands.search import run_facts
     from evonorm.search.evaluator import search_dataset
     from evonorm.search.store import Store
 
@@ -74,10 +79,11 @@ def main(argv: list[str]) -> int:
         cfg, done, pending = _plan(args)  # again: another driver may have run in between
         with write_errors(f"run {args.run}"), Store(args.run) as store:
             store.set_config(cfg.to_dict())
+            store.set_meta("device", run_facts(cfg)["device"])  # --device/--workers may change it
         if not args.quiet:
             print(f"resume: {done}/{cfg.budget} candidates done, {pending} re-queued "
-                  f"(in flight when it stopped), {cfg.num_workers} {cfg.executor} worker(s)",
-                  file=sys.stderr)
+                  f"(in flight when it stopped), {cfg.num_workers} {cfg.executor} worker(s) on "
+                  f"{cfg.device}", file=sys.stderr)
         from evonorm.search.driver import run_search
 
         result = run_search(args.run, progress=not args.quiet)

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import check_executor, check_workers, report_result, run_lock, write_errors
+from evonorm.commands._common import (check_device, check_executor, check_workers, report_result,
+                                      run_lock, write_errors)
 
 
 def build_parser() -> ArgumentParser:
@@ -36,6 +37,12 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: one per core)")
     p.add_argument("--executor", choices=EXECUTORS, default=None, help="local (default) or ray")
     p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
+    p.add_argument("--device", default=None, help="where every candidate trains: cpu (default), "
+                   "cuda, or auto (cuda where available, else cpu; stored as resolved). With cuda, "
+                   "--workers N local workers share the GPU")
+    p.add_argument("--gpus-per-worker", type=float, default=None, metavar="SHARE",
+                   help="with --executor ray and cuda: each task's GPU share, e.g. 0.25 for four "
+                   "workers per GPU (default: the cluster's GPUs divided among the workers)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per candidate before its "
                    "worker is killed and the candidate retried once, then recorded as failed")
     p.add_argument("--window", type=int, default=None, help="population (sliding window) size")
@@ -54,13 +61,14 @@ def config_from_args(args):
     archs = tuple(a.strip() for a in args.archs.split(",") if a.strip()) if args.archs else None
     seeds = (tuple(a.strip() for a in args.seed_layers.split(",") if a.strip())
              if args.seed_layers else None)
+    device = check_device(args.device)
     try:
         return get_preset(args.preset, space=args.space, algorithm=args.algorithm,
                           budget=args.budget, dataset=args.dataset, data_root=args.data_root,
                           n_train=args.n_train, archs=archs, workers=args.workers,
                           executor=args.executor, address=args.address, timeout=args.timeout,
                           window=args.window, criterion=args.criterion, seed=args.seed,
-                          seed_layers=seeds)
+                          seed_layers=seeds, device=device, gpus_per_worker=args.gpus_per_worker)
     except (ValueError, TypeError) as err:
         raise CommandError(str(err)) from None
 
@@ -113,6 +121,9 @@ def main(argv: list[str]) -> int:
         raise CommandError("--top must be >= 0")
     cfg = config_from_args(args)
     check_executor(cfg)
+    if args.gpus_per_worker is not None and (cfg.executor != "ray" or cfg.device == "cpu"):
+        raise CommandError("--gpus-per-worker applies to --executor ray with --device cuda only "
+                           "(local workers all share the machine's GPU)")
     check_workers(cfg)
     run = args.out
     with write_errors(f"run folder {run}"):

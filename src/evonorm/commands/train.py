@@ -40,7 +40,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                    help="channels_last memory format")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model")
-    p.add_argument("--device", default=None, help="cpu (default) or cuda")
+    p.add_argument("--device", default=None, help="cpu (default), cuda, or auto (cuda where "
+                   "available, else cpu)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: when stderr is a terminal)")
     p.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
@@ -75,7 +76,7 @@ def main(argv: list[str]) -> int:
     for flag, value in (("--threads", args.threads), ("--groups", args.groups)):
         if value is not None and value < 1:
             raise CommandError(f"{flag} must be >= 1, got {value}")
-    check_device(args.device)
+    device = check_device(args.device)
     if args.out is not None:
         check_writable(args.out)
     torch.set_num_threads(args.threads or min(2, os.cpu_count() or 1))
@@ -84,7 +85,7 @@ def main(argv: list[str]) -> int:
                          lr=args.lr, schedule=args.schedule, width=args.width,
                          n_train=args.n_train, n_test=args.n_test, seed=args.seed,
                          channels_last=args.channels_last, compile=args.compile,
-                         device=args.device)
+                         device=device)
         layer_kw = {} if args.groups is None else {"groups": args.groups}
         factory = resolve_norm_act(read_layer(args.layer), **layer_kw)
         name = args.dataset or default_dataset_name()
@@ -101,7 +102,7 @@ def main(argv: list[str]) -> int:
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     print(f"training {args.layer if len(args.layer) < 60 else args.layer[:57] + '...'} on "
           f"{cfg.arch} (width {cfg.resolved_width():g}), {ds.name}, preset {args.preset}: "
-          f"{cfg.steps} steps of {cfg.batch_size}", flush=True)
+          f"{cfg.steps} steps of {cfg.batch_size} on {cfg.device}", flush=True)
     log = None if progress or args.progress is False else (lambda s: print(s, file=sys.stderr, flush=True))
     result = train(factory, ds, cfg, progress=progress, log=log)
     if result.status == "ok":

@@ -40,7 +40,7 @@ def rerank_table(rows: list[dict], graphs: dict[int, dict]) -> str:
         return "no reranked layer"
     lines = []
     for rank, r in enumerate(rows, 1):
-        mean = "failed" if r["mean"] is None else f"{r['mean']:.4f}"
+        mean = r["status"] if r["mean"] is None else f"{r['mean']:.4f}"
         search = "-" if r["search_fitness"] is None else f"{r['search_fitness']:.4f}"
         lines.append(f"{rank:>3}  id {r['candidate_id']:<5} rerank {mean:<7} search {search:<7} "
                      f"{formula(graphs.get(r['candidate_id']))}")

@@ -37,6 +37,7 @@ class TrainSetting:
 
 SPACES = ("b", "s")
 EXECUTORS = ("local", "ray")
+DEVICES = ("cpu", "cuda")
 PAPER_ARCHS = ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar")
 
 
@@ -93,6 +94,12 @@ class SearchConfig:
     address: str | None = None
     timeout: float = 3600.0  # seconds per candidate before its worker is killed
     retries: int = 1  # re-runs of a candidate whose worker died or hung
+    # where every training run (stability, quality, full training, rerank) goes: "cpu" or
+    # "cuda[:N]" (`--device auto` is resolved when the run starts and stored that way). Local
+    # workers share the GPU; a Ray task asks for `gpus_per_worker` of one (None: the cluster's
+    # GPUs divided among the workers, at most one each).
+    device: str = "cpu"
+    gpus_per_worker: float | None = None
     seed: int = 0
     # reranking (Sec. 5.2): a larger training setting on the same architectures
     rerank_preset: str = "small"
@@ -132,6 +139,10 @@ class SearchConfig:
             errors.append(f"hurdle_min must be >= 1, got {self.hurdle_min}")
         if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan would disable it
             errors.append(f"timeout must be a finite number of seconds > 0, got {self.timeout}")
+        if self.device.split(":", 1)[0] not in DEVICES:
+            errors.append(f"device must be cpu or cuda[:N], got {self.device!r}")
+        if self.gpus_per_worker is not None and not 0.0 < self.gpus_per_worker <= 1.0:
+            errors.append(f"gpus_per_worker must be in (0, 1], got {self.gpus_per_worker}")
         if errors:
             raise ValueError("; ".join(errors))
 

@@ -308,8 +308,8 @@ def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], Evaluation]
         own_executor = executor is None
         if executor is None:
             executor = make_executor(cfg.executor, fn, cfg.num_workers, timeout=cfg.timeout,
-                                     address=cfg.address, device=getattr(cfg, "device", "cpu"),
-                                     data_root=cfg.data_root)
+                                     address=cfg.address, device=cfg.device,
+                                     gpus_per_worker=cfg.gpus_per_worker, data_root=cfg.data_root)
         bar = None
         if progress and sys.stderr.isatty():
             from tqdm import tqdm

@@ -28,30 +28,32 @@ def layer_identity(graph_json: dict) -> tuple[str, str | None]:
 
 
 def search_dataset(cfg: SearchConfig):
-    """The run's data: (1 - holdout) of the (subset) training split to train, the rest to score.
+    """The run's data: (1 - holdout) of the (subset) training split to train, the rest to score,
+    with its tensors on the run's device.
 
     The config names its dataset (`SearchConfig.with_dataset()`, stored when the run starts).
-    Cached per process, so each worker loads the data once per run.
+    Cached per process and device, so each worker loads the data and moves it to its device once.
     """
     if cfg.dataset is None:
         raise ValueError("the search config names no dataset (SearchConfig.with_dataset() "
                          "resolves the default when a run starts)")
-    return _load_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed)
+    return _load_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed, cfg.device)
 
 
 @lru_cache(maxsize=4)
-def _load_split(name: str, root: str | None, n_train: int | None, holdout: float, seed: int):
-    from evonorm.data import holdout_split, load_dataset
+def _load_split(name: str, root: str | None, n_train: int | None, holdout: float, seed: int,
+                device: str):
+    from evonorm.data import holdout_split, load_dataset, to_device
 
     ds = load_dataset(name, root, n_train=n_train, seed=seed)
-    return holdout_split(ds, frac=holdout, seed=seed)
+    return to_device(holdout_split(ds, frac=holdout, seed=seed), device)
 
 
 def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = None, *,
                  steps: int | None = None, **extra):
     """The TrainConfig for `arch` in a training setting (default: the search's, `cfg.training`;
     reranks pass `cfg.rerank_training`): the trainer preset with the setting's overrides, the
-    config's per-architecture overrides and seed, then `steps` and `extra`.
+    config's per-architecture overrides, seed and device, then `steps` and `extra`.
 
     The quality test passes schedule="constant": its short run stands for the first steps of the
     full run, where a cosine schedule is still at its peak learning rate. In a staged config the
@@ -70,7 +72,7 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
     if setting.presized:  # the data is already the run's subset: the preset must not cut it again
         over.setdefault("n_train", None)
         over.setdefault("n_test", None)
-    over.update(arch=arch, seed=cfg.seed)
+    over.update(arch=arch, seed=cfg.seed, device=cfg.device)
     if staged:
         over["restarts"] = tuple(cfg.stages)  # as the staged evaluation trains it to the end
     if steps is not None:

@@ -264,13 +264,24 @@ def _ray_task(fn: Callable[[dict], dict], threads: int, payload: dict, shipped_d
             "seconds": time.perf_counter() - start}
 
 
+def gpu_share(device: str, gpus_per_worker: float | None) -> float | None:
+    """A Ray task's GPU share for a run on `device`: none on the CPU; on CUDA `gpus_per_worker`
+    (e.g. 0.25: four workers per GPU), or None for the cluster's GPUs divided among the workers."""
+    return gpus_per_worker if device.split(":", 1)[0] == "cuda" else 0.0
+
+
+def ray_task_options(num_gpus: float) -> dict:
+    """What each Ray task asks for: one CPU, its GPU share, and no retries by Ray (the driver
+    retries dead and hung workers the same way for every executor)."""
+    return {"num_cpus": 1, "num_gpus": num_gpus, "max_retries": 0}
+
+
 class RayExecutor:
     """The same interface on Ray: local Ray (`address=None`) or an existing cluster (`address`).
 
-    Ray's own task retries are off (max_retries=0) so the driver retries dead and hung workers the
-    same way for every executor. `runtime_env` (see `ray_runtime_env`) is the job's when this executor
-    starts Ray (Ray uploads local folders only for a whole job); `num_gpus` is each task's GPU share,
-    None for the cluster's GPUs divided among the workers.
+    Tasks ask for `ray_task_options`. `runtime_env` (see `ray_runtime_env`) is the job's when this
+    executor starts Ray (Ray uploads local folders only for a whole job); `num_gpus` is each task's
+    GPU share (`gpu_share`), None for the cluster's GPUs divided among the workers.
     """
 
     def __init__(self, fn: Callable[[dict], dict], workers: int = 0, *, timeout: float = 3600.0,
@@ -302,7 +313,7 @@ class RayExecutor:
         self.num_gpus = num_gpus
         # where the caller initialised Ray, its own ray.init(runtime_env=...) decides what is shipped
         self._shipped_data = self._started_ray and bool(runtime_env and "working_dir" in runtime_env)
-        self._remote = ray.remote(num_cpus=1, num_gpus=num_gpus, max_retries=0)(_ray_task)
+        self._remote = ray.remote(**ray_task_options(num_gpus))(_ray_task)
         self._fn_ref = ray.put(fn)
         self._running: dict[Any, tuple[int, float]] = {}
 
@@ -360,14 +371,17 @@ class RayExecutor:
 
 
 def make_executor(kind: str, fn: Callable[[dict], Any], workers: int, *, timeout: float,
-                  address: str | None = None, device: str = "cpu", data_root: str | None = None) -> Executor:
+                  address: str | None = None, device: str = "cpu",
+                  gpus_per_worker: float | None = None, data_root: str | None = None) -> Executor:
     """The executor named by the config (`local` | `ray`). On an existing Ray cluster (`address`) the
-    package and the data folder are shipped to the workers; `device` "cuda" asks Ray for GPU shares."""
+    package and the data folder are shipped to the workers; `device` "cuda" asks Ray for GPU shares
+    (`gpu_share`). Local workers on "cuda" all share the machine's GPU: `workers` processes, each
+    with its own copy of the model and the data on it."""
     if kind == "local":
         return LocalExecutor(fn, workers, timeout=timeout)
     if kind == "ray":
         return RayExecutor(fn, workers, timeout=timeout,
                            threads=threads_per_worker(workers) if address is None else 1,
                            address=address, runtime_env=ray_runtime_env(data_root) if address else None,
-                           num_gpus=None if device == "cuda" else 0.0)
+                           num_gpus=gpu_share(device, gpus_per_worker))
     raise ValueError(f"unknown executor {kind!r} (choose from local, ray)")

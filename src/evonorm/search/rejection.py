@@ -63,6 +63,7 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
     `lr` times its own norm along its normalized ascent direction (so every layer is stressed at
     the same relative rate). Rejects at the first step where the norm exceeds `threshold` or is
     non-finite; passes after `steps` ascent steps otherwise. `trace` collects the norm per step.
+    Runs on the device the dataset's tensors are on (the search's, `search_dataset`).
     """
     import torch
     import torch.nn.functional as F
@@ -72,11 +73,12 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
 
     torch.manual_seed(seed)
     c = dataset.train_x.shape[1]
+    device = dataset.train_x.device
     model = build_model(arch, norm_act, num_classes=dataset.num_classes, width=width, in_chans=c,
-                        **(model_kwargs or {}))
+                        **(model_kwargs or {})).to(device)
     model.train()
     gen = torch.Generator().manual_seed(seed)
-    idx = torch.randperm(len(dataset.train_y), generator=gen)[:batch]
+    idx = torch.randperm(len(dataset.train_y), generator=gen)[:batch].to(device)
     x = normalize(random_crop_flip(dataset.train_x[idx], crop_size(dataset.train_x.shape[-1]), gen),
                   dataset.mean, dataset.std)
     y = dataset.train_y[idx]

@@ -1,72 +1,278 @@
-"""Reranking (paper Sec. 5.2): retrain the search's top layers in a larger setting on 90% of the
-training set, score them on the held-out 10%, and rank by mean accuracy over the architectures.
-Results go into the run's store; candidates already reranked in the same setting are skipped, so
-an interrupted rerank continues where it stopped.
+"""Reranking (paper Sec. 5.2): retrain the search's top layers in a larger setting and rank them by
+mean accuracy over the architectures, on data that played no part in choosing them.
+
+Data: the layers are trained on the dataset's training split minus the images the search scored
+its candidates on (`search_dataset`'s held-out part), and scored on the dataset's official test
+split, which the search never sees. The setting must be larger than the search's (more steps, more
+training images, no narrower a model): a smaller one is refused unless the caller allows it.
+Each layer is one task on the search's kind of executor (local pool or Ray) and workers; each
+result is committed to the run's store as it arrives, so a rerank that is stopped or killed
+continues where it stopped, skipping the layers already reranked in the same setting and split.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
+from typing import Any, Callable
 
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
 from evonorm.search.store import Store
 
+# a worker that died or hung (after the config's retries): the row says so, and the next rerank
+# trains the layer again (rows "ok" and "failed", the layer's own outcome, are final)
+LOST = "lost"
 
-def rerank_config(cfg: SearchConfig, preset: str | None = None,
-                  overrides: dict | None = None) -> SearchConfig:
-    """The search config with the rerank setting asked for; ValueError if it cannot train
-    (checked on every architecture before anything is trained or written)."""
-    from evonorm.search.evaluator import train_config
+
+@dataclass(frozen=True)
+class Setting:
+    """How one architecture is trained, on the search's side or the rerank's."""
+
+    steps: int
+    batch_size: int
+    images: int  # training images
+    width: float
+
+    def text(self) -> str:
+        return (f"{self.steps} steps of {self.batch_size}, {self.images} training images, "
+                f"width {self.width:g}")
+
+
+@dataclass(frozen=True)
+class RerankPlan:
+    """A rerank's config (the search's, with the rerank setting, device and workers asked for),
+    both settings per architecture and the data it trains and scores on."""
+
+    cfg: SearchConfig
+    search: dict[str, Setting]
+    rerank: dict[str, Setting]
+    available: int  # training images the rerank may use: all but the search's held-out ones
+    test_images: tuple[int, ...]  # images scored per architecture
+    test_split: int  # images in the dataset's test split
+    timeout: float  # seconds per layer (all architectures) before its worker is killed
+
+    @property
+    def label(self) -> str:
+        """The setting's name in the store (`TrainSetting.label`)."""
+        return self.cfg.rerank_training.label
+
+    @property
+    def split(self) -> str:
+        """What the layers are scored on, as stored with each row."""
+        n = "/".join(str(k) for k in sorted(set(self.test_images)))
+        scored = "" if n == str(self.test_split) else f"{n} of "
+        return f"{self.cfg.dataset} test split ({scored}{self.test_split} images)"
+
+    def smaller(self) -> list[str]:
+        """Where the rerank setting is not larger than the search's, one phrase per shortfall.
+        Equal training images pass only where the search already trained on every image the
+        rerank may use (the paper presets: no image is left to add)."""
+        out = []
+        for arch in self.cfg.archs:
+            s, r = self.search[arch], self.rerank[arch]
+            if r.steps <= s.steps:
+                out.append(f"{arch} trains {r.steps} steps, not more than the search's {s.steps}")
+            if r.images < s.images or (r.images == s.images < self.available):
+                out.append(f"{arch} trains on {r.images} images, not more than the search's "
+                           f"{s.images}")
+            if r.width < s.width:
+                out.append(f"{arch} has width {r.width:g}, narrower than the search's {s.width:g}")
+        return out
+
+    def describe(self) -> list[str]:
+        """The two settings and the data, for the rerank's first lines."""
+        lines = []
+        for arch in self.cfg.archs:
+            lines += [f"  {arch}: search {self.search[arch].text()}",
+                      f"  {arch}: rerank {self.rerank[arch].text()}"]
+        return [f"rerank setting {self.label} vs the search's {self.cfg.training.label}:", *lines,
+                f"  trained on the {self.cfg.dataset} training images the search did not score "
+                f"on ({self.available} available); scored on the {self.split}, never seen by "
+                f"the search"]
+
+
+def outside_holdout(ds, n_train: int | None, holdout: float, seed: int):
+    """`ds` with its training split less the images a search with these settings scores on, and
+    its test split whole. The search's held-out images are the test part of
+    `holdout_split(subset(ds, n_train, seed=seed), holdout, seed)`, which is what
+    `search_dataset` computes (`load_dataset` takes its subset the same way)."""
+    import torch
+
+    from evonorm.data import holdout_indices, subset_indices
+
+    chosen = subset_indices(len(ds.train_y), n_train, torch.Generator().manual_seed(seed))
+    _, held = holdout_indices(len(chosen), holdout, seed)
+    keep = torch.ones(len(ds.train_y), dtype=torch.bool)
+    keep[chosen[held]] = False
+    keep = keep.to(ds.train_x.device)
+    return replace(ds, name=f"{ds.name}-rerank", train_x=ds.train_x[keep],
+                   train_y=ds.train_y[keep])
+
+
+def rerank_dataset(cfg: SearchConfig):
+    """The rerank's data (`outside_holdout` of the run's whole dataset) on the config's device;
+    cached per process and device, so a worker loads it once for all the layers it trains."""
+    if cfg.dataset is None:
+        raise ValueError("the search config names no dataset")
+    return _load_rerank_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed,
+                              cfg.device)
+
+
+@lru_cache(maxsize=2)
+def _load_rerank_split(name: str, root: str | None, n_train: int | None, holdout: float,
+                       seed: int, device: str):
+    from evonorm.data import load_dataset, to_device
+
+    full = load_dataset(name, root, seed=seed)
+    return to_device(outside_holdout(full, n_train, holdout, seed), device)
+
+
+def _images(n_train: int | None, have: int) -> int:
+    """Training images a run uses: the trainer's seeded subset of `n_train`, or all it has."""
+    return have if n_train is None else min(n_train, have)
+
+
+def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | None = None,
+            device: str | None = None, workers: int | None = None, timeout: float | None = None,
+            allow_smaller: bool = False) -> RerankPlan:
+    """The rerank of a search run (its stored `cfg`) in the setting asked for: the search's
+    rerank setting, or `preset` with `overrides`; on `device` with `workers` (default: the
+    search's). ValueError, before anything is trained or written, if the setting cannot train
+    or is not larger than the search's (unless `allow_smaller`)."""
+    from evonorm.search.evaluator import search_dataset, train_config
 
     if preset is not None:
         cfg = cfg.replace(rerank_preset=preset, rerank_train=dict(overrides or {}))
     elif overrides:
         cfg = cfg.replace(rerank_train={**cfg.rerank_train, **overrides})
+    changes = {k: v for k, v in dict(device=device, workers=workers).items() if v is not None}
+    cfg = cfg.replace(**changes)
+    sizes = cfg.replace(device="cpu")  # the driver only counts images; workers train
+    searched, data = search_dataset(sizes), rerank_dataset(sizes)
+    search, rerank, test, work = {}, {}, [], 1.0
     for arch in cfg.archs:
-        train_config(cfg, arch, cfg.rerank_training)
-    return cfg
+        s = train_config(cfg, arch)
+        r = train_config(cfg, arch, cfg.rerank_training)
+        search[arch] = Setting(s.steps, s.batch_size, _images(s.n_train, len(searched.train_y)),
+                               s.resolved_width())
+        rerank[arch] = Setting(r.steps, r.batch_size, _images(r.n_train, len(data.train_y)),
+                               r.resolved_width())
+        test.append(_images(r.n_test, len(data.test_y)))
+        work = max(work, (r.steps * r.batch_size) / (s.steps * s.batch_size))
+    # a layer's rerank trains longer than a search candidate: its timeout grows with the work
+    plan = RerankPlan(cfg, search, rerank, len(data.train_y), tuple(test), len(data.test_y),
+                      timeout if timeout is not None else cfg.timeout * work)
+    problems = plan.smaller()
+    if problems and not allow_smaller:
+        raise ValueError(f"the rerank setting is not larger than the search's: "
+                         f"{'; '.join(problems)} (--allow-smaller to rerank anyway)")
+    return plan
+
+
+def train_layer(payload: dict) -> dict:
+    """Retrain one layer on every architecture in the rerank setting (runs in a worker; must be
+    importable by name). payload: {"graph": graph JSON, "config": the plan's config dict}.
+    Returns {"status", "reason", "accuracies"}: "failed" with the reason at the first
+    architecture where the loss goes non-finite or the layer raises."""
+    from evonorm.graph import Graph
+    from evonorm.search.evaluator import train_config
+    from evonorm.train import train
+
+    cfg = SearchConfig.from_dict(payload["config"])
+    data = rerank_dataset(cfg)  # outside the try: missing data is the run's problem
+    accs: dict[str, float] = {}
+    for arch in cfg.archs:
+        try:
+            res = train(Graph.from_json(payload["graph"]), data,
+                        train_config(cfg, arch, cfg.rerank_training))
+        except Exception as err:  # the layer's failure: recorded, the other layers go on
+            return {"status": "failed", "reason": f"error: {type(err).__name__}: {err}"[:300],
+                    "accuracies": accs}
+        if res.status != "ok" or res.accuracy is None:
+            return {"status": "failed", "reason": f"nonfinite:{arch}@{res.failed_step}",
+                    "accuracies": accs}
+        accs[arch] = float(res.accuracy)
+    return {"status": "ok", "reason": None, "accuracies": accs}
+
+
+def _line(done: int, total: int, cid: int, status: str, reason: str | None,
+          accs: dict[str, float], seconds: float) -> str:
+    """The progress line of one finished layer (printed with or without a terminal)."""
+    if status == "ok":
+        mean = sum(accs.values()) / len(accs)
+        what = f"mean {mean:.4f} (" + ", ".join(f"{a} {v:.4f}" for a, v in accs.items()) + ")"
+    else:
+        what = f"{status}: {reason}"
+    return f"rerank [{done}/{total}] candidate {cid}: {what} in {seconds:.0f}s"
 
 
 def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = None,
-           overrides: dict | None = None, log=None) -> list[dict]:
-    """Rerank a run's top layers; returns the store's rerank rows (best first)."""
-    from evonorm.search.evaluator import search_dataset, train_config
-    from evonorm.train import train
+           overrides: dict | None = None, device: str | None = None, workers: int | None = None,
+           timeout: float | None = None, allow_smaller: bool = False,
+           fn: Callable[[dict], dict] | None = None, log: Callable[[str], None] | None = None,
+           every: float = 60.0) -> list[dict]:
+    """Rerank a run's top layers (see `prepare` for the setting); returns its rows in this
+    setting and split, best first. `fn` stands in for `train_layer` (tests; picklable by name).
+    Logs the settings, then a line per finished layer and a status line every `every` seconds."""
+    from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     with Store(run_dir) as store:
-        cfg = rerank_config(store.search_config(), preset, overrides)
-        setting = cfg.rerank_training
-        label = setting.label
+        plan = prepare(store.search_config(), preset=preset, overrides=overrides, device=device,
+                       workers=workers, timeout=timeout, allow_smaller=allow_smaller)
+        cfg = plan.cfg
         chosen = [row.best for row in top_layers(store.candidates(), top or cfg.rerank_top)]
-        done = store.reranked_ids(label)
-        todo = [c for c in chosen if c.id not in done]
         if not chosen:
             log("rerank: no valid candidate to rerank")
-            return store.reranks()
-        data = search_dataset(cfg.replace(n_train=None))  # the whole training split
-        for n, c in enumerate(todo, 1):
-            start = time.perf_counter()
-            accs: dict[str, float] = {}
-            status, reason = "ok", None
-            for arch in cfg.archs:
-                try:
-                    res = train(c.graph, data, train_config(cfg, arch, setting))
-                except Exception as err:  # record it; the other layers still get their rerank
-                    status, reason = "failed", f"error: {type(err).__name__}: {err}"[:300]
-                    break
-                if res.status != "ok" or res.accuracy is None:
-                    status, reason = "failed", f"nonfinite:{arch}@{res.failed_step}"
-                    break
-                accs[arch] = float(res.accuracy)
-                log(f"rerank [{n}/{len(todo)}] candidate {c.id}: {arch} {accs[arch]:.4f} ({res.seconds:.0f}s)")
-            mean = sum(accs.values()) / len(accs) if status == "ok" else None
-            store.add_rerank(candidate_id=c.id, preset=label, accuracies=accs, mean=mean,
-                             status=status, reason=reason, search_fitness=c.fitness,
-                             seconds=time.perf_counter() - start)
-            log(f"rerank [{n}/{len(todo)}] candidate {c.id}: "
-                + (f"mean {mean:.4f}" if mean is not None else reason))
-        return [r for r in store.reranks() if r["preset"] == label]
+            return []
+        done = store.reranked_ids(plan.label, plan.split)
+        todo = [c for c in chosen if c.id not in done]
+        n_workers = min(cfg.num_workers, len(todo)) or 1
+        for line in plan.describe():
+            log(line)
+        log(f"rerank: top {len(chosen)} layer(s), {len(chosen) - len(todo)} reranked before, "
+            f"{len(todo)} to train on {n_workers} {cfg.executor} worker(s), device {cfg.device}")
+        finished, total = len(chosen) - len(todo), len(chosen)
+        if todo:
+            config = cfg.to_dict()
+            queue = [(c, 0) for c in todo]
+            running: dict[int, tuple[Any, int]] = {}
+            start = last = time.perf_counter()
+            with make_executor(cfg.executor, fn or train_layer, n_workers, timeout=plan.timeout,
+                               address=cfg.address, device=cfg.device,
+                               gpus_per_worker=cfg.gpus_per_worker,
+                               data_root=cfg.data_root) as pool:
+                while queue or running:
+                    while queue and pool.free_slots() > 0:
+                        c, attempts = queue.pop(0)
+                        pool.submit(c.id, {"graph": c.graph, "config": config})
+                        running[c.id] = (c, attempts)
+                    for o in pool.wait(min(5.0, every)):
+                        c, attempts = running.pop(o.task_id)
+                        if o.kind in (DIED, TIMEOUT) and attempts < cfg.retries:
+                            log(f"rerank: candidate {c.id}: {o.error}; retrying")
+                            queue.append((c, attempts + 1))
+                            continue
+                        if o.kind == OK:
+                            status, reason, accs = (o.result["status"], o.result["reason"],
+                                                    o.result["accuracies"])
+                        else:  # the layer raised outside training, or its worker was lost
+                            status = "failed" if o.kind not in (DIED, TIMEOUT) else LOST
+                            reason, accs = o.error, {}
+                        mean = sum(accs.values()) / len(accs) if status == "ok" else None
+                        store.add_rerank(candidate_id=c.id, preset=plan.label, accuracies=accs,
+                                         mean=mean, status=status, reason=reason,
+                                         search_fitness=c.fitness, seconds=o.seconds,
+                                         split=plan.split)
+                        finished += 1
+                        log(_line(finished, total, c.id, status, reason, accs, o.seconds))
+                        last = time.perf_counter()
+                    if time.perf_counter() - last >= every:
+                        last = time.perf_counter()
+                        log(f"rerank: {finished}/{total} done, {len(running)} training, "
+                            f"{last - start:.0f}s elapsed")
+        return [r for r in store.reranks() if r["preset"] == plan.label and r["split"] == plan.split]

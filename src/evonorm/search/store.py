@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from evonorm.search.config import SearchConfig
 
 STORE_NAME = "store.sqlite"
-SCHEMA_VERSION = 3  # 2: candidates.detail (what a rejection measured); 3: candidates.stages
+SCHEMA_VERSION = 4  # 2: candidates.detail (what a rejection measured); 3: candidates.stages;
+# 4: reranks.split
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -70,6 +71,7 @@ CREATE TABLE IF NOT EXISTS reranks (
     search_fitness REAL,
     seconds REAL NOT NULL,
     created_at REAL NOT NULL,
+    split TEXT,                         -- the data it was scored on; NULL: before version 4
     UNIQUE (candidate_id, preset)
 );
 """
@@ -100,7 +102,8 @@ def run_folder(path: str | Path) -> Path:
 
 # Each step brings a store from the version in its key to the next one, in place.
 _MIGRATIONS = {1: "ALTER TABLE candidates ADD COLUMN detail TEXT",
-               2: "ALTER TABLE candidates ADD COLUMN stages TEXT"}
+               2: "ALTER TABLE candidates ADD COLUMN stages TEXT",
+               3: "ALTER TABLE reranks ADD COLUMN split TEXT"}
 
 
 def migrate(db: sqlite3.Connection) -> None:
@@ -235,7 +238,8 @@ class Store:
         return [r[0] for r in self._db.execute("SELECT candidate_id FROM population ORDER BY pos")]
 
     def reranks(self) -> list[dict]:
-        """Rerank results, best mean first (failed ones last)."""
+        """Rerank results, best mean first (failed ones last). `split` says what a row was scored
+        on (None: a rerank from before schema version 4, scored on the search's held-out images)."""
         rows = self._db.execute(
             "SELECT * FROM reranks ORDER BY mean IS NULL, mean DESC, candidate_id").fetchall()
         out = []
@@ -243,6 +247,7 @@ class Store:
             d = dict(r)
             d["accuracies"] = json.loads(d["accuracies"])
             d["rank"] = rank
+            d.setdefault("split", None)  # read-only open of an older store
             out.append(d)
         return out
 
@@ -348,17 +353,23 @@ class Store:
     # ------------------------------------------------------------------ reranks
     def add_rerank(self, *, candidate_id: int, preset: str, accuracies: dict, mean: float | None,
                    status: str, reason: str | None, search_fitness: float | None,
-                   seconds: float) -> None:
+                   seconds: float, split: str | None = None) -> None:
+        """One layer's rerank in a setting (`preset`, the setting's label), committed at once; it
+        replaces an earlier row of the same layer and setting."""
         with self._db:
             self._db.execute(
                 "INSERT OR REPLACE INTO reranks (candidate_id, preset, accuracies, mean, status, "
-                "reason, search_fitness, seconds, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                "reason, search_fitness, seconds, created_at, split) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (candidate_id, preset, json.dumps(accuracies), mean, status, reason,
-                 search_fitness, seconds, time.time()))
+                 search_fitness, seconds, time.time(), split))
 
-    def reranked_ids(self, preset: str) -> set[int]:
+    def reranked_ids(self, preset: str, split: str | None = None,
+                     statuses: tuple[str, ...] = ("ok", "failed")) -> set[int]:
+        """Layers with a rerank row of `statuses` in setting `preset` scored on `split`."""
+        marks = ",".join("?" * len(statuses))
         return {r[0] for r in self._db.execute(
-            "SELECT candidate_id FROM reranks WHERE preset = ?", (preset,))}
+            f"SELECT candidate_id FROM reranks WHERE preset = ? AND split IS ? "
+            f"AND status IN ({marks})", (preset, split, *statuses))}
 
 
 def _row_to_candidate(r: sqlite3.Row) -> Candidate:
