@@ -4,10 +4,18 @@ compute spent on rejected candidates, the cache hit rate, and throughput with 1 
   python benchmarks/bench_search.py costs RUN                # from a finished run's store
   python benchmarks/bench_search.py throughput --preset demo --budget 12
   python benchmarks/bench_search.py extrapolate --preset small paper-b paper-s
+  python benchmarks/bench_search.py staged --preset demo --budget 60   # before/after hurdles
+  python benchmarks/bench_search.py fidelity --preset demo --workers 1
 
 `extrapolate` times a few SGD / stability steps per anchor architecture (after a warm-up step)
 at the preset's widths and batch sizes and multiplies out the preset's step counts; datasets the
 machine lacks (CIFAR-10 offline) are replaced by synthetic data of the same shape.
+`staged` runs the preset twice side by side, one worker of one thread each, same seed and
+budget: as shipped (staged training with hurdles) and as before multi-fidelity (a separate
+50-step quality test, then full training from scratch), and prints worker-seconds per candidate
+and per valid layer. `fidelity` trains the library's named graphs and the textbook norm-ReLU
+layers (36) through the preset's stages without hurdles: Spearman between the first stage's
+fitness and the full fitness, and how many of the full top 5 clear a hurdle at the mean.
 `throughput` runs the same random search (its proposals do not depend on results, so both runs do
 identical work) with 1 and 2 workers side by side and prints the ratio.
 """
@@ -133,6 +141,95 @@ def throughput(preset: str, budget: int, order: list[int]) -> None:
     print(f"{b} workers / {a} worker(s) throughput: {rates[b] / rates[a]:.2f}x")
 
 
+def _search_alone(run: str, cfg_dict: dict, walls) -> None:
+    """One search with one single-thread worker (in its own process); its wall time into
+    `walls` (a multiprocessing dict)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from evonorm.search.config import SearchConfig
+    from evonorm.search.driver import init_run, run_search
+    from evonorm.search.evaluator import evaluate
+    from evonorm.search.executors import LocalExecutor
+
+    init_run(run, SearchConfig.from_dict(cfg_dict), force=True)
+    t0 = time.perf_counter()
+    ex = LocalExecutor(evaluate, 1, timeout=3600.0, threads=1)
+    try:
+        run_search(run, executor=ex, progress=False)
+    finally:
+        ex.close()
+    walls[run] = time.perf_counter() - t0
+
+
+def staged(preset: str, budget: int, out: Path) -> None:
+    from multiprocessing import get_context
+
+    from evonorm.search.presets import get_preset
+    from evonorm.search.store import Store
+
+    after = get_preset(preset, budget=budget, workers=1).with_dataset()
+    before = after.replace(stages=(), quality_steps=50)
+    jobs = [(str(out / name), cfg.to_dict()) for name, cfg in (("before", before), ("after", after))]
+    ctx = get_context("spawn")  # plain processes: each search has its own worker pool
+    with ctx.Manager() as manager:
+        shared = manager.dict()
+        procs = [ctx.Process(target=_search_alone, args=(*job, shared)) for job in jobs]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join()
+        walls = dict(shared)
+    for run, _ in jobs:
+        with Store(run, readonly=True) as s:
+            cands = s.candidates()
+        secs = sum(c.seconds for c in cands)
+        valid = [c for c in cands if c.status == "valid"]
+        fresh_valid = [c for c in valid if not c.cache_hit]
+        print(f"{Path(run).name}: {len(cands)} candidates, {len(valid)} valid "
+              f"({len(fresh_valid)} not from the cache), {secs:.0f} worker-s "
+              f"(wall {walls[run]:.0f} s): {secs / len(cands):.1f} worker-s per candidate, "
+              f"{secs / max(1, len(valid)):.1f} per valid layer, "
+              f"{3600 * len(cands) / secs:.0f} candidates per core-hour", flush=True)
+
+
+def fidelity(preset: str, out: Path, workers: int, top: int = 5) -> None:
+    """Rank fidelity of the first stage: every named graph of the library and the textbook
+    norm-ReLU layers, trained through the preset's stages without hurdles (the calibration's
+    resumable runner, one training seed); Spearman between first-stage and full fitness."""
+    from evonorm.graph.library import NAMED_GRAPHS
+    from evonorm.report.figures import spearman
+    from evonorm.search.calibrate import (Job, load_runs, norm_relu_graph, prepare_out,
+                                          run_jobs)
+    from evonorm.search.presets import get_preset
+
+    cfg = get_preset(preset, workers=workers).with_dataset()
+    if not cfg.stages:
+        raise SystemExit(f"preset {preset} has no stages")
+    graphs = {f"{axes}_norm_relu": norm_relu_graph(axes)
+              for axes in ("batch", "group", "layer", "instance")}
+    graphs.update({name: g.to_json() for name, g in sorted(NAMED_GRAPHS.items())})
+    jobs = [Job("reference", name, cfg.seed, g) for name, g in graphs.items()]
+    prepare_out(out, {"fidelity": preset, "layers": sorted(graphs)})
+    run_jobs(jobs, cfg, out, workers=cfg.num_workers, timeout=3 * cfg.timeout,
+             on_done=lambda r, i, n: print(f"[{i}/{n}] {r.name}: first stage "
+                                           f"{r.quality} full {r.fitness}", flush=True))
+    recs = [r for r in load_runs(out) if r.fitness is not None and len(r.quality) == len(cfg.archs)]
+    first = [sum(r.quality.values()) / len(r.quality) for r in recs]
+    full = [r.fitness for r in recs]
+    rho = spearman(first, full)
+    hurdle = sum(first) / len(first)
+    best = sorted(range(len(recs)), key=lambda i: -full[i])[:top]
+    by_first = set(sorted(range(len(recs)), key=lambda i: -first[i])[:top])
+    print(f"{len(recs)} layers trained to the end on {', '.join(cfg.archs)} ({preset}, stage "
+          f"ends {list(cfg.stages)} and {cfg.train.get('steps')})")
+    print(f"Spearman(first-stage fitness, full fitness) = {rho:.3f}" if rho is not None
+          else "Spearman: fewer than 3 layers")
+    print(f"full top {top}: {sum(first[i] >= hurdle for i in best)} clear a hurdle at the mean "
+          f"first-stage fitness ({hurdle:.3f}), {len(by_first & set(best))} are in the first "
+          f"stage's top {top}; that hurdle stops {sum(f < hurdle for f in first)} of {len(recs)}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -146,8 +243,21 @@ def main(argv=None) -> int:
     t.add_argument("--budget", type=int, default=12)
     t.add_argument("--workers", type=int, nargs=2, default=[1, 2], metavar=("FIRST", "SECOND"),
                    help="worker counts in the order run (swap them to check for load drift)")
+    st = sub.add_parser("staged")
+    st.add_argument("--preset", default="demo")
+    st.add_argument("--budget", type=int, default=60)
+    st.add_argument("--out", type=Path, default=Path("runs/bench-staged"))
+    f = sub.add_parser("fidelity")
+    f.add_argument("--preset", default="demo")
+    f.add_argument("--out", type=Path, default=Path("runs/bench-fidelity"))
+    f.add_argument("--workers", type=int, default=1)
+    f.add_argument("--top", type=int, default=5)
     args = p.parse_args(argv)
-    if args.what == "costs":
+    if args.what == "staged":
+        staged(args.preset, args.budget, args.out)
+    elif args.what == "fidelity":
+        fidelity(args.preset, args.out, args.workers, args.top)
+    elif args.what == "costs":
         costs(args.run)
     elif args.what == "extrapolate":
         extrapolate(args.preset, args.steps)

@@ -43,9 +43,8 @@ def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float):
                       budget_seconds=budget_seconds, workers=1, executor="local").with_dataset()
 
 
-def _one_run(args: tuple) -> str:
+def _one_run(run: str, cfg_dict: dict) -> None:
     """One search to its worker-seconds budget (in its own process; resumes an earlier one)."""
-    run, cfg_dict = args
     import torch
 
     torch.set_num_threads(1)
@@ -68,7 +67,7 @@ def _one_run(args: tuple) -> str:
         res = run_search(run, executor=ex, progress=False)
     finally:
         ex.close()
-    return f"{run.name}: {res.tally.line()}"
+    log(f"{run.name}: {res.tally.line()}")
 
 
 def within_budget(candidates, budget_seconds: float) -> list:
@@ -200,13 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.summarize_only:
         t0 = time.time()
         ctx = get_context("spawn")
-        for seed in args.seeds:  # the two arms of a seed side by side
-            jobs = [(str(runs_dir / f"{arm}_s{seed}"),
-                     run_config(args.preset, arm, seed, args.budget_seconds).to_dict())
-                    for arm in ARMS]
-            with ctx.Pool(len(jobs)) as pool:
-                for line in pool.imap_unordered(_one_run, jobs):
-                    log(f"{line} ({(time.time() - t0) / 60:.1f} min)")
+        for seed in args.seeds:  # the two arms of a seed side by side (each with its own pool,
+            # so plain processes: a multiprocessing.Pool's workers may not have children)
+            procs = [ctx.Process(target=_one_run, args=(
+                str(runs_dir / f"{arm}_s{seed}"),
+                run_config(args.preset, arm, seed, args.budget_seconds).to_dict()))
+                for arm in ARMS]
+            for proc in procs:
+                proc.start()
+            for proc in procs:
+                proc.join()
+            log(f"seed {seed} done ({(time.time() - t0) / 60:.1f} min)")
             summarize(runs_dir, args, d)
     s = summarize(runs_dir, args, d)
     log(f"evolution {s['evolution']} random {s['random']} U {s['u']} p {s['p_value']}")

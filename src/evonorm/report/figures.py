@@ -236,6 +236,24 @@ def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sx * sy)
 
 
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rank correlation: Pearson's r of the ranks (ties share their mean rank)."""
+    def ranks(v: Sequence[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        out = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                out[order[k]] = (i + j) / 2 + 1
+            i = j + 1
+        return out
+
+    return pearson(ranks(xs), ranks(ys))
+
+
 def pareto(run: RunData) -> Any:
     """The population's accuracies on the first two architectures, its Pareto front over all
     architectures highlighted, and reference layers (EvoNorm, BN-ReLU) where the run has them."""

@@ -226,7 +226,7 @@ class LocalExecutor:
         for s in self._slots:
             if s.proc is not None:
                 try:
-                    if s.task_id is None:
+                    if s.task_id is None and s.conn is not None:  # None: it never started
                         s.conn.send(None)
                 except (OSError, BrokenPipeError):
                     pass
