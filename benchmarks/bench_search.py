@@ -211,7 +211,7 @@ def fidelity(preset: str, out: Path, workers: int, top: int = 5) -> None:
     graphs.update({name: g.to_json() for name, g in sorted(NAMED_GRAPHS.items())})
     jobs = [Job("reference", name, cfg.seed, g) for name, g in graphs.items()]
     prepare_out(out, {"fidelity": preset, "layers": sorted(graphs)})
-    run_jobs(jobs, cfg, out, workers=cfg.num_workers, timeout=3 * cfg.timeout,
+    run_jobs(jobs, cfg, out, workers=cfg.num_workers, timeout=3 * cfg.timeout, threads=1,
              on_done=lambda r, i, n: print(f"[{i}/{n}] {r.name}: first stage "
                                            f"{r.quality} full {r.fitness}", flush=True))
     recs = [r for r in load_runs(out) if r.fitness is not None and len(r.quality) == len(cfg.archs)]

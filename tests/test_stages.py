@@ -145,3 +145,29 @@ def test_version_2_store_gains_the_stages_column(tmp_path):
         assert store._db.execute("SELECT stages FROM candidates").fetchall()
     ev = Evaluation.valid({"a": 0.5}, stages=[{"a": 0.3}, {"a": 0.5}])
     assert Evaluation.from_dict(ev.to_dict()) == ev and ev.stage_fitness == [0.3, 0.5]
+
+
+@pytest.mark.parametrize("stages, message", [("x", "--stages must be"), ("4,2", "increasing"),
+                                             ("0", "increasing"), ("200", "must end before")])
+def test_search_stages_flag_bad_input_is_one_line_exit_2(tmp_path, stages, message):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    evonorm = str(Path(sys.executable).with_name("evonorm"))
+    proc = subprocess.run([evonorm, "search", "--preset", "tiny", "--dataset", "synthetic",
+                           "--stages", stages, "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_search_flags_set_stages_and_budget_seconds():
+    from evonorm.commands.search import build_parser, config_from_args
+
+    args = build_parser().parse_args(["--preset", "demo", "--stages", "50,100", "--budget-seconds",
+                                      "30", "--out", "x"])
+    cfg = config_from_args(args)
+    assert cfg.stages == (50, 100) and cfg.quality_steps == 0 and cfg.budget_seconds == 30.0
+    args = build_parser().parse_args(["--preset", "demo", "--stages", "none", "--out", "x"])
+    assert config_from_args(args).stages == () and config_from_args(args).quality_steps == 50

@@ -28,6 +28,12 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--algorithm", choices=ALGORITHMS, default=None,
                    help="evolution (default), random (with rejection), random-norej")
     p.add_argument("--budget", type=int, default=None, help="candidates to propose in all")
+    p.add_argument("--budget-seconds", type=float, default=None, metavar="S",
+                   help="also stop proposing once the candidates took S worker-seconds in all")
+    p.add_argument("--stages", default=None, metavar="STEPS",
+                   help="comma-separated steps where training is scored and hurdled "
+                        "(multi-fidelity; the first stage is the quality test); 'none' for "
+                        "one stage after a separate 50-step quality test")
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
                    "(default: the preset's, else fashion_mnist, which must be installed; the "
                    "synthetic set only when named)")
@@ -62,9 +68,18 @@ def config_from_args(args):
     seeds = (tuple(a.strip() for a in args.seed_layers.split(",") if a.strip())
              if args.seed_layers else None)
     device = check_device(args.device)
+    staged = {}
+    if args.stages is not None:
+        try:
+            stages = () if args.stages.strip() == "none" else tuple(
+                int(s) for s in args.stages.split(",") if s.strip())
+        except ValueError:
+            raise CommandError(f"--stages must be comma-separated step counts or 'none', got "
+                               f"{args.stages!r}") from None
+        staged = {"stages": stages, "quality_steps": 0 if stages else 50}
     try:
         return get_preset(args.preset, space=args.space, algorithm=args.algorithm,
-                          budget=args.budget, dataset=args.dataset, data_root=args.data_root,
+                          budget=args.budget, budget_seconds=args.budget_seconds, **staged, dataset=args.dataset, data_root=args.data_root,
                           n_train=args.n_train, archs=archs, workers=args.workers,
                           executor=args.executor, address=args.address, timeout=args.timeout,
                           window=args.window, criterion=args.criterion, seed=args.seed,

@@ -213,8 +213,10 @@ def append_run(out: Path, rec: RunRecord) -> None:
 
 def run_jobs(jobs: Iterable[Job], cfg: SearchConfig, out: Path, *, workers: int,
              timeout: float, on_done: Callable[[RunRecord, int, int], None] | None = None,
-             fn: Callable[[dict], dict] | None = None) -> list[RunRecord]:
-    """Run the jobs not yet in `out` on a local pool; each result is saved as it arrives."""
+             fn: Callable[[dict], dict] | None = None,
+             threads: int | None = None) -> list[RunRecord]:
+    """Run the jobs not yet in `out` on a local pool (`threads` torch threads per worker, default
+    the cores split among the workers); each result is saved as it arrives."""
     from evonorm.search.executors import OK, LocalExecutor
 
     done = {r.key for r in load_runs(out)}
@@ -225,7 +227,8 @@ def run_jobs(jobs: Iterable[Job], cfg: SearchConfig, out: Path, *, workers: int,
         return records
     queue = list(enumerate(todo))
     running: dict[int, Job] = {}
-    with LocalExecutor(fn or measure, min(workers, len(todo)), timeout=timeout) as pool:
+    with LocalExecutor(fn or measure, min(workers, len(todo)), timeout=timeout,
+                       threads=threads) as pool:
         while queue or running:
             while queue and pool.free_slots() > 0:
                 i, job = queue.pop(0)

@@ -74,6 +74,10 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
         over.setdefault("n_test", None)
     over.update(arch=arch, seed=cfg.seed, device=cfg.device)
     if staged:
+        full = over.get("steps", PRESETS[setting.preset].steps)
+        if cfg.stages[-1] >= full:
+            raise ValueError(f"stages {list(cfg.stages)} must end before the full training's "
+                             f"{full} steps")
         over["restarts"] = tuple(cfg.stages)  # as the staged evaluation trains it to the end
     if steps is not None:
         over["steps"] = steps
