@@ -65,7 +65,9 @@ def _message(ax: Any, text: str) -> None:
 def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float], list[float]]:
     """(candidates evaluated, mean, std) of the top-`top` valid layers in the population after
     each valid arrival. The population is the last `window` valid layers when the run's config
-    sets one (aging evolution's sliding window), else every valid layer so far."""
+    sets one (aging evolution's sliding window), else every valid layer so far. In a staged run
+    only layers trained to the end count (a hurdle-stopped layer's fitness is an earlier one)."""
+    stages = len(run.config.get("stages") or ()) + 1
     window = run.config.get("window", run.config.get("population_size"))
     window = int(window) if isinstance(window, (int, float)) and window > 0 else None
     xs, means, stds = [], [], []
@@ -75,7 +77,7 @@ def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float],
         if c.status not in STATUSES:
             continue
         evaluated += 1
-        if c.status != "valid" or not finite(c.fitness):
+        if c.status != "valid" or not finite(c.fitness) or c.evaluation.stage < stages:
             continue
         fitness.append(float(c.fitness))
         pool = fitness[-window:] if window else fitness
