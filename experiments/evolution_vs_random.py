@@ -127,7 +127,7 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
 
             chance = 1.0 / search_dataset(cfg).num_classes
             within = within_budget(cands, args.budget_seconds)
-            metric = run_metric(within, cfg.num_stages, chance)
+            metric = round(run_metric(within, cfg.num_stages, chance), 4)
             valid = [c for c in within if c.status == "valid"]
             rows.append({"arm": arm, "seed": seed, "status": status, "candidates": len(within),
                          "valid": len(valid),
