@@ -128,33 +128,39 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
             ckpt.unlink(missing_ok=True)
         return e
 
-    for k in range(len(stages), len(ends)):
-        accs: dict[str, float] = {}
-        for arch in cfg.archs:
-            run = runs.get(arch)
-            if run is None:
-                run = runs[arch] = Run(graph, ds, train_config(cfg, arch))
-            run.advance(ends[k])
-            acc = run.score()
-            if acc is None:
-                phase = "quality" if k == 0 and bar is not None else "train"
-                rej = Rejection("nonfinite", run.result.failed_step, {"arch": arch, "phase": phase})
-                return decided(Evaluation.rejected(rej, accs))
-            accs[arch] = float(acc)
-            if k == 0 and bar is not None and acc < bar:
-                rej = Rejection(f"quality:{arch}", run.step, {"accuracy": float(acc),
-                                                             "threshold": bar})
-                return decided(Evaluation.rejected(rej, accs))
-        stages.append(accs)
-        hurdle = hurdles[k] if k < len(hurdles) else None
-        if k < len(ends) - 1 and hurdle is not None and sum(accs.values()) / len(accs) < hurdle:
-            break
-        if ckpt is not None and k < len(ends) - 1:
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
-            tmp = ckpt.with_name(ckpt.name + ".tmp")
-            torch.save({"stages": stages, "runs": {a: r.state() for a, r in runs.items()}}, tmp)
-            os.replace(tmp, ckpt)
-    return decided(Evaluation.valid(stages[-1], stages=stages if cfg.stages else None))
+    try:
+        for k in range(len(stages), len(ends)):
+            accs: dict[str, float] = {}
+            for arch in cfg.archs:
+                run = runs.get(arch)
+                if run is None:
+                    run = runs[arch] = Run(graph, ds, train_config(cfg, arch))
+                run.advance(ends[k])
+                acc = run.score()
+                if acc is None:
+                    phase = "quality" if k == 0 and bar is not None else "train"
+                    rej = Rejection("nonfinite", run.result.failed_step,
+                                    {"arch": arch, "phase": phase})
+                    return decided(Evaluation.rejected(rej, accs))
+                accs[arch] = float(acc)
+                if k == 0 and bar is not None and acc < bar:
+                    rej = Rejection(f"quality:{arch}", run.step, {"accuracy": float(acc),
+                                                                 "threshold": bar})
+                    return decided(Evaluation.rejected(rej, accs))
+            stages.append(accs)
+            hurdle = hurdles[k] if k < len(hurdles) else None
+            if k < len(ends) - 1 and hurdle is not None and sum(accs.values()) / len(accs) < hurdle:
+                break
+            if ckpt is not None and k < len(ends) - 1:
+                ckpt.parent.mkdir(parents=True, exist_ok=True)
+                tmp = ckpt.with_name(ckpt.name + ".tmp")
+                torch.save({"stages": stages, "runs": {a: r.state() for a, r in runs.items()}}, tmp)
+                os.replace(tmp, ckpt)
+        return decided(Evaluation.valid(stages[-1], stages=stages if cfg.stages else None))
+    except Exception:  # the layer raised: decided too (a killed worker keeps its checkpoint)
+        if ckpt is not None:
+            ckpt.unlink(missing_ok=True)
+        raise
 
 
 def _error(err: BaseException) -> Rejection:
