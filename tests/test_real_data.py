@@ -41,7 +41,7 @@ def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monke
     demo = presets.PRESETS["demo"]
     monkeypatch.setitem(presets.PRESETS, "demo", dataclasses.replace(
         demo, train={"steps": 2, "batch_size": 8, "width": 0.0625}, arch_train={},
-        quality_steps=1, stability_steps=1))
+        quality_steps=0, stages=(1,), stability_steps=1))
     run = tmp_path / "run"
     assert main(["search", "--preset", "demo", "--dataset", "synthetic", "--n-train", "200",
                  "--budget", "1", "--workers", "1", "--archs", "resnet50_cifar",
