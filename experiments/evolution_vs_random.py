@@ -109,6 +109,8 @@ def mann_whitney_greater(a: list[float], b: list[float]) -> tuple[float, float]:
 
 
 def summarize(runs_dir: Path, args, d: Path) -> dict:
+    from evonorm.search.config import SearchConfig
+    from evonorm.search.evaluator import search_dataset
     from evonorm.search.store import Store
 
     rows, values = [], {arm: [] for arm in ARMS}
@@ -118,13 +120,9 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
             if not (run / "store.sqlite").is_file():
                 continue
             with Store(run, readonly=True) as st:
-                from evonorm.search.config import SearchConfig
-
                 cfg = SearchConfig.from_dict(st.config())
                 cands = st.candidates()
                 status = st.get_meta("status")
-            from evonorm.search.evaluator import search_dataset
-
             chance = 1.0 / search_dataset(cfg).num_classes
             within = within_budget(cands, args.budget_seconds)
             metric = round(run_metric(within, cfg.num_stages, chance), 4)

@@ -77,7 +77,7 @@ def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float],
         if c.status not in STATUSES:
             continue
         evaluated += 1
-        if c.status != "valid" or not finite(c.fitness) or c.evaluation.stage < stages:
+        if c.status != "valid" or not finite(c.fitness) or c.stage < stages:
             continue
         fitness.append(float(c.fitness))
         pool = fitness[-window:] if window else fitness
