@@ -69,7 +69,8 @@ def _time_steps(norm_act, ds, tcfg, n: int, warm: int = 1) -> float:
     from evonorm.models import build_model
 
     model = build_model(tcfg.arch, norm_act, num_classes=ds.num_classes,
-                        width=tcfg.resolved_width(), in_chans=ds.train_x.shape[1])
+                        width=tcfg.resolved_width(), in_chans=ds.train_x.shape[1],
+                        **tcfg.layer_kwargs())
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     batches = list(train_batches(ds, tcfg.batch_size, warm + n, seed=0))
     for i, (x, y) in enumerate(batches):

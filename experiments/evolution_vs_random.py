@@ -4,7 +4,8 @@ Protocol, fixed before the runs (README, "Evolution vs random search"):
 - Preset `scratch`: S space from random graphs only (no seed layers), Fashion-MNIST, staged
   training with progressive dynamic hurdles, the preset's rejection. Both arms run the same
   driver, evaluator, rejection and hurdles; only the proposals differ (`evolution`: tournament
-  winners mutated; `random`: fresh random graphs).
+  winners mutated, where near misses of the quality test count as parents below every valid
+  layer, the preset's `near_misses`; `random`: fresh random graphs).
 - Budget: `--budget-seconds` worker-seconds per run (the sum of the candidates' evaluation
   times); each run has one worker with one torch thread, and the two arms of a seed run at the
   same time, so both see the same machine load.

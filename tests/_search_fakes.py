@@ -118,3 +118,13 @@ def staged_evaluate(payload: dict) -> dict:
     return {"status": "valid", "accuracies": stages[-1], "stages": stages,
             "fitness": sum(stages[-1].values()) / len(stages[-1]),
             "detail": {"hurdles": payload.get("hurdles")}}
+
+
+def near_miss_fake(payload: dict) -> dict:
+    """Nothing valid: every layer fails the quality test, half of them after learning on the
+    first architecture (near misses), the other half at chance there."""
+    archs, h = payload["config"]["archs"], _h(payload["graph"])
+    accs = {archs[0]: 0.5, archs[1]: 0.05} if h % 2 else {archs[0]: 0.05}
+    return {"status": "rejected", "reason": f"quality:{list(accs)[-1]}", "reason_step": 2,
+            "detail": {"accuracy": 0.05, "threshold": 0.2}, "accuracies": accs,
+            "fitness": None, "timings": {"quality": 0.01}}

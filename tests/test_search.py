@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from _search_fakes import detailed_fake, fake_config, fake_evaluate, sigkill_after, slow_fake
+from _search_fakes import (detailed_fake, fake_config, fake_evaluate, near_miss_fake, sigkill_after,
+                           slow_fake)
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.store import Store
 
@@ -57,6 +58,38 @@ def test_the_evaluation_reaches_the_store_whole_with_its_detail(tmp_path):
     for h in hits:  # a cache hit is the earlier evaluation whole (detail included), less timings
         src = next(c for c in fresh if c.key == h.key or c.fingerprint == h.fingerprint)
         assert h.evaluation == replace(src.evaluation, timings={})
+
+
+@pytest.mark.parametrize("near_misses", [False, True])
+def test_near_misses_are_parents_only_when_asked(tmp_path, near_misses):
+    """From scratch nothing may be valid for long: with `near_misses`, layers that learned on one
+    architecture before the quality test rejected them become parents (stage 0, below any valid
+    layer); without it evolution keeps drawing random graphs."""
+    init_run(tmp_path, fake_config(budget=24, initial_population=1, p_random=0.0,
+                                   near_misses=near_misses))
+    run_search(tmp_path, evaluate_fn=near_miss_fake, progress=False)
+    with Store(tmp_path, readonly=True) as s:
+        cands, population = s.candidates(), s.population()
+    assert not [c for c in cands if c.status == "valid"]
+    near = {c.id for c in cands if c.evaluation.near_miss}
+    assert near and near != {c.id for c in cands}  # the fake's chance-level half is not
+    kids = [c for c in cands if c.origin == "mutation"]
+    if near_misses:
+        assert kids and all(c.parent_id in near for c in kids)
+        assert population and set(population) <= near
+    else:
+        assert not kids and population == []
+
+
+def test_a_valid_layer_beats_every_near_miss_in_a_tournament():
+    import random
+
+    from evonorm.search.evolution import AgingPopulation, Member
+
+    pop = AgingPopulation(8, [Member(i, {}, (0.9, 0.1), 0) for i in range(1, 6)]
+                          + [Member(9, {}, (0.2, 0.2), 1)])
+    rng = random.Random(0)
+    assert {pop.tournament(rng, 1.0).id for _ in range(20)} == {9}
 
 
 def test_random_search_never_mutates(tmp_path):

@@ -127,6 +127,31 @@ def test_channels_last_matches_default(synthetic):
     assert a.final_loss == pytest.approx(b.final_loss, rel=1e-3)
 
 
+def test_groups_reach_every_layer_with_group_statistics(synthetic):
+    """A narrow proxy sets the group count (TrainConfig.groups); None keeps the layer's own 32."""
+    from evonorm.graph.library import resolve_graph
+    from evonorm.search.evaluator import train_config
+    from evonorm.search.presets import get_preset as search_preset
+    from evonorm.train import Run
+
+    def group_counts(model):
+        return {m.groups for m in model.modules() if isinstance(getattr(m, "groups", None), int)
+                and not isinstance(m, nn.Conv2d)}
+
+    cfg = get_preset("tiny", steps=1, width=0.25)
+    for layer in ("gn_relu", "evonorm_s0", resolve_graph("evonorm_s0")):
+        default = group_counts(Run(layer, synthetic, cfg).model)
+        two = group_counts(Run(layer, synthetic, cfg.replace(groups=2)).model)
+        assert max(default) > 2 and two <= {1, 2} and 2 in two, (layer, default, two)
+    with pytest.raises(ValueError, match="groups"):
+        TrainConfig(groups=0)
+    demo = search_preset("demo").with_dataset()
+    assert train_config(demo, "resnet50_cifar").layer_kwargs() == {}  # the layers' own 32
+    # 32 groups x the proxy's width 1/16 would keep the paper's channels per group
+    two = demo.replace(train={**demo.train, "groups": 2})
+    assert train_config(two, "resnet50_cifar").layer_kwargs() == {"groups": 2}
+
+
 EVONORM = [sys.executable, "-c", "import sys; from evonorm.cli import main; sys.exit(main())"]
 
 

@@ -31,6 +31,10 @@ class TrainConfig:
     arch: str = "resnet50_cifar"
     width: float | None = None
     width_scale: float = 1.0
+    # group count of layers with group statistics (None: the layer's own, 32). A model at a
+    # fraction w of the paper's width keeps the paper's channels per group with 32 * w groups;
+    # at 32 groups a 1/16-width model's groups hold one channel each, i.e. instance statistics
+    groups: int | None = None
     steps: int = 2000
     batch_size: int = 128
     lr: float = 0.1
@@ -53,6 +57,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.schedule not in ("constant", "cosine"):
             raise ValueError(f"schedule must be 'constant' or 'cosine', got {self.schedule!r}")
+        if self.groups is not None and self.groups < 1:
+            raise ValueError(f"groups must be >= 1, got {self.groups}")
         for name in ("steps", "batch_size", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -77,6 +83,10 @@ class TrainConfig:
 
     def resolved_width(self) -> float:
         return self.width if self.width is not None else ARCHS[self.arch].width * self.width_scale
+
+    def layer_kwargs(self) -> dict:
+        """What `build_model` passes to every norm-act layer of this run."""
+        return {} if self.groups is None else {"groups": self.groups}
 
     def replace(self, **changes) -> "TrainConfig":
         """A copy with `changes`; None values are ignored (handy for optional CLI flags)."""
@@ -168,7 +178,8 @@ class Run:
         torch.manual_seed(cfg.seed)
         if model is None:
             model = build_model(cfg.arch, norm_act, num_classes=self.ds.num_classes,
-                                width=cfg.resolved_width(), in_chans=self.ds.channels)
+                                width=cfg.resolved_width(), in_chans=self.ds.channels,
+                                **cfg.layer_kwargs())
         self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
         self.model = model.to(self.device, memory_format=self.memory_format)
         self.opt = torch.optim.SGD(param_groups(self.model, cfg.weight_decay), lr=cfg.lr,

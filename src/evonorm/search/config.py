@@ -67,6 +67,10 @@ class SearchConfig:
     criterion: str = "pareto"
     mutations: int = 2
     p_random: float = 0.5
+    # from scratch, where valid layers are rare: layers the quality test rejected after they
+    # learned on some architecture join the population too, below every valid layer (stage 0),
+    # so evolution has parents before its first valid layer (random search ignores it)
+    near_misses: bool = False
     # evaluation: anchor architectures and the full training budget on each
     archs: tuple[str, ...] = PAPER_ARCHS
     train_preset: str = "small"

@@ -137,7 +137,7 @@ class _Search:
         for c in store.candidates():
             self.tally.add(c)
             self.spent += c.seconds
-            if c.status == "valid":
+            if self._joins(c.evaluation):
                 valid.append(self._member(c))
         self.population = AgingPopulation(cfg.window, valid[-cfg.window:])
         self.pending: deque[PendingProposal] = deque(store.pending_proposals())
@@ -145,9 +145,17 @@ class _Search:
         self.waiting: dict[str, list[PendingProposal]] = {}  # behind an in-flight key
         self.payload_config = cfg.to_dict()
 
+    def _joins(self, e: Evaluation) -> bool:
+        """Valid layers join the population; with `near_misses`, the quality test's near misses."""
+        return e.status == "valid" or (self.cfg.near_misses and e.near_miss)
+
     def _member(self, c: Candidate) -> Member:
-        """A valid candidate as a population member; its stage fitnesses feed the hurdles
-        (a cache hit's too: every proposal of a layer counts, as in the population)."""
+        """A candidate as a population member: a valid one at its stage, whose stage fitnesses
+        feed the hurdles (a cache hit's too: every proposal of a layer counts, as in the
+        population); a near miss at stage 0, so any valid contestant beats it."""
+        if c.status != "valid":
+            return Member(c.id, c.graph, tuple(float(c.accuracies.get(a, 0.0))
+                                               for a in self.cfg.archs), 0)
         for k, f in enumerate(c.evaluation.stage_fitness[:len(self.reached)]):
             self.reached[k].append(f)
         return Member(c.id, c.graph, tuple(float(c.accuracies.get(a, 0.0)) for a in self.cfg.archs),
@@ -176,7 +184,7 @@ class _Search:
 
     def _record(self, prop: PendingProposal, key: str, fp: str | None, evaluation: Evaluation,
                 *, cache_hit: bool = False, worker: str | None = None, seconds: float = 0.0) -> None:
-        new_member = evaluation.status == "valid"
+        new_member = self._joins(evaluation)
         cand = self.store.add_candidate(
             prop, evaluation, key=key, fingerprint=fp, cache_hit=cache_hit, seconds=seconds,
             worker=worker, join_population=self.cfg.window if new_member else None)

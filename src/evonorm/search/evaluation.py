@@ -54,6 +54,14 @@ class Evaluation:
                    dict(accuracies or {}), None, dict(timings or {}))
 
     @property
+    def near_miss(self) -> bool:
+        """Rejected by the quality test after it learned on an architecture (an accuracy at or
+        above the bar on one, below it on another): evolution may mutate it (`near_misses`)."""
+        bar = (self.detail or {}).get("threshold")
+        return (self.status == "rejected" and (self.reason or "").startswith("quality:")
+                and bar is not None and any(a >= bar for a in self.accuracies.values()))
+
+    @property
     def stage_fitness(self) -> list[float]:
         """Mean accuracy over the architectures after each stage reached."""
         return [sum(s.values()) / len(s) for s in self.stages if s]

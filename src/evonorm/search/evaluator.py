@@ -200,10 +200,11 @@ def evaluate(payload: dict) -> Evaluation:
                 return Evaluation.rejected(rej, timings=timings)
         if screen and cfg.stability_steps > 0:
             for arch in cfg.archs[:cfg.stability_archs]:
-                width = train_config(cfg, arch).resolved_width()
-                rej = stability(graph, ds, arch=arch, width=width, steps=cfg.stability_steps,
-                                threshold=cfg.stability_threshold, batch=cfg.stability_batch,
-                                lr=cfg.stability_lr, seed=cfg.seed)
+                tcfg = train_config(cfg, arch)
+                rej = stability(graph, ds, arch=arch, width=tcfg.resolved_width(),
+                                steps=cfg.stability_steps, threshold=cfg.stability_threshold,
+                                batch=cfg.stability_batch, lr=cfg.stability_lr, seed=cfg.seed,
+                                model_kwargs=tcfg.layer_kwargs())
                 if rej:
                     lap("stability")
                     return Evaluation.rejected(rej, timings=timings)

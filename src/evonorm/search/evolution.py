@@ -53,8 +53,9 @@ def select_winner(scores: Sequence[Sequence[float]], rng: random.Random,
 
 @dataclass(frozen=True)
 class Member:
-    """One valid candidate in the population: its store id, graph JSON, per-architecture scores
-    and the training stage they were measured at (multi-fidelity; 1 without stages)."""
+    """One candidate in the population: its store id, graph JSON, per-architecture scores and
+    the training stage they were measured at (multi-fidelity; 1 without stages; 0 for a near
+    miss of the quality test, `SearchConfig.near_misses`)."""
 
     id: int
     graph: dict

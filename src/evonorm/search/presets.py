@@ -54,10 +54,14 @@ PRESETS: dict[str, SearchConfig] = {
         tournament_fraction=0.1, train_preset="small", rerank_preset="paper-s"),
     # From scratch (issue 12): `demo`'s proxy, random graphs only (no textbook seed layers).
     # Evolution mutates a tournament winner once found; until then (and with p_random) it
-    # draws random graphs like random search. For `experiments/evolution_vs_random.py`.
+    # draws random graphs like random search. Valid layers are rare from random graphs (1 in
+    # ~1,500 distinct ones), so near misses of the quality test (learned on ResNet50, not on
+    # MobileNetV2) join the population below every valid layer as parents. For
+    # `experiments/evolution_vs_random.py`.
     "scratch": SearchConfig(
         preset="scratch", n_train=4000, holdout=0.25, space="s", budget=400, window=32,
         initial_population=1, tournament_fraction=0.25, mutations=1, p_random=0.3,
+        near_misses=True,
         archs=("resnet50_cifar", "mobilenetv2_cifar"),
         train_preset="tiny", train={"steps": 150, "batch_size": 32, "width": 0.0625, "lr": 0.1,
                                     "lr_warmup": 10},
