@@ -6,6 +6,7 @@ compute spent on rejected candidates, the cache hit rate, and throughput with 1 
   python benchmarks/bench_search.py extrapolate --preset small paper-b paper-s
   python benchmarks/bench_search.py staged --preset demo --budget 60   # before/after hurdles
   python benchmarks/bench_search.py fidelity --preset demo --workers 1
+  python benchmarks/bench_search.py early --preset demo       # a cut inside the first stage?
 
 `extrapolate` times a few SGD / stability steps per anchor architecture (after a warm-up step)
 at the preset's widths and batch sizes and multiplies out the preset's step counts; datasets the
@@ -231,6 +232,45 @@ def fidelity(preset: str, out: Path, workers: int, top: int = 5) -> None:
           f"stage's top {top}; that hurdle stops {sum(f < hurdle for f in first)} of {len(recs)}")
 
 
+def early(preset: str, seeds: int, checks: list[int]) -> None:
+    """Could a cheap cut inside the first stage reject hopeless layers sooner? The preset's
+    S references on its first architecture (where most quality rejections happen), trained
+    through the first stage as a search trains them: the mean training loss of the ten steps
+    before each check step and the held-out accuracy there, against the annealed accuracy at the
+    stage end that the quality test uses. A reference at chance at a check step would be lost."""
+    import math
+
+    from evonorm.search.evaluator import search_dataset, train_config
+    from evonorm.search.presets import get_preset
+    from evonorm.search.references import REFERENCES_BY_SPACE
+    from evonorm.search.rejection import quality_threshold
+    from evonorm.train import Run
+
+    cfg = get_preset(preset).with_dataset()
+    if not cfg.stages:
+        raise SystemExit(f"preset {preset} has no stages")
+    ds = search_dataset(cfg)
+    arch, end = cfg.archs[0], cfg.stages[0]
+    bar = quality_threshold(ds.num_classes, cfg.quality_factor)
+    print(f"{preset}, {arch}, first stage {end} steps; chance loss ln({ds.num_classes}) = "
+          f"{math.log(ds.num_classes):.3f}, quality bar {bar:.1%} at step {end}")
+    print("| layer | seed | " + " | ".join(f"step {k}: loss / acc" for k in checks)
+          + f" | step {end} acc |")
+    print("|---|---|" + "---|" * (len(checks) + 1))
+    for name in REFERENCES_BY_SPACE["s"]:
+        for seed in range(seeds):
+            run = Run(name, ds, train_config(cfg.replace(seed=seed), arch))
+            losses, cells = [], []
+            for k in range(1, end + 1):
+                run.advance(k)
+                losses.append(run.result.final_loss)
+                if k in checks:
+                    cells.append(f"{sum(losses[-10:]) / len(losses[-10:]):.2f} / "
+                                 f"{run.score():.1%}")
+            print(f"| {name} | {seed} | " + " | ".join(cells) + f" | {run.score():.1%} |",
+                  flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -253,8 +293,14 @@ def main(argv=None) -> int:
     f.add_argument("--out", type=Path, default=Path("runs/bench-fidelity"))
     f.add_argument("--workers", type=int, default=1)
     f.add_argument("--top", type=int, default=5)
+    ea = sub.add_parser("early")
+    ea.add_argument("--preset", default="demo")
+    ea.add_argument("--seeds", type=int, default=3)
+    ea.add_argument("--checks", type=int, nargs="+", default=[15, 25, 40])
     args = p.parse_args(argv)
-    if args.what == "staged":
+    if args.what == "early":
+        early(args.preset, args.seeds, args.checks)
+    elif args.what == "staged":
         staged(args.preset, args.budget, args.out)
     elif args.what == "fidelity":
         fidelity(args.preset, args.out, args.workers, args.top)

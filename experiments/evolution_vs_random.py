@@ -82,6 +82,17 @@ def within_budget(candidates, budget_seconds: float) -> list:
     return out
 
 
+def first_full_at(candidates, stages: int) -> float | None:
+    """Worker-seconds spent when the first layer trained through every stage finished (how
+    long a search from scratch takes to find a layer that learns on every architecture)."""
+    spent = 0.0
+    for c in sorted(candidates, key=lambda c: c.id):
+        spent += c.seconds
+        if c.status == "valid" and c.stage >= stages:
+            return round(spent, 1)
+    return None
+
+
 def run_metric(candidates, stages: int, chance: float) -> float:
     """Best fitness of a layer trained to the end (all stages); chance if none."""
     full = [c.fitness for c in candidates if c.status == "valid" and c.stage >= stages
@@ -131,6 +142,8 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
             rows.append({"arm": arm, "seed": seed, "status": status, "candidates": len(within),
                          "valid": len(valid),
                          "trained_to_end": sum(c.stage >= cfg.num_stages for c in valid),
+                         "near_misses": sum(c.evaluation.near_miss for c in within),
+                         "first_full_at": first_full_at(within, cfg.num_stages),
                          "worker_seconds": round(sum(c.seconds for c in within), 1),
                          "best_fitness": metric})
             if status == "complete":
@@ -152,11 +165,12 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
     }
     (d / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (d / "runs.json").write_text(json.dumps(rows, indent=1) + "\n")
-    lines = ["| arm | seed | candidates | valid | trained to the end | worker-s | best fitness |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| arm | seed | candidates | valid | trained to the end | near misses | "
+             "first trained to the end at (worker-s) | worker-s | best fitness |",
+             "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['arm']} | {r['seed']} | {r['candidates']} | {r['valid']} | "
-              f"{r['trained_to_end']} | {r['worker_seconds']} | {r['best_fitness']:.4f} |"
-              for r in rows]
+              f"{r['trained_to_end']} | {r['near_misses']} | {r['first_full_at'] or '-'} | "
+              f"{r['worker_seconds']} | {r['best_fitness']:.4f} |" for r in rows]
     (d / "runs.md").write_text("\n".join(lines) + "\n")
     _plot(rows, d)
     return summary

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from evolution_vs_random import mann_whitney_greater, run_config, run_metric, within_budget  # noqa: E402
+from evolution_vs_random import (first_full_at, mann_whitney_greater, run_config,  # noqa: E402
+                                 run_metric, within_budget)
 
 from evonorm.search.candidates import Candidate  # noqa: E402
 
@@ -32,9 +33,12 @@ def test_budget_cut_and_metric():
     assert [c.id for c in within] == [1, 2, 3]  # the third crossed the line and counts
     assert run_metric(within, stages=2, chance=0.1) == 0.3  # a stopped layer's 0.6 is earlier
     assert run_metric([], stages=2, chance=0.1) == 0.1
+    assert first_full_at(cands, stages=2) == 10 and first_full_at(cands[1:], stages=2) == 30
+    assert first_full_at(cands[1:3], stages=2) is None
 
 
 def test_both_arms_share_everything_but_the_algorithm():
     evo, rnd = (run_config("scratch", a, 3, 600.0).to_dict() for a in ("evolution", "random"))
     assert {k for k in evo if evo[k] != rnd[k]} == {"algorithm"}
     assert evo["seed_layers"] == [] and evo["budget_seconds"] == 600.0 and evo["workers"] == 1
+    assert evo["near_misses"] is True  # parents before the first valid layer (random ignores it)

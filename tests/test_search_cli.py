@@ -80,3 +80,16 @@ def test_search_resume_rerank_tiny(tmp_path, capsys):
     assert _run(["resume", str(run), "--budget", "5", "--quiet"]) == 0
     with Store(run, readonly=True) as s:
         assert s.num_candidates() == 5
+
+
+def test_the_start_line_says_how_far_the_preset_is_calibrated(tmp_path, capsys):
+    from evonorm.search.presets import calibration_note
+
+    assert "17 of 18" in calibration_note("demo", "s")
+    assert "does not calibrate" in calibration_note("demo", "b")
+    assert "not measured" in calibration_note("small", "s")
+    assert _run(["search", "--preset", "tiny", "--out", str(tmp_path / "r"), "--budget", "1",
+                 "--workers", "1", "--seed-layers", "zero"]) == 0
+    err = capsys.readouterr().err
+    assert "calibration of tiny (S space): not measured" in err
+    assert "evonorm calibrate --preset tiny --space s" in err

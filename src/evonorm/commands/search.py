@@ -171,6 +171,9 @@ def main(argv: list[str]) -> int:
                   f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
                   f"device {device['type']}, archs {', '.join(cfg.archs)}, budget {cfg.budget}, "
                   f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
+            from evonorm.search.presets import calibration_note
+
+            print(calibration_note(cfg.preset, cfg.space), file=sys.stderr)
         result = run_search(run, progress=not args.quiet)
         report_result(result, run, args.top)
     return 0
