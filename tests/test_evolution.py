@@ -64,3 +64,29 @@ def test_tournament_draws_from_population_and_returns_front_member():
     # small tournaments sample: the dominated member wins when it is drawn with itself only
     winners = Counter(pop.tournament(rng, 0.0, minimum=1).id for _ in range(600))
     assert set(winners) == {0, 1, 2}
+
+
+def test_a_mutation_that_keeps_the_parents_function_is_drawn_again():
+    """Most single mutations of a one-op layer hit nodes its output does not use: such a child
+    would only be a cache hit of its parent (and join the population as its clone)."""
+    import random
+
+    from evonorm.graph import Graph
+    from evonorm.search.evolution import AgingPopulation, Member, propose
+
+    # tanh(x) as a random graph drew it: nine nodes the output does not use (a near miss of a
+    # from-scratch search, which evolution re-proposed 1,528 times before this redraw existed)
+    parent = Graph.from_json({"nodes": [["div", 0, 3], ["instance_rms", 2], ["layer_rms", 3],
+                                        ["square", 6], ["layer_mean", 5], ["group_rms", 1],
+                                        ["neg", 5], ["add", 2, 2], ["add", 5, 9], ["tanh", 0]]})
+    pop = AgingPopulation(4, [Member(1, parent.to_json(), (0.3, 0.1), 0)])
+
+    def same_function(redraws):
+        rng = random.Random(0)
+        kids = [propose(rng, pop, p_random=0.0, mutations=1, allow_batch=False, redraws=redraws)
+                for _ in range(60)]
+        assert all(k.origin == "mutation" and k.parent_id == 1 for k in kids)
+        return sum(Graph.from_json(k.graph).fingerprint() == parent.fingerprint() for k in kids)
+
+    assert same_function(0) > 30  # without redraws most children are the parent again
+    assert same_function(50) <= 2

@@ -112,13 +112,15 @@ def propose(rng: random.Random, population: AgingPopulation, *, algorithm: str =
             allow_batch: bool = True, initial_population: int = 0, tournament_fraction: float = 0.05,
             tournament_min: int = 2, criterion: str = "pareto", mutations: int = 2,
             p_random: float = 0.5, max_nodes: int = 10, graph_kwargs: dict[str, Any] | None = None,
-            ) -> Proposal:
+            redraws: int = 50) -> Proposal:
     """The next candidate (paper Sec. 5.1).
 
     Random search, and evolution until the population holds `initial_population` valid members,
     draw fresh random graphs. Otherwise, with probability `p_random` a fresh random graph, else the
     tournament winner mutated `mutations` times. The coin is drawn first so a random replacement
-    does not spend a tournament.
+    does not spend a tournament. A child that computes its parent's function (the same
+    fingerprint: a mutation of an unused node, say) is drawn again, up to `redraws` times: it
+    would only repeat the parent's result, and as a cache hit join the population as its clone.
     """
     from evonorm.graph import Graph, mutate, random_graph
 
@@ -130,7 +132,20 @@ def propose(rng: random.Random, population: AgingPopulation, *, algorithm: str =
         g = random_graph(rng, allow_batch=allow_batch, max_nodes=max_nodes, **kw)
         return Proposal(graph=g.to_json(), origin="random")
     winner = population.tournament(rng, tournament_fraction, criterion, tournament_min)
-    g = Graph.from_json(winner.graph)
-    for _ in range(mutations):
-        g = mutate(g, rng, allow_batch=allow_batch, **kw)
+    parent = Graph.from_json(winner.graph)
+    same = _function(parent)
+    for _ in range(redraws + 1):
+        g = parent
+        for _ in range(mutations):
+            g = mutate(g, rng, allow_batch=allow_batch, **kw)
+        if same is None or _function(g) != same:
+            break
     return Proposal(graph=g.to_json(), origin="mutation", parent_id=winner.id)
+
+
+def _function(graph) -> str | None:
+    """The graph's functional fingerprint; None for a graph that cannot run on the probe."""
+    try:
+        return graph.fingerprint()
+    except Exception:
+        return None
