@@ -144,23 +144,13 @@ def throughput(preset: str, budget: int, order: list[int]) -> None:
 
 
 def _search_alone(run: str, cfg_dict: dict, walls) -> None:
-    """One search with one single-thread worker (in its own process); its wall time into
-    `walls` (a multiprocessing dict)."""
-    import torch
-
-    torch.set_num_threads(1)
+    """One search (in its own process); its wall time into `walls` (a multiprocessing dict)."""
     from evonorm.search.config import SearchConfig
     from evonorm.search.driver import init_run, run_search
-    from evonorm.search.evaluator import evaluate
-    from evonorm.search.executors import LocalExecutor
 
     init_run(run, SearchConfig.from_dict(cfg_dict), force=True)
     t0 = time.perf_counter()
-    ex = LocalExecutor(evaluate, 1, timeout=3600.0, threads=1)
-    try:
-        run_search(run, executor=ex, progress=False)
-    finally:
-        ex.close()
+    run_search(run, progress=False)
     walls[run] = time.perf_counter() - t0
 
 
@@ -170,7 +160,7 @@ def staged(preset: str, budget: int, out: Path) -> None:
     from evonorm.search.presets import get_preset
     from evonorm.search.store import Store
 
-    after = get_preset(preset, budget=budget, workers=1).with_dataset()
+    after = get_preset(preset, budget=budget, workers=1, threads=1, timeout=3600.0).with_dataset()
     before = after.replace(stages=(), quality_steps=50)
     jobs = [(str(out / name), cfg.to_dict()) for name, cfg in (("before", before), ("after", after))]
     ctx = get_context("spawn")  # plain processes: each search has its own worker pool

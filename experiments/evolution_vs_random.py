@@ -45,34 +45,23 @@ def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float):
     from evonorm.search.presets import get_preset
 
     return get_preset(preset, algorithm=algorithm, seed=seed, budget=100_000,
-                      budget_seconds=budget_seconds, workers=1, executor="local").with_dataset()
+                      budget_seconds=budget_seconds, workers=1, threads=1,
+                      executor="local").with_dataset()
 
 
 def _one_run(run: str, cfg_dict: dict) -> None:
     """One search to its worker-seconds budget (in its own process; resumes an earlier one)."""
-    import torch
-
-    torch.set_num_threads(1)
     from evonorm.search.config import SearchConfig
     from evonorm.search.driver import init_run, run_search
-    from evonorm.search.evaluator import evaluate
-    from evonorm.search.executors import LocalExecutor
     from evonorm.search.store import Store
 
-    cfg = SearchConfig.from_dict(cfg_dict)
-    run = Path(run)
-    same = False
+    cfg, run, stored = SearchConfig.from_dict(cfg_dict), Path(run), None
     if (run / "store.sqlite").is_file():
         with Store(run, readonly=True) as st:
-            same = st.config() == cfg.to_dict()
-    if not same:
+            stored = st.config()
+    if stored != cfg.to_dict():
         init_run(run, cfg, force=True)
-    ex = LocalExecutor(evaluate, 1, timeout=cfg.timeout, threads=1)
-    try:
-        res = run_search(run, executor=ex, progress=False)
-    finally:
-        ex.close()
-    log(f"{run.name}: {res.tally.line()}")
+    log(f"{run.name}: {run_search(run, progress=False).tally.line()}")
 
 
 def within_budget(candidates, budget_seconds: float) -> list:

@@ -21,6 +21,15 @@ def test_threads_split_cores():
     assert threads_per_worker(4, cores=2) == 1
 
 
+def test_the_configs_threads_reach_each_local_worker():
+    from evonorm.search.executors import make_executor
+
+    for threads, expected in ((1, 1), (3, 3), (0, threads_per_worker(1))):
+        with make_executor("local", scripted, 1, timeout=30.0, threads=threads) as ex:
+            ex.submit(1, {"action": "ok"})
+            assert _drain(ex, 1)[1].result["threads"] == expected
+
+
 def test_local_pool_survives_raise_die_and_hang():
     with LocalExecutor(scripted, workers=2, timeout=3.0) as ex:
         assert ex.free_slots() == 2

@@ -94,6 +94,7 @@ class SearchConfig:
     hurdle_min: int = 4
     # execution
     workers: int = 0  # 0 -> one per core
+    threads: int = 0  # torch threads per local worker (0: the cores divided among the workers)
     executor: str = "local"
     address: str | None = None
     timeout: float = 3600.0  # seconds per candidate before its worker is killed
@@ -127,6 +128,8 @@ class SearchConfig:
             errors.append(f"budget_seconds must be a finite number > 0, got {self.budget_seconds}")
         if self.workers < 0:
             errors.append(f"workers must be >= 0, got {self.workers}")
+        if self.threads < 0:
+            errors.append(f"threads must be >= 0, got {self.threads}")
         if self.window < 1:
             errors.append(f"window must be >= 1, got {self.window}")
         if not self.archs:

@@ -317,7 +317,8 @@ def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], Evaluation]
         if executor is None:
             executor = make_executor(cfg.executor, fn, cfg.num_workers, timeout=cfg.timeout,
                                      address=cfg.address, device=cfg.device,
-                                     gpus_per_worker=cfg.gpus_per_worker, data_root=cfg.data_root)
+                                     gpus_per_worker=cfg.gpus_per_worker, data_root=cfg.data_root,
+                                     threads=cfg.threads)
         bar = None
         if progress and sys.stderr.isatty():
             from tqdm import tqdm

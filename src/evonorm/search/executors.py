@@ -372,16 +372,18 @@ class RayExecutor:
 
 def make_executor(kind: str, fn: Callable[[dict], Any], workers: int, *, timeout: float,
                   address: str | None = None, device: str = "cpu",
-                  gpus_per_worker: float | None = None, data_root: str | None = None) -> Executor:
+                  gpus_per_worker: float | None = None, data_root: str | None = None,
+                  threads: int = 0) -> Executor:
     """The executor named by the config (`local` | `ray`). On an existing Ray cluster (`address`) the
     package and the data folder are shipped to the workers; `device` "cuda" asks Ray for GPU shares
     (`gpu_share`). Local workers on "cuda" all share the machine's GPU: `workers` processes, each
-    with its own copy of the model and the data on it."""
+    with its own copy of the model and the data on it. `threads`: torch threads per worker on
+    this machine (0: its cores divided among the workers; a remote cluster's workers get 1)."""
     if kind == "local":
-        return LocalExecutor(fn, workers, timeout=timeout)
+        return LocalExecutor(fn, workers, timeout=timeout, threads=threads or None)
     if kind == "ray":
         return RayExecutor(fn, workers, timeout=timeout,
-                           threads=threads_per_worker(workers) if address is None else 1,
+                           threads=(threads or threads_per_worker(workers)) if address is None else 1,
                            address=address, runtime_env=ray_runtime_env(data_root) if address else None,
                            num_gpus=gpu_share(device, gpus_per_worker))
     raise ValueError(f"unknown executor {kind!r} (choose from local, ray)")

@@ -245,7 +245,7 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
             with make_executor(cfg.executor, fn or train_layer, n_workers, timeout=plan.timeout,
                                address=cfg.address, device=cfg.device,
                                gpus_per_worker=cfg.gpus_per_worker,
-                               data_root=cfg.data_root) as pool:
+                               data_root=cfg.data_root, threads=cfg.threads) as pool:
                 while queue or running:
                     while queue and pool.free_slots() > 0:
                         c, attempts = queue.pop(0)
