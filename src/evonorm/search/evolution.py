@@ -115,8 +115,8 @@ def propose(rng: random.Random, population: AgingPopulation, *, algorithm: str =
             redraws: int = 50) -> Proposal:
     """The next candidate (paper Sec. 5.1).
 
-    Random search, and evolution until the population holds `initial_population` valid members,
-    draw fresh random graphs. Otherwise, with probability `p_random` a fresh random graph, else the
+    Random search, and evolution until the population holds `initial_population` members, draw
+    fresh random graphs. Otherwise, with probability `p_random` a fresh random graph, else the
     tournament winner mutated `mutations` times. The coin is drawn first so a random replacement
     does not spend a tournament. A child that computes its parent's function (the same
     fingerprint: a mutation of an unused node, say) is drawn again, up to `redraws` times: it
