@@ -80,6 +80,15 @@ def fingerprint(graph: Graph, probe: int = 0) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def fingerprint_or_none(graph: Graph) -> str | None:
+    """`fingerprint`, or None for a layer that cannot even run on the probe input (the search
+    then knows it by its structure only)."""
+    try:
+        return fingerprint(graph)
+    except Exception:
+        return None
+
+
 def function_key(graph_json: object) -> str | None:
     """Both fingerprints of a graph (its JSON or a Graph) as one key; None when it does not parse."""
     try:

@@ -153,13 +153,12 @@ class _Search:
         """A candidate as a population member: a valid one at its stage, whose stage fitnesses
         feed the hurdles (a cache hit's too: every proposal of a layer counts, as in the
         population); a near miss at stage 0, so any valid contestant beats it."""
+        scores = tuple(float(c.accuracies.get(a, 0.0)) for a in self.cfg.archs)
         if c.status != "valid":
-            return Member(c.id, c.graph, tuple(float(c.accuracies.get(a, 0.0))
-                                               for a in self.cfg.archs), 0)
+            return Member(c.id, c.graph, scores, 0)
         for k, f in enumerate(c.evaluation.stage_fitness[:len(self.reached)]):
             self.reached[k].append(f)
-        return Member(c.id, c.graph, tuple(float(c.accuracies.get(a, 0.0)) for a in self.cfg.archs),
-                      c.stage)
+        return Member(c.id, c.graph, scores, c.stage)
 
     def hurdles(self) -> list[float | None]:
         """Progressive dynamic hurdles: the mean fitness at each stage of the layers that reached

@@ -18,13 +18,10 @@ from evonorm.search.rejection import Rejection, precheck, quality, stability
 def layer_identity(graph_json: dict) -> tuple[str, str | None]:
     """(canonical key, functional fingerprint) of a graph, for the store's cache lookup."""
     from evonorm.graph import Graph
+    from evonorm.graph.fingerprint import fingerprint_or_none
 
     g = Graph.from_json(graph_json)
-    try:
-        fp = g.fingerprint()
-    except Exception:  # a layer that cannot even run on the probe input: structure only
-        fp = None
-    return g.key(), fp
+    return g.key(), fingerprint_or_none(g)
 
 
 def search_dataset(cfg: SearchConfig):

@@ -123,6 +123,7 @@ def propose(rng: random.Random, population: AgingPopulation, *, algorithm: str =
     would only repeat the parent's result, and as a cache hit join the population as its clone.
     """
     from evonorm.graph import Graph, mutate, random_graph
+    from evonorm.graph.fingerprint import fingerprint_or_none
 
     kw = dict(graph_kwargs or {})
     if algorithm not in ALGORITHMS:
@@ -133,19 +134,11 @@ def propose(rng: random.Random, population: AgingPopulation, *, algorithm: str =
         return Proposal(graph=g.to_json(), origin="random")
     winner = population.tournament(rng, tournament_fraction, criterion, tournament_min)
     parent = Graph.from_json(winner.graph)
-    same = _function(parent)
+    same = fingerprint_or_none(parent)
     for _ in range(redraws + 1):
         g = parent
         for _ in range(mutations):
             g = mutate(g, rng, allow_batch=allow_batch, **kw)
-        if same is None or _function(g) != same:
+        if same is None or fingerprint_or_none(g) != same:
             break
     return Proposal(graph=g.to_json(), origin="mutation", parent_id=winner.id)
-
-
-def _function(graph) -> str | None:
-    """The graph's functional fingerprint; None for a graph that cannot run on the probe."""
-    try:
-        return graph.fingerprint()
-    except Exception:
-        return None
