@@ -3,7 +3,7 @@ compute spent on rejected candidates, the cache hit rate, and throughput with 1 
 
   python benchmarks/bench_search.py costs RUN                # from a finished run's store
   python benchmarks/bench_search.py throughput --preset demo --budget 12
-  python benchmarks/bench_search.py extrapolate --preset small paper-b paper-s
+  python benchmarks/bench_search.py extrapolate --preset demo paper-b paper-s
   python benchmarks/bench_search.py staged --preset demo --budget 60   # before/after hurdles
   python benchmarks/bench_search.py fidelity --preset demo --workers 1
   python benchmarks/bench_search.py early --preset demo       # a cut inside the first stage?
@@ -110,7 +110,7 @@ def extrapolate(presets: list[str], steps: int) -> None:
         for i, arch in enumerate(cfg.archs):
             tcfg = train_config(cfg, arch)
             t_step = _time_steps(layer, ds, tcfg, steps)
-            full += t_step * tcfg.steps
+            full += t_step * tcfg.steps * cfg.train_seeds
             screen += t_step * cfg.quality_steps
             if i < cfg.stability_archs and cfg.stability_steps:
                 t0 = time.perf_counter()
@@ -118,7 +118,8 @@ def extrapolate(presets: list[str], steps: int) -> None:
                           batch=cfg.stability_batch)
                 t_stab = (time.perf_counter() - t0) / (steps + 1)
                 screen += t_stab * (cfg.stability_steps + 1)
-            parts.append(f"{arch} {t_step:.3f} s/step x {tcfg.steps}")
+            parts.append(f"{arch} {t_step:.3f} s/step x {tcfg.steps}"
+                         + (f" x {cfg.train_seeds} seeds" if cfg.train_seeds > 1 else ""))
         print(f"{name} ({dname}): screened candidate ~{screen:.0f} s, full evaluation "
               f"~{full:.0f} s (+ screening) | " + "; ".join(parts), flush=True)
 
@@ -160,7 +161,9 @@ def staged(preset: str, budget: int, out: Path) -> None:
     from evonorm.search.presets import get_preset
     from evonorm.search.store import Store
 
-    after = get_preset(preset, budget=budget, workers=1, threads=1, timeout=3600.0).with_dataset()
+    # staging alone: one training run per candidate in both (unstaged takes no train_seeds)
+    after = get_preset(preset, budget=budget, workers=1, threads=1, timeout=3600.0,
+                       train_seeds=1).with_dataset()
     before = after.replace(stages=(), quality_steps=50)
     jobs = [(str(out / name), cfg.to_dict()) for name, cfg in (("before", before), ("after", after))]
     ctx = get_context("spawn")  # plain processes: each search has its own worker pool
@@ -267,7 +270,7 @@ def main(argv=None) -> int:
     c = sub.add_parser("costs")
     c.add_argument("run", type=Path)
     e = sub.add_parser("extrapolate")
-    e.add_argument("--preset", nargs="+", default=["small", "paper-b", "paper-s"])
+    e.add_argument("--preset", nargs="+", default=["demo", "paper-b", "paper-s"])
     e.add_argument("--steps", type=int, default=3)
     t = sub.add_parser("throughput")
     t.add_argument("--preset", default="demo")

@@ -100,6 +100,52 @@ def test_config_checks_stages():
         _staged_cfg(quality_steps=5)
     with pytest.raises(ValueError, match="increasing"):
         _staged_cfg(stages=(4, 2))
+    with pytest.raises(ValueError, match="train_seeds must be >= 1"):
+        _staged_cfg(train_seeds=0)
+    with pytest.raises(ValueError, match="train_seeds > 1 needs stages"):
+        _staged_cfg(stages=(), train_seeds=2)
+
+
+def test_train_seeds_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(tmp_path,
+                                                                                monkeypatch):
+    cfg = _staged_cfg(train_seeds=2)
+    ds = search_dataset(cfg)
+    g = NAMED_GRAPHS["evonorm_s0"]
+    both = train_stages(g, ds, cfg)
+    one = train_stages(g, ds, cfg.replace(train_seeds=1))
+    arch = cfg.archs[0]
+    other = train(g, ds, train_config(cfg, arch, seed=cfg.seed + 100)).accuracy
+    assert both.stages[-1][arch] == pytest.approx((one.stages[-1][arch] + other) / 2)
+    assert both.accuracies == both.stages[-1] and len(both.stages) == 2
+    # the quality bar judges the mean: a bar above one seed's first stage but below the mean
+    # rejects that seed alone and passes the pair (where the two seeds differ on `arch`)
+    firsts = {s: train_stages(g, ds, cfg.replace(seed=s, train_seeds=1, archs=(arch,)))
+              .stages[0][arch] for s in (cfg.seed, cfg.seed + 100)}
+    low = min(firsts, key=firsts.get)
+    mean = sum(firsts.values()) / 2
+    assert both.stages[0][arch] == pytest.approx(mean)
+    if firsts[low] < mean:
+        factor = (firsts[low] + mean) / 2 * ds.num_classes
+        alone = train_stages(g, ds, cfg.replace(seed=low, train_seeds=1, quality_factor=factor))
+        pair = train_stages(g, ds, cfg.replace(quality_factor=factor))
+        assert alone.status == "rejected" and pair.status == "valid"
+    # killed in the second stage, it continues both seeds' runs from the checkpoint
+    ckpt = tmp_path / "3.pt"
+    real = Run.advance
+
+    def dies_in_stage_two(self, to_step=None, **kw):
+        if to_step is not None and to_step > 3:
+            raise KeyboardInterrupt
+        return real(self, to_step, **kw)
+
+    monkeypatch.setattr(Run, "advance", dies_in_stage_two)
+    with pytest.raises(KeyboardInterrupt):
+        train_stages(g, ds, cfg, checkpoint=str(ckpt))
+    calls = []
+    monkeypatch.setattr(Run, "advance", lambda self, to_step=None, **kw: (
+        calls.append(to_step), real(self, to_step, **kw))[1])
+    again = train_stages(g, ds, cfg, checkpoint=str(ckpt))
+    assert calls == [6] * (2 * len(cfg.archs)) and again.stages == both.stages
 
 
 def test_tournament_compares_only_at_the_furthest_stage():
@@ -170,4 +216,5 @@ def test_search_flags_set_stages_and_budget_seconds():
     cfg = config_from_args(args)
     assert cfg.stages == (50, 100) and cfg.quality_steps == 0 and cfg.budget_seconds == 30.0
     args = build_parser().parse_args(["--preset", "demo", "--stages", "none", "--out", "x"])
-    assert config_from_args(args).stages == () and config_from_args(args).quality_steps == 50
+    unstaged = config_from_args(args)
+    assert unstaged.stages == () and unstaged.quality_steps == 50 and unstaged.train_seeds == 1

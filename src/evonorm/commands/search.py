@@ -33,7 +33,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--stages", default=None, metavar="STEPS",
                    help="comma-separated steps where training is scored and hurdled "
                         "(multi-fidelity; the first stage is the quality test); 'none' for "
-                        "one stage after a separate 50-step quality test")
+                        "one stage after a separate 50-step quality test, one training run "
+                        "per candidate")
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
                    "(default: the preset's, else fashion_mnist, which must be installed; the "
                    "synthetic set only when named)")
@@ -76,7 +77,9 @@ def config_from_args(args):
         except ValueError:
             raise CommandError(f"--stages must be comma-separated step counts or 'none', got "
                                f"{args.stages!r}") from None
-        staged = {"stages": stages, "quality_steps": 0 if stages else 50}
+        # none: the unstaged proxy, a separate 50-step quality test and one training run each
+        staged = ({"stages": stages, "quality_steps": 0} if stages
+                  else {"stages": (), "quality_steps": 50, "train_seeds": 1})
     try:
         return get_preset(args.preset, space=args.space, algorithm=args.algorithm,
                           budget=args.budget, budget_seconds=args.budget_seconds, **staged, dataset=args.dataset, data_root=args.data_root,
@@ -169,7 +172,9 @@ def main(argv: list[str]) -> int:
             data, device = facts["dataset"], facts["device"]
             print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, dataset "
                   f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
-                  f"device {device['type']}, archs {', '.join(cfg.archs)}, budget {cfg.budget}, "
+                  f"device {device['type']}, archs {', '.join(cfg.archs)}"
+                  + (f" ({cfg.train_seeds} training runs each, scored by their mean)"
+                     if cfg.train_seeds > 1 else "") + f", budget {cfg.budget}, "
                   f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
             from evonorm.search.presets import calibration_note
 

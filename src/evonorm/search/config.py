@@ -45,7 +45,7 @@ PAPER_ARCHS = ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar")
 class SearchConfig:
     """Everything a search run needs; JSON round-trips through `to_dict` / `from_dict`."""
 
-    preset: str = "small"
+    preset: str = "custom"  # the preset it came from, or "custom"
     # data: the search trains on (1 - holdout) of the training split and scores on the rest,
     # so it never sees the test set.
     dataset: str | None = None  # None -> `with_dataset()`: the default, when the run starts
@@ -92,6 +92,10 @@ class SearchConfig:
     # stage is the quality test (the bar applies to its accuracies); `quality_steps` must be 0.
     stages: tuple[int, ...] = ()
     hurdle_min: int = 4
+    # training runs per candidate and architecture (seeds seed, seed + 100, ...): every stage's
+    # score, the quality test's included, is their mean, which halves the seed variance at 2 at
+    # twice the training cost (needs `stages`, where the quality test is the first stage)
+    train_seeds: int = 1
     # execution
     workers: int = 0  # 0 -> one per core
     threads: int = 0  # torch threads per local worker (0: the cores divided among the workers)
@@ -142,6 +146,11 @@ class SearchConfig:
             errors.append(f"stages must be increasing step counts >= 1, got {list(self.stages)}")
         if self.stages and self.quality_steps:
             errors.append("with stages the first stage is the quality test: set quality_steps 0")
+        if self.train_seeds < 1:
+            errors.append(f"train_seeds must be >= 1, got {self.train_seeds}")
+        elif self.train_seeds > 1 and not self.stages:
+            errors.append("train_seeds > 1 needs stages (the quality test is then the first "
+                          "stage, scored over the same seeds)")
         if self.hurdle_min < 1:
             errors.append(f"hurdle_min must be >= 1, got {self.hurdle_min}")
         if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan would disable it

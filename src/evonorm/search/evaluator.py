@@ -99,6 +99,9 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     the remaining architectures are not trained. `checkpoint` (a file path) saves the runs after
     each stage and is picked up again if the candidate is evaluated anew after a crash; it is
     removed once the candidate is decided.
+
+    With `cfg.train_seeds` > 1 each architecture trains that many runs (`run_seed`) and each stage
+    scores their mean accuracy; a non-finite loss in any of them rejects the layer.
     """
     import os
     from pathlib import Path
@@ -109,15 +112,22 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     from evonorm.train import Run
 
     ends = [*cfg.stages, train_config(cfg, cfg.archs[0]).steps]
-    runs: dict[str, Run] = {}
+    keys = {(arch, i): arch if i == 0 else f"{arch}#{i}"  # the checkpoint's names for the runs
+            for arch in cfg.archs for i in range(cfg.train_seeds)}
+
+    def new_run(arch: str, i: int) -> Run:
+        return Run(graph, ds, train_config(cfg, arch, seed=run_seed(cfg, i)))
+
+    runs: dict[tuple[str, int], Run] = {}
     stages: list[dict[str, float]] = []
     ckpt = Path(checkpoint) if checkpoint else None
     if ckpt is not None and ckpt.is_file():
         saved = torch.load(ckpt, weights_only=False)
         stages = saved["stages"]
-        for arch, state in saved["runs"].items():
-            runs[arch] = Run(graph, ds, train_config(cfg, arch))
-            runs[arch].restore(state)
+        for (arch, i), name in keys.items():
+            if name in saved["runs"]:
+                runs[arch, i] = new_run(arch, i)
+                runs[arch, i].restore(saved["runs"][name])
     bar = quality_threshold(ds.num_classes, cfg.quality_factor) if cfg.stages and screen else None
 
     def decided(e: Evaluation) -> Evaluation:
@@ -129,20 +139,23 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
         for k in range(len(stages), len(ends)):
             accs: dict[str, float] = {}
             for arch in cfg.archs:
-                run = runs.get(arch)
-                if run is None:
-                    run = runs[arch] = Run(graph, ds, train_config(cfg, arch))
-                run.advance(ends[k])
-                acc = run.score()
-                if acc is None:
-                    phase = "quality" if k == 0 and bar is not None else "train"
-                    rej = Rejection("nonfinite", run.result.failed_step,
-                                    {"arch": arch, "phase": phase})
-                    return decided(Evaluation.rejected(rej, accs))
-                accs[arch] = float(acc)
+                scores = []
+                for i in range(cfg.train_seeds):
+                    run = runs.get((arch, i))
+                    if run is None:
+                        run = runs[arch, i] = new_run(arch, i)
+                    run.advance(ends[k])
+                    acc = run.score()
+                    if acc is None:
+                        phase = "quality" if k == 0 and bar is not None else "train"
+                        rej = Rejection("nonfinite", run.result.failed_step,
+                                        {"arch": arch, "phase": phase})
+                        return decided(Evaluation.rejected(rej, accs))
+                    scores.append(float(acc))
+                accs[arch] = acc = sum(scores) / len(scores)
                 if k == 0 and bar is not None and acc < bar:
-                    rej = Rejection(f"quality:{arch}", run.step, {"accuracy": float(acc),
-                                                                 "threshold": bar})
+                    rej = Rejection(f"quality:{arch}", ends[0], {"accuracy": acc,
+                                                                "threshold": bar})
                     return decided(Evaluation.rejected(rej, accs))
             stages.append(accs)
             hurdle = hurdles[k] if k < len(hurdles) else None
@@ -151,13 +164,19 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
             if ckpt is not None and k < len(ends) - 1:
                 ckpt.parent.mkdir(parents=True, exist_ok=True)
                 tmp = ckpt.with_name(ckpt.name + ".tmp")
-                torch.save({"stages": stages, "runs": {a: r.state() for a, r in runs.items()}}, tmp)
+                torch.save({"stages": stages,
+                            "runs": {keys[ai]: r.state() for ai, r in runs.items()}}, tmp)
                 os.replace(tmp, ckpt)
         return decided(Evaluation.valid(stages[-1], stages=stages if cfg.stages else None))
     except Exception:  # the layer raised: decided too (a killed worker keeps its checkpoint)
         if ckpt is not None:
             ckpt.unlink(missing_ok=True)
         raise
+
+
+def run_seed(cfg: SearchConfig, i: int) -> int:
+    """The training seed of a candidate's i-th run on each architecture (`cfg.train_seeds`)."""
+    return cfg.seed + 100 * i
 
 
 def _error(err: BaseException) -> Rejection:
