@@ -40,3 +40,45 @@ def test_two_spellings_are_one_row_with_count_two():
     rows = top_layers(cands, same=lambda c: function_key(c.graph))
     assert [(r.best.id, r.spellings, r.found) for r in rows] == [(2, 2, 3), (4, 1, 1)]
     assert len(top_layers(cands, 1, same=lambda c: function_key(c.graph))) == 1
+
+
+def _over_layer_std(shift):  # max((x - shift(v0)) / layer std(x), 0)
+    return {"nodes": [[shift, 2], ["neg", 4], ["add", 0, 5], ["layer_std", 0], ["div", 6, 7],
+                      ["max", 8, 1]]}
+
+
+def test_layers_equal_at_init_that_trained_identically_are_one_row():
+    """x - v0^2 and x - sign(v0)*ln|v0| differ as functions of v0, but v0 starts at 0 where
+    neither has a gradient, so both train as x: a main-job run listed them as two layers with
+    the same accuracies. x - sqrt(var(v0)) (= x - sqrt(eps) there) is another layer."""
+    from evonorm.graph.fingerprint import init_key
+    from evonorm.search.candidates import same_layer_keys
+
+    square, log, std = _over_layer_std("square"), _over_layer_std("log"), _over_layer_std("group_std")
+    assert function_key(square) != function_key(log) and init_key(square) == init_key(log)
+    assert init_key(std) != init_key(square)
+    accs = {"resnet50_cifar": 0.416, "mobilenetv2_cifar": 0.2095}
+    cands = [
+        {"id": 40, "graph": square, "key": "a", "status": "valid", "accuracies": accs},
+        {"id": 68, "graph": log, "key": "b", "status": "valid", "accuracies": dict(accs)},
+        {"id": 96, "graph": std, "key": "c", "status": "valid", "accuracies": dict(accs)},
+        {"id": 97, "graph": _over_layer_std("tanh"), "key": "d", "status": "valid",
+         "accuracies": {"resnet50_cifar": 0.416, "mobilenetv2_cifar": 0.2096}},  # v0 moves
+        {"id": 98, "graph": log, "key": "b", "status": "valid", "accuracies": dict(accs)},
+    ]
+    for c in cands:
+        c["fitness"] = sum(c["accuracies"].values()) / 2
+    rows = top_layers(cands, same=same_layer_keys())
+    assert init_key(_over_layer_std("tanh")) == init_key(square)
+    assert [(r.best.id, r.spellings, r.found) for r in rows] == [(97, 1, 1), (40, 2, 3), (96, 1, 1)]
+    assert len(top_layers(cands, same=lambda c: function_key(c.graph))) == 4
+
+
+def test_rows_equal_on_any_key_merge_transitively():
+    """a = b on the first key, b = c on the second: one row, whatever order they come in."""
+    cands = [{"id": i, "key": k, "status": "valid", "fitness": f}
+             for i, k, f in ((1, "a", 0.9), (2, "b", 0.8), (3, "c", 0.7), (4, "d", 0.6))]
+    first = {1: "x", 2: None, 3: "y", 4: "x"}  # 1 = 4
+    second = {1: None, 2: "z", 3: None, 4: "z"}  # 4 = 2
+    rows = top_layers(cands, same=(lambda c: first[c.id], lambda c: second[c.id]))
+    assert [(r.best.id, r.spellings) for r in rows] == [(1, 3), (3, 1)]

@@ -36,6 +36,9 @@ def test_verdict_says_none_beats_beyond_noise():
 
 def test_verdict_cannot_tell_without_seeds_and_failures_count_apart():
     assert verdict([]).startswith("Cannot tell yet") and "--seeds 3" in verdict([])
+    assert verdict([]).endswith("one training seed per layer.")
+    assert verdict([], train_seeds=2).endswith("the mean of 2 training runs per layer, from one "
+                                               "evaluation.")
     failed = rows("id 7", "found", [0.8, 0.8]) + [RetrainRow("bn_relu", "reference", 1000, {}, None, reason="x")]
     assert verdict(failed).startswith("Cannot tell yet")
     stats = layer_stats(failed)
@@ -103,3 +106,12 @@ def test_a_found_spelling_of_a_seed_layer_counts_as_that_seed(tmp_path):
         add(s, 99, "valid", {"resnet50_cifar": 0.1, "mobilenetv2_cifar": 0.1}, key="seedkey", origin="seed")
     _, layers = plan(run, top=3)
     assert [kind for _, kind, _, _ in layers] == ["reference"] * 3 + ["seed"]
+
+
+def test_the_page_says_what_one_search_fitness_is():
+    from evonorm.report.data import RunData
+    from evonorm.report.html import retrain_table
+
+    assert "one training seed per layer" in retrain_table(RunData("old"))  # stored before train_seeds
+    two = RunData("demo", config={"train_seeds": 2})
+    assert two.train_seeds == 2 and "the mean of 2 training runs per layer" in retrain_table(two)

@@ -38,9 +38,12 @@ PROBES = ((20200406, V0, V1),
           (19720521, (0.7, -1.1, 2.9, 0.3, -0.45, 1.6, -2.4, 0.09), (-0.8, 2.2, -0.15, 1.05, 0.6, -3.1, 0.35, -1.7)))
 """(seed of the inputs, v0, v1) of each probe; probe 0 is the stored fingerprint."""
 
+INIT_PROBE = (20200406, (0.0,) * 8, (1.0,) * 8)
+"""Probe 0's inputs with v0 and v1 at their initial values (0 and 1): `init_key`."""
 
-def _inputs(probe: int = 0) -> tuple[torch.Tensor, ...]:
-    seed, v0, v1 = PROBES[probe]
+
+def _inputs(probe: int | tuple = 0) -> tuple[torch.Tensor, ...]:
+    seed, v0, v1 = PROBES[probe] if isinstance(probe, int) else probe
     gen = torch.Generator().manual_seed(seed)
 
     def sample() -> torch.Tensor:  # heavy-tailed magnitudes, per-channel offsets
@@ -62,7 +65,7 @@ def _round(v: float) -> str:
     return f"{v:.{DIGITS - 1}e}"
 
 
-def fingerprint_values(graph: Graph, probe: int = 0) -> torch.Tensor:
+def fingerprint_values(graph: Graph, probe: int | tuple = 0) -> torch.Tensor:
     """The (2, *SHAPE) float64 outputs that the fingerprint hashes: train mode on x1, eval on x2."""
     from evonorm.graph.compile import evaluate
 
@@ -74,7 +77,7 @@ def fingerprint_values(graph: Graph, probe: int = 0) -> torch.Tensor:
     return torch.stack([y1, y2])
 
 
-def fingerprint(graph: Graph, probe: int = 0) -> str:
+def fingerprint(graph: Graph, probe: int | tuple = 0) -> str:
     """16 hex digits; equal for graphs that compute the same function (up to rounding)."""
     text = ",".join(_round(v) for v in fingerprint_values(graph, probe).flatten().tolist())
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -96,3 +99,15 @@ def function_key(graph_json: object) -> str | None:
     except (ValueError, TypeError, KeyError):
         return None
     return fingerprint(g) + fingerprint(g, probe=1)
+
+
+def init_key(graph_json: object) -> str | None:
+    """The fingerprint with v0 = 0 and v1 = 1, their initial values; None when it does not run.
+
+    Layers equal there compute the same function at the start of training, though not
+    necessarily after (x - v0^2 and x agree at v0 = 0, and stay equal only because v0 gets no
+    gradient at 0): readers pair it with equal training outcomes."""
+    try:
+        return fingerprint(Graph.from_json(graph_json), probe=INIT_PROBE)
+    except Exception:
+        return None

@@ -43,6 +43,11 @@ class RunData:
         self.candidates = sorted((as_candidate(c) for c in self.candidates), key=lambda c: c.id)
 
     @property
+    def train_seeds(self) -> int:
+        """Training runs behind each search fitness (configs stored before it existed: 1)."""
+        return int(self.config.get("train_seeds", 1))
+
+    @property
     def finished(self) -> list[Candidate]:
         return [c for c in self.candidates if c.status in FINISHED]
 

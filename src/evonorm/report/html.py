@@ -12,10 +12,9 @@ import html
 import time
 from typing import Any, Sequence
 
-from evonorm.graph.fingerprint import function_key
 from evonorm.report.data import FINISHED, RunData, formula, reason_category
-from evonorm.report.verdict import layer_stats, verdict
-from evonorm.search.candidates import top_layers
+from evonorm.report.verdict import layer_stats, search_fitness_text, verdict
+from evonorm.search.candidates import same_layer_keys, top_layers
 from evonorm.search.evaluation import finite
 
 CSS = """
@@ -97,7 +96,7 @@ def summary_rows(runs: Sequence[RunData]) -> list[list[Any]]:
 def top_table(run: RunData, n: int = 10) -> str:
     archs = run.archs
     rows = []
-    for i, row in enumerate(top_layers(run.candidates, n, same=lambda c: function_key(c.graph)), 1):
+    for i, row in enumerate(top_layers(run.candidates, n, same=same_layer_keys()), 1):
         c = row.best
         rows.append([i, formula_cell(c.graph), *[(c.accuracies or {}).get(a) for a in archs],
                      c.fitness, row.spellings, row.found, c.id, c.origin])
@@ -151,7 +150,7 @@ def retrain_table(run: RunData) -> str:
     stats = layer_stats(run.retrain)
     if not stats:
         return ('<p class="note">No multi-seed re-training yet (<code>evonorm report RUN --seeds 3</code>): '
-                "the fitness above is one training seed per layer.</p>")
+                f"the fitness above is {search_fitness_text(run.train_seeds)}.</p>")
     rows = [[formula_cell(s.graph) if s.graph is not None else s.layer, s.kind, s.layer,
              f"{100 * s.mean:.1f} +- {100 * s.std:.1f}" if s.values else "-", len(s.values), s.failed]
             for s in stats]
@@ -164,7 +163,7 @@ def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes
     title = "evonorm report: " + ", ".join(r.name for r in runs)
     parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
              f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1>",
-             *[f'<p class="verdict"><b>{esc(r.name)}:</b> {esc(verdict(r.retrain))}</p>'
+             *[f'<p class="verdict"><b>{esc(r.name)}:</b> {esc(verdict(r.retrain, train_seeds=r.train_seeds))}</p>'
                f'<p class="note">{esc(r.name)}: {esc(r.setup)}</p>' for r in runs],
              f'<p class="note">Written {esc(time.strftime("%Y-%m-%d %H:%M:%S %Z"))} from the run store(s); '
              "a search still running shows what had finished by then.</p>",
@@ -179,8 +178,10 @@ def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes
     for r in runs:
         parts.append(f"<h2>Top layers of {esc(r.name)}</h2>"
                      '<p class="note">One row per function: spellings that agree on two fingerprints '
-                     '(fixed random inputs and v0/v1) are merged, "spellings" counts them and "found" '
-                     "counts the candidates that were any of them.</p>" + top_table(r))
+                     '(fixed random inputs and v0/v1) are merged, and so are layers that agree at v0 = 0, '
+                     "v1 = 1 (their initial values) and trained to exactly the same accuracies (such as "
+                     "x - v0^2 and x: v0 gets no gradient at 0 and never moves); \"spellings\" counts them "
+                     'and "found" counts the candidates that were any of them.</p>' + top_table(r))
         parts.append(f"<h3>Multi-seed re-training ({esc(r.name)})</h3>"
                      '<p class="note">The top distinct found layers, the reference layers of the space and the '
                      "run's seed layers, each trained again with fresh training seeds on the run's own data split "

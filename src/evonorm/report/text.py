@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evonorm.graph.fingerprint import function_key
 from evonorm.report.data import formula, load_run
 from evonorm.report.verdict import verdict
-from evonorm.search.candidates import top_layers
+from evonorm.search.candidates import same_layer_keys, top_layers
 
 
 def summary_table(run_dir: str | Path, top: int = 10) -> str:
     """The verdict sentence (see `report.verdict`), then the top valid layers as a plain-text table
-    with formulas: one row per function (spellings that agree on both fingerprints merged, their
-    count in "spellings")."""
+    with formulas: one row per function (spellings that agree on both fingerprints, or that agree
+    at the initial v0/v1 and trained identically, merged: `same_layer_keys`; their count in
+    "spellings")."""
     run = load_run(Path(run_dir))
     archs = run.archs
-    rows = top_layers(run.candidates, top, same=lambda c: function_key(c.graph))
-    head_lines = verdict(run.retrain, str(run_dir)) + "\n" + run.setup
+    rows = top_layers(run.candidates, top, same=same_layer_keys())
+    head_lines = verdict(run.retrain, str(run_dir), run.train_seeds) + "\n" + run.setup
     if not rows:
         return head_lines + "\nno valid layer found"
     head = ["rank", "id", "fitness"] + archs + ["spellings", "layer"]

@@ -51,7 +51,14 @@ def layer_stats(rows: Iterable[RetrainRow]) -> list[LayerStats]:
     return sorted(out, key=lambda s: (not s.values, -(s.mean if s.values else 0.0)))
 
 
-def verdict(rows: Iterable[RetrainRow], run: str = "RUN") -> str:
+def search_fitness_text(train_seeds: int = 1) -> str:
+    """What one search evaluation of a layer is (`SearchConfig.train_seeds` runs per arch)."""
+    if train_seeds > 1:
+        return f"the mean of {train_seeds} training runs per layer, from one evaluation"
+    return "one training seed per layer"
+
+
+def verdict(rows: Iterable[RetrainRow], run: str = "RUN", train_seeds: int = 1) -> str:
     """One plain sentence: a found layer beats the best reference/seed (by how much, test, p), or
     none does beyond noise, or it cannot be told yet (and how to tell)."""
     stats = [s for s in layer_stats(rows) if len(s.values) >= 2]
@@ -61,7 +68,7 @@ def verdict(rows: Iterable[RetrainRow], run: str = "RUN") -> str:
         missing = "found layer" if not found else "reference or seed layer"
         return (f"Cannot tell yet whether a found layer beats the references: no {missing} has been "
                 f"re-trained with >= 2 training seeds (run `evonorm report {run} --seeds 3`); the "
-                f"search fitness is one training seed per layer.")
+                f"search fitness is {search_fitness_text(train_seeds)}.")
     best, ref = found[0], base[0]
     test = welch_greater(best.values, ref.values)
     seeds = f"{len(best.values)} vs {len(ref.values)} seeds"

@@ -5,7 +5,7 @@ the best distinct valid layers, and rejections grouped by reason (stdlib only).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 from evonorm.search.evaluation import Evaluation, finite
 
@@ -81,15 +81,19 @@ class TopLayer:
         return self.best.fitness  # type: ignore[return-value]  (finite for a top layer)
 
 
+KeyFn = Callable[[Candidate], "str | None"]
+
+
 def top_layers(candidates: Iterable[Candidate | Mapping[str, Any]], n: int | None = 10,
-               by: str = "key", same: Callable[[Candidate], str | None] | None = None) -> list[TopLayer]:
+               by: str = "key", same: KeyFn | Sequence[KeyFn] | None = None) -> list[TopLayer]:
     """The best distinct valid layers, best fitness first (ties: the earlier best candidate);
     in a staged search, layers that reached a further stage come first.
 
     Candidates are the same layer when they share `by` (canonical key, or "fingerprint"); a
-    candidate without one stands alone. With `same` (a function key of a candidate, e.g. both
-    fingerprints, see `evonorm.graph.fingerprint.function_key`), layers with equal keys are one row
-    (the best one, `spellings` counting them). `n=None` keeps every layer.
+    candidate without one stands alone. With `same` (a key of a candidate, or several, e.g.
+    `same_layer_keys()`), layers equal on any key are one row (the best one, `spellings`
+    counting them; the first key falls back to the row's own key, a later key of None merges
+    nothing). `n=None` keeps every layer.
     """
     groups: dict[str, list[Candidate]] = {}
     for c in map(as_candidate, candidates):
@@ -105,13 +109,55 @@ def top_layers(candidates: Iterable[Candidate | Mapping[str, Any]], n: int | Non
     # did not stop), then fitness
     rows.sort(key=lambda r: (-r.best.stage, -r.fitness, r.best.id))
     if same is not None:
-        merged: dict[str, TopLayer] = {}
-        for r in rows:
-            k = same(r.best) or r.key
-            m = merged.get(k)
-            merged[k] = r if m is None else replace(m, found=m.found + r.found, spellings=m.spellings + r.spellings)
-        rows = list(merged.values())  # insertion order: best first
+        fns = [same] if callable(same) else list(same)
+        parent = list(range(len(rows)))  # union-find over rows: equal on any key, one layer
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        first: dict[tuple[int, str], int] = {}  # (key function, key) -> a row with it
+        for j, r in enumerate(rows):
+            for i, fn in enumerate(fns):
+                k = fn(r.best) or (r.key if i == 0 else None)
+                if k is not None:
+                    a, b = root(first.setdefault((i, k), j)), root(j)
+                    parent[max(a, b)] = min(a, b)  # the better row (earlier) stays the root
+        merged: dict[int, TopLayer] = {}  # root -> row, insertion order: best first
+        for j, r in enumerate(rows):
+            m = merged.get(root(j))
+            merged[root(j)] = r if m is None else replace(
+                m, found=m.found + r.found, spellings=m.spellings + r.spellings)
+        rows = list(merged.values())
     return rows if n is None else rows[:n]
+
+
+def same_layer_keys() -> tuple[KeyFn, KeyFn]:
+    """How readers tell that two distinct valid layers of a run are one (`top_layers(same=...)`):
+    the same function (both fingerprints agree: `function_key`), or the same training: equal at
+    v0 = 0 and v1 = 1, their initial values (`init_key`), and trained to exactly the same
+    accuracies at the same stage (x - v0^2 and x - sign(v0)*ln|v0| both leave v0 at 0, where
+    neither has a gradient). Each key is computed once per candidate."""
+    from evonorm.graph.fingerprint import function_key, init_key
+
+    memo: dict[tuple[str, int], str | None] = {}
+
+    def function(c: Candidate) -> str | None:
+        if ("function", c.id) not in memo:
+            memo["function", c.id] = function_key(c.graph)
+        return memo["function", c.id]
+
+    def training(c: Candidate) -> str | None:
+        if ("init", c.id) not in memo:
+            memo["init", c.id] = init_key(c.graph)
+        k = memo["init", c.id]
+        if k is None or not c.accuracies:
+            return None
+        return f"{k}|{c.stage}|" + ",".join(f"{a}={v!r}" for a, v in sorted(c.accuracies.items()))
+
+    return function, training
 
 
 def reason_group(reason: str | None, *, fine: bool = False) -> str:

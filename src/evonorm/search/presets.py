@@ -38,7 +38,7 @@ PRESETS: dict[str, SearchConfig] = {
     # (not twice) with fewer random restarts, so that a budget of a few dozen finds valid layers
     # at all: two mutations of a six-node layer, or a fresh random graph, rarely pass rejection.
     "demo": SearchConfig(
-        preset="demo", n_train=4000, holdout=0.25, space="s", budget=100, window=16,
+        preset="demo", n_train=4000, holdout=0.25, space="s", budget=75, window=16,
         initial_population=1, tournament_fraction=0.25, mutations=1, p_random=0.3,
         archs=("resnet50_cifar", "mobilenetv2_cifar"),
         seed_layers=tuple(json.dumps(_norm_relu(k)) for k in ("group", "layer", "instance")),

@@ -55,24 +55,21 @@ def read_rows(run: str | Path) -> list[RetrainRow]:
 
 def plan(run: str | Path, top: int) -> tuple[Any, list[tuple[str, str, Any, int | None]]]:
     """The run's config and the layers to re-train: (label, kind, graph or name, candidate id)."""
-    from evonorm.graph.fingerprint import function_key
-    from evonorm.search.candidates import top_layers
+    from evonorm.search.candidates import same_layer_keys, top_layers
 
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
         cands = list(store.candidates())
-    keys: dict[int, str | None] = {}  # both fingerprints run the layer: once per candidate
+    keys = same_layer_keys()
+    rows = top_layers(cands, None, same=keys)
+    seed_keys = {(i, k(c)) for c in cands if c.origin == "seed" for i, k in enumerate(keys)}
 
-    def key(c) -> str | None:
-        if c.id not in keys:
-            keys[c.id] = function_key(c.graph)
-        return keys[c.id]
+    def is_seed(c) -> bool:  # a found layer that is a seed layer (see keys) is that seed
+        return c.origin == "seed" or any((i, k(c)) in seed_keys for i, k in enumerate(keys)
+                                         if k(c) is not None)
 
-    rows = top_layers(cands, None, same=key)
-    seed_functions = {key(c) for c in cands if c.origin == "seed"}
-    # a found layer that computes a seed layer's function is that seed, not a finding
-    found = [r.best for r in rows if r.best.origin != "seed" and key(r.best) not in seed_functions][:top]
-    seeds = [r.best for r in rows if key(r.best) in seed_functions]
+    found = [r.best for r in rows if not is_seed(r.best)][:top]
+    seeds = [r.best for r in rows if is_seed(r.best)]
     layers = [(f"id {c.id}", "found", c.graph, c.id) for c in found]
     layers += [(name, "reference", name, None) for name in REFERENCES_BY_SPACE.get(cfg.space, ())]
     layers += [(f"id {c.id}", "seed", c.graph, c.id) for c in seeds]
