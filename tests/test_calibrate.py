@@ -134,6 +134,16 @@ def test_calibrate_tiny_end_to_end_and_resume(tmp_path, capsys):
     assert json.loads((out / "calibration.json").read_text())["seeds"] == 1
 
 
+def test_a_calibration_depends_on_the_proxy_not_on_the_search_strategy():
+    from evonorm.search.calibrate import calibration_setup
+
+    demo = get_preset("demo")
+    same = calibration_setup(demo.replace(budget=7, window=3, workers=1), 3, 20)
+    assert calibration_setup(demo, 3, 20) == same
+    assert calibration_setup(demo.replace(train_seeds=1), 3, 20) != same
+    assert calibration_setup(demo, 4, 20) != same
+
+
 @pytest.mark.slow
 def test_demo_references_pass_the_quality_test_on_fashion_mnist():
     """The calibrated `demo` preset's quality test (what a search runs: its first training
@@ -175,3 +185,16 @@ def test_staged_calibration_trains_random_layers_past_the_bar():
     s = summarize([rec, ref], list(cfg.archs))
     assert s.random_valid == [] and s.random_trained == [rec.fitness]
     assert s.margin is None and s.margin_trained == pytest.approx(ref.fitness - rec.fitness)
+
+
+def test_a_folder_written_with_search_fields_in_its_setup_still_resumes(tmp_path):
+    from evonorm.search.calibrate import calibration_setup
+
+    setup = calibration_setup(get_preset("demo"), 3, 20)
+    out = tmp_path / "c"
+    out.mkdir()
+    old = {**setup, "config": {**setup["config"], "budget": 100, "window": 16}}
+    (out / "calibration.json").write_text(json.dumps(old))
+    assert prepare_out(out, setup) == []
+    with pytest.raises(ValueError, match="other settings"):
+        prepare_out(out, calibration_setup(get_preset("demo", train_seeds=1), 3, 20))

@@ -41,8 +41,8 @@ def main(argv: list[str]) -> int:
     if args.workers is not None and args.workers < 0:
         raise CommandError(f"--workers must be >= 0, got {args.workers}")
     from evonorm.commands.search import check_setup
-    from evonorm.search.calibrate import (format_summary, load_runs, plan, prepare_out,
-                                          progress_line, run_jobs, summarize)
+    from evonorm.search.calibrate import (calibration_setup, format_summary, load_runs, plan,
+                                          prepare_out, progress_line, run_jobs, summarize)
     from evonorm.search.evaluator import search_dataset
     from evonorm.search.presets import get_preset
     from evonorm.search.rejection import quality_threshold
@@ -54,10 +54,7 @@ def main(argv: list[str]) -> int:
         raise CommandError(str(err)) from None
     cfg = check_setup(cfg)  # archs, trainer presets and data, in one line on failure
     out = args.out or Path("runs") / f"calibrate-{cfg.preset}-{cfg.space}"
-    # what the numbers depend on: a resume may use other workers or time limits
-    measured = {k: v for k, v in cfg.to_dict().items()
-                if k not in ("workers", "executor", "address", "timeout", "retries")}
-    setup = {"config": measured, "seeds": args.seeds, "random": args.random}
+    setup = calibration_setup(cfg, args.seeds, args.random)
     try:
         earlier = prepare_out(out, setup)
     except (ValueError, OSError) as err:

@@ -171,6 +171,28 @@ def load_runs(out: Path) -> list[RunRecord]:
     return records
 
 
+NOT_MEASURED = ("workers", "threads", "executor", "address", "timeout", "retries", "budget",
+                "budget_seconds", "window", "initial_population", "tournament_fraction",
+                "tournament_min", "criterion", "mutations", "p_random", "near_misses",
+                "seed_layers", "rerank_preset", "rerank_train", "rerank_top")
+"""Config fields no calibration run depends on (how the search proposes, how long it runs, how it
+is executed, how it reranks): changing them keeps a calibration folder's runs."""
+
+
+def calibration_setup(cfg: SearchConfig, seeds: int, n_random: int) -> dict:
+    """What a calibration's numbers depend on, as stored in OUT/calibration.json."""
+    measured = {k: v for k, v in cfg.to_dict().items() if k not in NOT_MEASURED}
+    return {"config": measured, "seeds": seeds, "random": n_random}
+
+
+def _measured(setup: dict) -> dict:
+    """A setup without NOT_MEASURED fields (folders written before the list grew have some)."""
+    config = setup.get("config")
+    if not isinstance(config, dict):
+        return setup
+    return {**setup, "config": {k: v for k, v in config.items() if k not in NOT_MEASURED}}
+
+
 def prepare_out(out: Path, setup: dict) -> list[RunRecord]:
     """Create `out` for this setup, or check that it holds a calibration of the same setup.
 
@@ -185,7 +207,7 @@ def prepare_out(out: Path, setup: dict) -> list[RunRecord]:
             old = json.loads(path.read_text())
         except json.JSONDecodeError:
             raise ValueError(f"{path} is not valid JSON; use another --out folder") from None
-        if old != setup:
+        if _measured(old) != _measured(setup):
             raise ValueError(f"{out} holds a calibration with other settings; use another --out "
                              f"folder (or the same preset/space/seeds/random)")
         return load_runs(out)
