@@ -83,11 +83,11 @@ def fingerprint(graph: Graph, probe: int | tuple = 0) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def fingerprint_or_none(graph: Graph) -> str | None:
+def fingerprint_or_none(graph: Graph, probe: int | tuple = 0) -> str | None:
     """`fingerprint`, or None for a layer that cannot even run on the probe input (the search
     then knows it by its structure only)."""
     try:
-        return fingerprint(graph)
+        return fingerprint(graph, probe)
     except Exception:
         return None
 
@@ -108,6 +108,7 @@ def init_key(graph_json: object) -> str | None:
     necessarily after (x - v0^2 and x agree at v0 = 0, and stay equal only because v0 gets no
     gradient at 0): readers pair it with equal training outcomes."""
     try:
-        return fingerprint(Graph.from_json(graph_json), probe=INIT_PROBE)
-    except Exception:
+        g = Graph.from_json(graph_json)
+    except (ValueError, TypeError, KeyError):
         return None
+    return fingerprint_or_none(g, INIT_PROBE)

@@ -181,8 +181,7 @@ is executed, how it reranks): changing them keeps a calibration folder's runs.""
 
 def calibration_setup(cfg: SearchConfig, seeds: int, n_random: int) -> dict:
     """What a calibration's numbers depend on, as stored in OUT/calibration.json."""
-    measured = {k: v for k, v in cfg.to_dict().items() if k not in NOT_MEASURED}
-    return {"config": measured, "seeds": seeds, "random": n_random}
+    return _measured({"config": cfg.to_dict(), "seeds": seeds, "random": n_random})
 
 
 def _measured(setup: dict) -> dict:

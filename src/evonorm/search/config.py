@@ -93,8 +93,9 @@ class SearchConfig:
     stages: tuple[int, ...] = ()
     hurdle_min: int = 4
     # training runs per candidate and architecture (seeds seed, seed + 100, ...): every stage's
-    # score, the quality test's included, is their mean, which halves the seed variance at 2 at
-    # twice the training cost (needs `stages`, where the quality test is the first stage)
+    # score, the quality test's included, is their mean: at 2, half the variance from training
+    # (not from the data split) at twice the training cost (needs `stages`, where the quality
+    # test is the first stage)
     train_seeds: int = 1
     # execution
     workers: int = 0  # 0 -> one per core
