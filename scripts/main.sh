@@ -5,7 +5,7 @@
 # `evonorm search`; without Fashion-MNIST the search stops (exit 2) unless given --dataset synthetic.
 # EVONORM_RETRAIN_SEEDS=3 (off by default: it adds about 8.5 min on 2 cores) re-trains the top
 # EVONORM_RETRAIN_TOP found layers, the references and the seed layers with that many training
-# seeds before the report, so its first sentence can say whether a found layer beats them.
+# seeds (`evonorm retrain`) before the report, so its first sentence can say whether a found layer beats them.
 source "$(dirname "$0")/env.sh"
 RUN="${EVONORM_RUN:-runs/main}"
 FASHION=/usr/share/datasets/fashion-mnist
@@ -27,4 +27,7 @@ if [ -f "$RUN/store.sqlite" ]; then
 else
     evonorm search --preset demo --space s --out "$RUN" "$@"
 fi
-evonorm report "$RUN" --seeds "${EVONORM_RETRAIN_SEEDS:-0}" --retrain-top "${EVONORM_RETRAIN_TOP:-1}"
+if [ "${EVONORM_RETRAIN_SEEDS:-0}" != 0 ]; then
+    evonorm retrain "$RUN" --seeds "$EVONORM_RETRAIN_SEEDS" --top "${EVONORM_RETRAIN_TOP:-1}"
+fi
+evonorm report "$RUN"

@@ -230,20 +230,30 @@ def _rerank() -> st.SearchStrategy[Case]:
 
 
 def _report() -> st.SearchStrategy[Case]:
-    from evonorm.graph.library import NAMED_GRAPHS
-    from evonorm.layers import list_norm_acts
-
-    known = set(NAMED_GRAPHS) | set(list_norm_acts())
-    refs = st.lists(not_in(known).filter(lambda s: not s.startswith("-")), min_size=1,
-                    max_size=3)
     return st.one_of(
-        refs.map(lambda names: lambda ws: ["report", str(ws / RUN), "--references", *names]),
         unwritable_path.map(lambda p: lambda ws: ["report", str(ws / RUN), "--out", p(ws)]),
         bad_path.map(lambda p: lambda ws: ["report", p(ws)]),
         damaged_store.map(lambda d: lambda ws: [d(ws / RUN / "store.sqlite"), "report",
                                                 str(ws / RUN)][1:]),
         damaged_store.map(lambda d: lambda ws: _compare(ws, d)),
         unknown_flag.map(lambda c: lambda ws: ["report", str(ws / RUN), *c(ws)]))
+
+
+def _retrain() -> st.SearchStrategy[Case]:
+    from evonorm.graph.library import NAMED_GRAPHS
+    from evonorm.layers import list_norm_acts
+
+    known = set(NAMED_GRAPHS) | set(list_norm_acts())
+    refs = st.lists(not_in(known).filter(lambda s: not s.startswith("-")), min_size=1,
+                    max_size=3)
+    negative = st.sampled_from([["--seeds", "-1"], ["--top", "-2"], ["--seeds", "0"]])
+    return st.one_of(
+        refs.map(lambda names: lambda ws: ["retrain", str(ws / RUN), "--references", *names]),
+        negative.map(lambda c: lambda ws: ["retrain", str(ws / RUN), *c]),
+        bad_path.map(lambda p: lambda ws: ["retrain", p(ws)]),
+        damaged_store.map(lambda d: lambda ws: [d(ws / RUN / "store.sqlite"), "retrain",
+                                                str(ws / RUN)][1:]),
+        unknown_flag.map(lambda c: lambda ws: ["retrain", str(ws / RUN), *c(ws)]))
 
 
 def _compare(ws: Path, damage) -> list:
@@ -311,7 +321,7 @@ def _list() -> st.SearchStrategy[Case]:
 
 
 STRATEGIES = {"search": _search, "resume": _resume, "rerank": _rerank, "report": _report,
-              "train": _train, "show": _show, "list": _list}
+              "retrain": _retrain, "train": _train, "show": _show, "list": _list}
 
 
 # ------------------------------------------------------------------------------- the property

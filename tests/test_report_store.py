@@ -138,10 +138,11 @@ def test_references_are_trained_once_with_the_runs_settings(tmp_path, capsys):
 
     run = tmp_path / "refs"
     init_run(run, get_preset("tiny"))
-    assert cli_main(["report", str(run), "--references", "gn_relu"]) == 0
+    assert cli_main(["retrain", str(run), "--seeds", "0", "--references", "gn_relu"]) == 0
     refs = json.loads((run / "references.json").read_text())
     assert set(refs) == {"gn_relu"} and set(refs["gn_relu"]) == set(get_preset("tiny").archs)
+    assert cli_main(["report", str(run)]) == 0
     assert "gn_relu" in (run / "report.html").read_text()
     capsys.readouterr()
-    assert cli_main(["report", str(run), "--references", "gn_relu"]) == 0  # kept, not retrained
+    assert cli_main(["retrain", str(run), "--seeds", "0", "--references", "gn_relu"]) == 0  # kept
     assert "reference gn_relu" not in capsys.readouterr().out

@@ -35,7 +35,7 @@ def test_verdict_says_none_beats_beyond_noise():
 
 
 def test_verdict_cannot_tell_without_seeds_and_failures_count_apart():
-    assert verdict([]).startswith("Cannot tell yet") and "--seeds 3" in verdict([])
+    assert verdict([]).startswith("Cannot tell yet") and "evonorm retrain RUN --seeds 3" in verdict([])
     assert verdict([]).endswith("one training seed per layer.")
     assert verdict([], train_seeds=2).endswith("the mean of 2 training runs per layer, from one "
                                                "evaluation.")

@@ -91,6 +91,17 @@ def run_lock(run: Path) -> Iterator[None]:
         lock.release()
 
 
+def check_run(run: Path) -> None:
+    """`run` names an existing run folder or store file holding an intact store (read-only)."""
+    try:
+        exists = run.exists()
+    except OSError:  # e.g. a name too long for the file system
+        exists = False
+    if not exists:
+        raise CommandError(f"no such run folder or store: {run}")
+    check_store(run)
+
+
 def check_store(run: Path) -> None:
     """The run's store must exist and be an intact store of a known schema (read-only check)."""
     from evonorm.search import store

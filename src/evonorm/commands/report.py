@@ -1,6 +1,8 @@
 """`evonorm report RUN [--compare RUN2 ...] [--out DIR]`: figures and an HTML page from run stores.
 
-Reads the stores read-only, so it may run while a search is still writing to RUN.
+Reads the stores read-only and writes nothing but its own outputs (RUN/report.html, RUN/report/),
+so it may run while a search is still writing to RUN. Training anything (the multi-seed
+re-training, the reference layers) is `evonorm retrain`, which takes the run lock.
 """
 
 from __future__ import annotations
@@ -15,23 +17,13 @@ def build_parser() -> ArgumentParser:
         prog="evonorm report",
         description="Write RUN/report/*.png and RUN/report.html (search progress, accuracy "
                     "histogram, cross-architecture calibration, Pareto front, outcomes, top layers) "
-                    "from the run's store. Safe while the search is still running.")
+                    "from the run's store (and RUN/retrain.jsonl, RUN/references.json where "
+                    "`evonorm retrain` wrote them). Only reads: safe while a search is running.")
     p.add_argument("run", type=Path, help="run folder (holding store.sqlite) or the store file")
     p.add_argument("--compare", type=Path, nargs="+", default=[], metavar="RUN2",
                    help="more runs to overlay on the search-progress and outcome figures")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="write report.html and report/ here instead of into RUN")
-    p.add_argument("--references", nargs="*", default=None, metavar="LAYER",
-                   help="first train reference layers (default: bn_relu evonorm_b0 evonorm_s0) with "
-                        "the run's own settings on each architecture, once, into RUN/references.json; "
-                        "costs about as much as evaluating 3 candidates")
-    p.add_argument("--seeds", type=int, default=0, metavar="N",
-                   help="first re-train the top found layers, the space's reference layers and the "
-                        "run's seed layers with N fresh training seeds each (N >= 2 for the test; "
-                        "resumable, kept in RUN/retrain.jsonl); the page's first sentence then says "
-                        "whether a found layer beats them beyond noise")
-    p.add_argument("--retrain-top", type=int, default=3, metavar="K",
-                   help="how many distinct found layers --seeds re-trains (default 3)")
     return p
 
 
@@ -43,42 +35,11 @@ def main(argv: list[str]) -> int:
         raise CommandError("reports need matplotlib: pip install 'evonorm[plots]'") from None
     from evonorm.report import write_report
 
-    from evonorm.commands._common import check_store, write_errors
+    from evonorm.commands._common import check_run, write_errors
 
-    if args.seeds < 0 or args.retrain_top < 0:
-        raise CommandError(f"--seeds and --retrain-top must be >= 0, got {args.seeds} and {args.retrain_top}")
     runs = [args.run, *args.compare]
     for r in runs:
-        try:
-            exists = r.exists()
-        except OSError:  # e.g. a name too long for the file system
-            exists = False
-        if not exists:
-            raise CommandError(f"no such run folder or store: {r}")
-        check_store(r)  # intact, a schema we know
-    if args.references is not None:
-        from evonorm.models import resolve_norm_act
-        from evonorm.search.references import DEFAULT_REFERENCES, train_references
-
-        for name in args.references:  # all known before the first one is trained and saved
-            try:
-                resolve_norm_act(name)
-            except (ValueError, TypeError) as err:
-                raise CommandError(str(err).splitlines()[0]) from None
-        with write_errors(f"references into {args.run}"):
-            try:
-                train_references(args.run, args.references or DEFAULT_REFERENCES,
-                                 log=lambda s: print(s, flush=True))
-            except (FileNotFoundError, ValueError) as err:
-                raise CommandError(str(err).splitlines()[0]) from None
-    if args.seeds:
-        from evonorm.search.retrain import retrain
-
-        with write_errors(f"re-training into {args.run}"):
-            try:
-                retrain(args.run, top=args.retrain_top, seeds=args.seeds, log=lambda s: print(s, flush=True))
-            except (FileNotFoundError, ValueError) as err:
-                raise CommandError(str(err).splitlines()[0]) from None
+        check_run(r)
     with write_errors("the report"):
         try:
             page = write_report(runs, args.out)

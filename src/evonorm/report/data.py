@@ -148,7 +148,7 @@ def _safe(store: Any, method: str, default: Any = ()) -> Any:
 
 def _references(data: RunData, folder: Path) -> dict[str, dict[str, float]]:
     """Reference layers' accuracies: from `references.json` in the run folder or the report folder
-    (written by `evonorm report --references` or the experiments), or from the config's
+    (written by `evonorm retrain --references` or the experiments), or from the config's
     `references` entry, or from seed candidates whose graph is a named library layer."""
     import json
 

@@ -138,7 +138,7 @@ def reasons_table(runs: Sequence[RunData]) -> str:
 def reference_table(run: RunData) -> str:
     if not run.references:
         return ('<p class="note">No reference evaluations in this run: the Pareto figure shows the '
-                'population only (add them with <code>evonorm report RUN --references</code>).</p>')
+                'population only (add them with <code>evonorm retrain RUN --seeds 0 --references</code>).</p>')
     archs = run.archs
     rows = [[name, *[acc.get(a) for a in archs],
              (sum(acc.get(a, 0.0) for a in archs) / len(archs)) if archs and all(finite(acc.get(a)) for a in archs) else None]
@@ -149,7 +149,7 @@ def reference_table(run: RunData) -> str:
 def retrain_table(run: RunData) -> str:
     stats = layer_stats(run.retrain)
     if not stats:
-        return ('<p class="note">No multi-seed re-training yet (<code>evonorm report RUN --seeds 3</code>): '
+        return ('<p class="note">No multi-seed re-training yet (<code>evonorm retrain RUN --seeds 3</code>): '
                 f"the fitness above is {search_fitness_text(run.train_seeds)}.</p>")
     rows = [[formula_cell(s.graph) if s.graph is not None else s.layer, s.kind, s.layer,
              f"{100 * s.mean:.1f} +- {100 * s.std:.1f}" if s.values else "-", len(s.values), s.failed]

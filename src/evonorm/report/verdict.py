@@ -67,7 +67,7 @@ def verdict(rows: Iterable[RetrainRow], run: str = "RUN", train_seeds: int = 1) 
     if not found or not base:
         missing = "found layer" if not found else "reference or seed layer"
         return (f"Cannot tell yet whether a found layer beats the references: no {missing} has been "
-                f"re-trained with >= 2 training seeds (run `evonorm report {run} --seeds 3`); the "
+                f"re-trained with >= 2 training seeds (run `evonorm retrain {run} --seeds 3`); the "
                 f"search fitness is {search_fitness_text(train_seeds)}.")
     best, ref = found[0], base[0]
     test = welch_greater(best.values, ref.values)

@@ -1,7 +1,7 @@
 """Reference layers (BN-ReLU, EvoNorm-B0/S0) trained exactly like a search's candidates.
 
 The report's Pareto and progress figures place them beside the search's layers. A search does
-not evaluate them itself, so `evonorm report RUN --references` trains them once, with the run's
+not evaluate them itself, so `evonorm retrain RUN --references` trains them once, with the run's
 own data split and full-training settings on each anchor architecture, and keeps the result in
 `RUN/references.json`, which later reports read without training again.
 """

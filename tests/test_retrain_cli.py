@@ -1,0 +1,70 @@
+"""`evonorm retrain` trains into the run folder under the run lock; `evonorm report` only reads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from evonorm.cli import main as cli_main
+from evonorm.search.lock import RunLock
+from evonorm.search.retrain import RETRAIN_FILE, read_rows
+
+from test_report_store import make_store
+
+
+def _files(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_retrain_beside_a_live_search_exits_2_in_one_line(tmp_path):
+    run = tmp_path / "run"
+    make_store(run)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from evonorm.search.lock import RunLock; RunLock(sys.argv[1]).acquire(); "
+        "print('held', flush=True); time.sleep(60)"), str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        res = subprocess.run([sys.executable, "-m", "evonorm.cli", "retrain", str(run), "--seeds", "2"],
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "in use by process" in res.stderr
+    assert not (run / RETRAIN_FILE).exists()
+
+
+def test_retrain_writes_its_rows_and_the_report_reads_them(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    import evonorm.train
+
+    run = tmp_path / "run"
+    make_store(run)
+
+    def fake_train(spec, data, cfg, **kw):
+        return SimpleNamespace(status="ok", accuracy=0.4 + cfg.seed % 7 / 100, failed_step=None)
+
+    monkeypatch.setattr(evonorm.train, "train", fake_train)
+    monkeypatch.setattr("evonorm.search.evaluator.search_dataset", lambda cfg: None)
+    assert cli_main(["retrain", str(run), "--seeds", "2", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "retrain [8/8]" in out and "evonorm report" in out  # a line per (layer, seed)
+    assert len(read_rows(run)) == 8
+    RunLock(run).acquire().release()  # released at the end
+
+    before = _files(run)
+    assert cli_main(["report", str(run)]) == 0
+    after = _files(run)
+    written = {name for name in after if before.get(name) != after[name]}
+    assert written and all(n == "report.html" or n.startswith("report/") for n in written)
+    assert "Welch" in (run / "report.html").read_text()
+
+
+def test_report_has_no_training_flags():
+    for flag in ("--seeds", "--retrain-top", "--references"):
+        with pytest.raises(SystemExit) as exc:
+            cli_main(["report", "RUN", flag, "3"])
+        assert exc.value.code == 2
