@@ -24,3 +24,20 @@ if [ ! -f "$STAMP" ]; then
 fi
 export PATH="$VENV/bin:$PATH"
 cd "$ROOT"
+
+# Fashion-MNIST (Debian's dataset-fashion-mnist), the real data of the main job and of the tests that
+# need it: installed where this runs as root with apt-get, else one line on how to install it.
+ensure_fashion_mnist() {
+    local system=/usr/share/datasets/fashion-mnist
+    local user="${EVONORM_DATA:-$HOME/.cache/evonorm/data}/fashion-mnist"
+    [ -d "$system" ] || [ -d "$user" ] && return 0
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        echo "installing Fashion-MNIST (apt-get install dataset-fashion-mnist)" >&2
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) \
+            >/dev/null 2>&1 || echo "apt-get could not install dataset-fashion-mnist" >&2
+    fi
+    [ -d "$system" ] && return 0
+    echo "Fashion-MNIST is not installed and cannot be installed here (needs root and apt-get): run" \
+         "'sudo apt-get install dataset-fashion-mnist' or put its IDX files in $user" >&2
+    return 1
+}

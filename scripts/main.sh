@@ -8,20 +8,7 @@
 # seeds (`evonorm retrain`) before the report, so its first sentence can say whether a found layer beats them.
 source "$(dirname "$0")/env.sh"
 RUN="${EVONORM_RUN:-runs/main}"
-FASHION=/usr/share/datasets/fashion-mnist
-USER_FASHION="${EVONORM_DATA:-$HOME/.cache/evonorm/data}/fashion-mnist"
-if [ ! -d "$FASHION" ] && [ ! -d "$USER_FASHION" ]; then
-    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-        echo "installing Fashion-MNIST (apt-get install dataset-fashion-mnist)" >&2
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) \
-            >/dev/null 2>&1 || echo "main.sh: apt-get could not install dataset-fashion-mnist" >&2
-    fi
-    if [ ! -d "$FASHION" ]; then
-        echo "main.sh: Fashion-MNIST is not installed and cannot be installed here (needs root and" \
-             "apt-get): run 'sudo apt-get install dataset-fashion-mnist' or put its IDX files in" \
-             "$USER_FASHION; or run 'scripts/main.sh --dataset synthetic' for the built-in synthetic task" >&2
-    fi
-fi
+ensure_fashion_mnist || echo "main.sh: or run 'scripts/main.sh --dataset synthetic' for the built-in synthetic task" >&2
 if [ -f "$RUN/store.sqlite" ]; then
     evonorm resume "$RUN"
 else

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# The test command: sets up ./.venv on a fresh machine, then runs the test suite.
-# Extra arguments go to pytest (e.g. `scripts/test.sh -m slow` for the heavy, bounded runs).
+# The test command: sets up ./.venv on a fresh machine, installs Fashion-MNIST where it can (as
+# scripts/main.sh does; without it the tests that need it skip, naming the install command), then
+# runs the test suite. Extra arguments go to pytest (e.g. `scripts/test.sh -m slow` for the heavy,
+# bounded runs).
 source "$(dirname "$0")/env.sh"
+ensure_fashion_mnist || true
 exec python -m pytest "$@"

@@ -13,6 +13,33 @@ if not torch.cuda.is_available():
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+NO_DATA_ENV = "EVONORM_TEST_HIDE_FASHION_MNIST"
+"""Set to 1, the suite runs as on a machine without Fashion-MNIST (tests/test_no_data.py uses it)."""
+
+FASHION_MISSING = ("Fashion-MNIST is not installed: run `apt-get install dataset-fashion-mnist` as root "
+                   "(scripts/test.sh does where it can) or put its IDX files in $EVONORM_DATA/fashion-mnist")
+
+
+def pytest_configure(config):
+    if os.environ.get(NO_DATA_ENV) == "1":
+        import evonorm.data
+
+        hidden = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"evonorm-no-data-{os.getpid()}")
+        evonorm.data.FASHION_MNIST_SYSTEM_DIR = evonorm.data.Path(hidden, "absent")
+        os.environ["EVONORM_DATA"] = hidden
+
+
+def pytest_collection_modifyitems(config, items):
+    import evonorm.data
+
+    if evonorm.data.default_dataset_name() == "fashion_mnist":
+        return
+    skip = pytest.mark.skip(reason=FASHION_MISSING)
+    for item in items:
+        if "fashion_mnist" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -145,6 +145,7 @@ def test_a_calibration_depends_on_the_proxy_not_on_the_search_strategy():
 
 
 @pytest.mark.slow
+@pytest.mark.fashion_mnist
 def test_demo_references_pass_the_quality_test_on_fashion_mnist():
     """The calibrated `demo` preset's quality test (what a search runs: its first training
     stage, the mean of its `train_seeds` runs per architecture, scored against the bar) passes

@@ -37,6 +37,7 @@ def test_budget_cut_and_metric():
     assert first_full_at(cands[1:3], stages=2) is None
 
 
+@pytest.mark.fashion_mnist
 def test_both_arms_share_everything_but_the_algorithm():
     evo, rnd = (run_config("scratch", a, 3, 600.0).to_dict() for a in ("evolution", "random"))
     assert {k for k in evo if evo[k] != rnd[k]} == {"algorithm"}

@@ -145,7 +145,7 @@ def test_groups_reach_every_layer_with_group_statistics(synthetic):
         assert max(default) > 2 and two <= {1, 2} and 2 in two, (layer, default, two)
     with pytest.raises(ValueError, match="groups"):
         TrainConfig(groups=0)
-    demo = search_preset("demo").with_dataset()
+    demo = search_preset("demo")
     assert train_config(demo, "resnet50_cifar").layer_kwargs() == {}  # the layers' own 32
     # 32 groups x the proxy's width 1/16 would keep the paper's channels per group
     two = demo.replace(train={**demo.train, "groups": 2})
@@ -197,6 +197,7 @@ def test_list_command(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.fashion_mnist
 def test_fashion_mnist_small_preset_learns_with_bn_relu_and_evonorm_s0():
     """Real data: the `small` preset (about a minute per layer on 2 idle cores; README numbers)."""
     ds = load_dataset("fashion_mnist")
