@@ -119,11 +119,11 @@ def test_onnx_every_layer(name, dynamo):
 
 def test_export_takes_the_plain_path_and_eager_keeps_the_kernel(monkeypatch):
     """The hand-written kernel runs in eager use; tracing and exporting never reach it."""
-    from evonorm.layers import _evonorm_b_fn
+    from evonorm.layers.kernels import evonorm_b_cpu
 
     calls = []
-    original = _evonorm_b_fn.EvoNormBFunction.apply
-    monkeypatch.setattr(_evonorm_b_fn.EvoNormBFunction, "apply",
+    original = evonorm_b_cpu.EvoNormBFunction.apply
+    monkeypatch.setattr(evonorm_b_cpu.EvoNormBFunction, "apply",
                         staticmethod(lambda *a: calls.append(1) or original(*a)))
     model = _model("evonorm_b0")
     calls.clear()

@@ -9,9 +9,10 @@ import torch
 
 from evonorm.layers import create_norm_act
 from evonorm.layers._common import update_running_var
-from evonorm.layers._formula import b_formula, resolve_impl, s_formula
+from evonorm.layers._formula import b_formula, s_formula
+from evonorm.layers.impl import resolve_impl
 
-triton_evonorm = pytest.importorskip("evonorm.layers._triton_evonorm")
+triton_evonorm = pytest.importorskip("evonorm.layers.kernels.evonorm_triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 EVONORMS = ["evonorm_b0", "evonorm_b1", "evonorm_b2", "evonorm_s0", "evonorm_s1", "evonorm_s2"]

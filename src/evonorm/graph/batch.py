@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from evonorm.layers.sync import SyncGroup, batch_stat_synced, sync_active
+from evonorm.layers.sync_stats import SyncGroup, batch_stat_synced, sync_active
 
 RUNNING = {"mean": ("running_mean", 0.0), "std": ("running_var", 1.0), "rms": ("running_sq", 1.0)}
 """Per statistic: the running buffer's name and initial value."""
@@ -80,12 +80,19 @@ class BatchStat(nn.Module):
     def extra_repr(self) -> str:
         return f"{self.stat}, eps={self.eps}, momentum={self.momentum}"
 
+    def synced(self) -> SyncedBatchStat:
+        """This node as one that can all-reduce: what `convert_sync_norm_act` puts in its place."""
+        return SyncedBatchStat.from_plain(self)
+
 
 class SyncedBatchStat(BatchStat):
     """A batch op whose training statistic covers every rank's batch: what `convert_sync_norm_act` puts
     in place of a BatchStat (a subclass, so the self-contained source `to_python` copies stays as is)."""
 
     sync: SyncGroup | None = None
+
+    def synced(self) -> SyncedBatchStat:
+        return self
 
     @classmethod
     def from_plain(cls, node: BatchStat) -> SyncedBatchStat:

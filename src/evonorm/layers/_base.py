@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from evonorm.layers._common import affine, check_input
-from evonorm.layers._formula import IMPLS
+from evonorm.layers.impl import IMPLS
 from evonorm.layers.tracing import exporting, fx_leaf
 
 

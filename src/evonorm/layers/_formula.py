@@ -1,15 +1,15 @@
 """The EvoNorm formulas written plainly, for two uses.
 
-1. Under torch.compile (impl="compile"): Inductor fuses these formulas into a few Triton kernels on a GPU
-   (its min-cut partitioner saves about the input alone for backward). The default on CUDA is the hand-written
-   Triton kernels (`_triton_evonorm.py`); on CPU the hand-written autograd kernels (`_evonorm_*_fn.py`).
+1. Under torch.compile (impl="compile", the default on CUDA): Inductor fuses these formulas into a few
+   Triton kernels on a GPU (its min-cut partitioner saves about the input alone for backward). On CPU the
+   default is the hand-written autograd kernels (`kernels/evonorm_*_cpu.py`); the hand-written Triton
+   kernels (`kernels/evonorm_triton.py`) run only when asked for (impl="triton").
 2. Double backprop (create_graph=True, e.g. the search's stability test): the hand-written kernels' backward
    then differentiates these formulas with autograd, so second derivatives are exact too.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
@@ -62,43 +62,6 @@ def b_formula(x: torch.Tensor, v: Optional[torch.Tensor], weight: torch.Tensor, 
         inst = (x3 + 1) * rms if variant == 1 else rms - x3
     y = x3 / torch.maximum(bstd, inst) * weight.to(ct).view(1, -1, 1) + bias.to(ct).view(1, -1, 1)
     return y.reshape(x.shape).to(x.dtype), var_c.detach().flatten()
-
-
-@functools.cache
-def compiled(kind: str):
-    """torch.compile'd `s_formula` or `b_formula` (compiled on first call, per shape class)."""
-    return torch.compile(s_formula if kind == "s" else b_formula)
-
-
-def resolve_impl(impl: str, x: torch.Tensor) -> str:
-    """The path a layer takes for `x`: "auto" is the compiled formula on CUDA (when Triton imports), the
-    hand-written autograd kernel elsewhere; any other impl as named. The Triton kernels (`impl="triton"`)
-    become the CUDA default once they have been built and timed on a real GPU: so far they have only run in
-    Triton's interpreter."""
-    if impl == "auto":
-        return "compile" if x.is_cuda and _has_triton() else "kernel"
-    return impl
-
-
-def triton_kernels():
-    """The Triton kernel module, imported on first use (Triton is optional)."""
-    if not _has_triton():
-        raise ImportError("impl='triton' needs the triton package (pip install triton)")
-    from evonorm.layers import _triton_evonorm
-
-    return _triton_evonorm
-
-
-@functools.cache
-def _has_triton() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-IMPLS = ("auto", "kernel", "compile", "triton")
 
 
 def differentiable_grads(formula, tensors, args, dy):

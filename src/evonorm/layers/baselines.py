@@ -13,7 +13,8 @@ from torch import nn
 
 from evonorm.layers._common import affine, check_input, compute_dtype
 from evonorm.layers.tracing import fx_leaf
-from evonorm.layers.sync import SyncGroup, batch_norm_synced, sync_active
+from evonorm.layers.sync import batch_norm_synced
+from evonorm.layers.sync_stats import SyncGroup, sync_active
 from evonorm.stats import resolve_groups
 
 

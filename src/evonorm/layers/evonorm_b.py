@@ -10,10 +10,11 @@ import torch
 
 from evonorm.layers._base import EvoNormBase
 from evonorm.layers._common import check_input, update_running_var
-from evonorm.layers._evonorm_b_fn import B0, B1, B2, EvoNormBFunction
-from evonorm.layers._formula import compiled, resolve_impl, triton_kernels
+from evonorm.layers.impl import compiled, resolve_impl, triton_kernels
+from evonorm.layers.kernels.evonorm_b_cpu import B0, B1, B2, EvoNormBFunction
 from evonorm.layers._plain import b_plain
-from evonorm.layers.sync import SyncGroup, b_norm_act_synced, sync_active
+from evonorm.layers.sync import b_norm_act_synced
+from evonorm.layers.sync_stats import SyncGroup, sync_active
 
 torch.fx.wrap("b_plain")  # one leaf node under torch.fx.symbolic_trace
 

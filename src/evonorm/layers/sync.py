@@ -11,44 +11,14 @@ gloo (CPU) and nccl (CUDA). Outside an initialised process group the layers comp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from evonorm.layers._common import compute_dtype, update_running_var
 from evonorm.layers._formula import b_formula
-
-
-@dataclass(frozen=True)
-class SyncGroup:
-    """Set as `layer.sync` by `convert_sync_norm_act`: the group to all-reduce over (None: the default)."""
-
-    group: Any = None
-
-
-def sync_active(sync: SyncGroup | None) -> bool:
-    """Whether a layer with this `sync` setting all-reduces now (an initialised group with > 1 rank)."""
-    return (sync is not None and dist.is_available() and dist.is_initialized()
-            and dist.get_world_size(sync.group) > 1)
-
-
-def global_moments(x: torch.Tensor, sync: SyncGroup) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Per-channel mean and biased variance of `x` (N, C, ...) over every rank's batch, differentiably,
-    and the number of values per channel summed over the ranks (two all-reduces: sums and count, then the
-    centred sums of squares, which keeps the variance exact where sum(x^2) - n mean^2 would cancel)."""
-    from torch.distributed.nn.functional import all_reduce
-
-    dims = [0] + list(range(2, x.dim()))
-    local = x.numel() // x.shape[1]
-    sums = all_reduce(torch.cat([x.sum(dims), x.new_tensor([float(local)])]), group=sync.group)
-    count = sums[-1].detach()
-    shape = (1, -1) + (1,) * (x.dim() - 2)
-    mean = sums[:-1] / count
-    var = all_reduce((x - mean.view(shape)).square().sum(dims), group=sync.group) / count
-    return mean, var, int(count.item())
+from evonorm.layers.sync_stats import SyncGroup, global_moments
 
 
 def b_norm_act_synced(x: torch.Tensor, v, weight, bias, running_var: torch.Tensor, momentum: float, eps: float,
@@ -72,24 +42,6 @@ def batch_norm_synced(x: torch.Tensor, bn: nn.BatchNorm2d, sync: SyncGroup) -> t
         bn.running_mean.mul_(1.0 - m).add_(mean.detach().to(bn.running_mean.dtype), alpha=m)
     update_running_var(bn.running_var, var.detach(), count, m)
     return y
-
-
-def batch_stat_synced(h: torch.Tensor, x: torch.Tensor, stat: str, eps: float,
-                      sync: SyncGroup) -> tuple[torch.Tensor, torch.Tensor]:
-    """A graph layer's batch op over every rank: (statistic (1, C, 1, 1), update for its running buffer),
-    as `evonorm.graph.batch.batch_stat_train` computes them on one process's batch."""
-    hc = h.to(compute_dtype(h.dtype))
-    mean, var, count_h = global_moments(hc, sync)
-    if stat == "mean":
-        r, update = mean, mean
-    elif stat == "std":
-        per_h = h.numel() // h.shape[1]
-        count = count_h * (x.numel() // x.shape[1]) // per_h  # the layer input's count, as on one process
-        r, update = (var + eps).sqrt(), var * (count / (count - 1) if count > 1 else 1.0)
-    else:
-        sq = var + mean.square()
-        r, update = (sq + eps).sqrt(), sq
-    return r.view(1, -1, 1, 1).to(h.dtype), update.detach()
 
 
 _TORCH_BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
@@ -117,10 +69,9 @@ def convert_sync_norm_act(module: nn.Module, process_group: Any = None) -> nn.Mo
 
 
 def _convert(module: nn.Module, sync: SyncGroup) -> nn.Module:
-    from evonorm.graph.batch import BatchStat, SyncedBatchStat  # graph builds on layers: imported here
-
-    if type(module) is BatchStat:
-        module = SyncedBatchStat.from_plain(module)
+    synced = getattr(module, "synced", None)  # a module that must change class to synchronise says how
+    if callable(synced):
+        module = synced()
     if _syncable(module):
         module.sync = sync
     if type(module) in _TORCH_BATCHNORMS:

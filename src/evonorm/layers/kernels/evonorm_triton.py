@@ -1,4 +1,5 @@
-"""Triton kernels for the six EvoNorm layers (impl="triton"; the default on CUDA when Triton imports).
+"""Triton kernels for the six EvoNorm layers (impl="triton", only when asked for: on CUDA `auto` runs the
+compiled formula until these kernels have been built and timed on a real GPU).
 
 Why hand-written: on a GPU the cost of these layers is the number of passes over memory and of kernel launches,
 so statistics and the element-wise part are fused here.

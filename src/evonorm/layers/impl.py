@@ -1,0 +1,47 @@
+"""Which implementation an EvoNorm layer runs (`impl`): the hand-written kernels, the compiled formula,
+or the Triton kernels. Triton and torch.compile are imported only when a layer first needs them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from evonorm.layers._formula import b_formula, s_formula
+
+IMPLS = ("auto", "kernel", "compile", "triton")
+
+
+@functools.cache
+def compiled(kind: str):
+    """torch.compile'd `s_formula` or `b_formula` (compiled on first call, per shape class)."""
+    return torch.compile(s_formula if kind == "s" else b_formula)
+
+
+def resolve_impl(impl: str, x: torch.Tensor) -> str:
+    """The path a layer takes for `x`: "auto" is the compiled formula on CUDA (when Triton imports), the
+    hand-written autograd kernel elsewhere; any other impl as named. The Triton kernels (`impl="triton"`)
+    become the CUDA default once they have been built and timed on a real GPU: so far they have only run in
+    Triton's interpreter."""
+    if impl == "auto":
+        return "compile" if x.is_cuda and _has_triton() else "kernel"
+    return impl
+
+
+def triton_kernels():
+    """The Triton kernel module, imported on first use (Triton is optional)."""
+    if not _has_triton():
+        raise ImportError("impl='triton' needs the triton package (pip install triton)")
+    from evonorm.layers.kernels import evonorm_triton  # optional dependency: on use
+
+    return evonorm_triton
+
+
+@functools.cache
+def _has_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
