@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from evonorm.layers import create_norm_act, list_norm_acts
-from evonorm.stats import resolve_groups
+from evonorm.layers import resolve_groups
 
 DEFAULT_SHAPES = ["128,64,24,24", "128,16,24,24", "8,256,14,14", "32,128,16,16"]
 REF = "torch BatchNorm2d+ReLU"

@@ -2,7 +2,7 @@ import subprocess
 import sys
 
 from evonorm.cli import COMMANDS, main
-from evonorm.stats import resolve_groups
+from evonorm.layers import resolve_groups
 
 
 def test_help_lists_every_command(capsys):

@@ -17,7 +17,7 @@ from evonorm.layers import (
     is_batch_dependent,
     list_norm_acts,
 )
-from evonorm.stats import resolve_groups
+from evonorm.layers import resolve_groups
 
 EVONORMS = ["evonorm_b0", "evonorm_b1", "evonorm_b2", "evonorm_s0", "evonorm_s1", "evonorm_s2"]
 BASELINES = ["bn_relu", "bn_prelu", "bn_swish1", "bn_swish", "gn_relu", "gn_swish", "frn", "ln_relu",

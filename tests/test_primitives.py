@@ -6,7 +6,7 @@ import torch
 
 from evonorm.graph import primitives as P
 from evonorm.graph.batch import BatchStat
-from evonorm.stats import resolve_groups
+from evonorm.layers import resolve_groups
 
 EPS = 1e-5
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from evonorm.report.welch import betainc, t_sf, welch_greater
+from evonorm.stats import betainc, t_sf, welch_greater
 
 
 def test_t_tail_matches_closed_forms():

@@ -1,21 +1,83 @@
-"""Shared statistics helpers used by the hand-written layers and the graph primitives alike."""
+"""Small statistics without scipy (not a dependency): mean and sample standard deviation, and
+Welch's unequal-variance t-test, one-sided, for the report's verdict and the calibration's tables.
+
+The Student-t tail comes from the regularized incomplete beta function, evaluated with the
+continued fraction of Numerical Recipes (Lentz's method) and `math.lgamma`.
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import Sequence
 
-def resolve_groups(num_channels: int, groups: int, group_size: int | None = None) -> int:
-    """The group count actually used: the largest divisor of C that is <= `groups` (SPEC); or, given
-    `group_size` (timm's argument), C / group_size groups of that many channels (C must be a multiple).
 
-    Example: C=24, groups=32 -> 24; C=48, groups=32 -> 24; C=3 -> 3; C=1 -> 1; C=48, group_size=16 -> 3.
-    """
-    if group_size:
-        if group_size < 1 or num_channels % group_size:
-            raise ValueError(f"group_size must divide num_channels, got {group_size} for {num_channels}")
-        return num_channels // group_size
-    if num_channels < 1 or groups < 1:
-        raise ValueError(f"need num_channels >= 1 and groups >= 1, got {num_channels}, {groups}")
-    for g in range(min(groups, num_channels), 0, -1):
-        if num_channels % g == 0:
-            return g
-    return 1
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
+    if not (a > 0 and b > 0 and 0.0 <= x <= 1.0):
+        raise ValueError(f"betainc needs a, b > 0 and 0 <= x <= 1, got {a}, {b}, {x}")
+    if x in (0.0, 1.0):
+        return x
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x))
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast on this side only
+        return 1.0 - betainc(b, a, 1.0 - x)
+    return front * _beta_fraction(a, b, x) / a
+
+
+def _beta_fraction(a: float, b: float, x: float, *, iterations: int = 300, tol: float = 1e-15) -> float:
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, iterations + 1):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < tol:
+            break
+    return h
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with `df` (> 0, not necessarily whole) degrees of freedom."""
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+@dataclass(frozen=True)
+class WelchResult:
+    """Welch's t for mean(a) - mean(b), its degrees of freedom and the one-sided p of a > b."""
+
+    diff: float
+    t: float
+    df: float
+    p: float
+
+
+def mean_std(xs: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n - 1; 0 for a single value)."""
+    m = sum(xs) / len(xs)
+    return m, (math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0)
+
+
+def welch_greater(a: Sequence[float], b: Sequence[float]) -> WelchResult:
+    """One-sided Welch test of H1 mean(a) > mean(b); both need >= 2 values."""
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"Welch's test needs >= 2 values per group, got {len(a)} and {len(b)}")
+    (ma, sa), (mb, sb) = mean_std(a), mean_std(b)
+    va, vb = sa * sa / len(a), sb * sb / len(b)
+    diff = ma - mb
+    se2 = va + vb
+    if se2 == 0.0:  # no spread at all: the sign of the difference decides
+        return WelchResult(diff, math.copysign(math.inf, diff) if diff else 0.0, math.inf,
+                           0.0 if diff > 0 else (0.5 if diff == 0 else 1.0))
+    t = diff / math.sqrt(se2)
+    df = se2 * se2 / ((va * va / (len(a) - 1) if va else 0.0) + (vb * vb / (len(b) - 1) if vb else 0.0))
+    return WelchResult(diff, t, df, t_sf(t, df))

@@ -16,7 +16,7 @@ from evonorm.graph import primitives as P
 from evonorm.graph.batch import BatchStat, batch_stat_eval, batch_stat_train
 from evonorm.graph.graph import INPUTS, NUM_INPUTS, Graph
 from evonorm.layers.tracing import fx_leaf
-from evonorm.stats import resolve_groups
+from evonorm.layers import resolve_groups
 
 
 def full_shape_nodes(graph: Graph) -> set[int]:

@@ -17,7 +17,7 @@ from evonorm.graph import batch as B
 from evonorm.graph import primitives as P
 from evonorm.graph.compile import full_shape_nodes
 from evonorm.graph.graph import INPUTS, NUM_INPUTS, Graph
-from evonorm.stats import resolve_groups
+from evonorm.layers import resolve_groups
 
 _HELPER_ORDER = ("_compute_dtype", "_reduce", "_group")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from evonorm.layers._base import EvoNormBase
+from evonorm.layers._common import resolve_groups
 from evonorm.layers.impl import compiled, resolve_impl, triton_kernels
 from evonorm.layers.kernels.evonorm_s_cpu import S0, S1, S2, EvoNormSFunction
 from evonorm.layers._plain import s_plain
-from evonorm.stats import resolve_groups
 
 torch.fx.wrap("s_plain")  # one leaf node under torch.fx.symbolic_trace
 

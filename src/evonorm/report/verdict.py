@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from evonorm.report.welch import mean_std, welch_greater
+from evonorm.stats import mean_std, welch_greater
 from evonorm.search.retrain import RetrainRow
 
 ALPHA = 0.05

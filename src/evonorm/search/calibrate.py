@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from evonorm.search.config import SearchConfig
+from evonorm.stats import mean_std
 
 RUNS_NAME = "runs.jsonl"
 SETUP_NAME = "calibration.json"
@@ -272,11 +273,6 @@ def run_jobs(jobs: Iterable[Job], cfg: SearchConfig, out: Path, *, workers: int,
 
 # ----------------------------------------------------------------------------- summary
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    mean = statistics.fmean(values)
-    return mean, statistics.stdev(values) if len(values) > 1 else 0.0
-
-
 @dataclass
 class Summary:
     """The numbers a calibration is judged by (fitness = mean held-out accuracy over archs)."""
@@ -347,13 +343,13 @@ def format_summary(s: Summary, bar: float, train_seeds: int = 1) -> str:
              "|---|---|---|---|---|"]
     for name, d in s.references.items():
         fit = d["fitness"]
-        fit_text = (f"{_pct(_mean_std(fit)[0])} +- {_pct(_mean_std(fit)[1])} (n={len(fit)})"
+        fit_text = (f"{_pct(mean_std(fit)[0])} +- {_pct(mean_std(fit)[1])} (n={len(fit)})"
                     if fit else "-")
         for i, a in enumerate(s.archs):
             q = " ".join(f"{'P' if p else 'F'}({_pct(acc)})"
                          for p, acc in zip(d["quality_pass"][a], d["quality"][a]))
             accs = d["accuracies"][a]
-            acc_text = f"{_pct(_mean_std(accs)[0])} +- {_pct(_mean_std(accs)[1])}" if accs else "-"
+            acc_text = f"{_pct(mean_std(accs)[0])} +- {_pct(mean_std(accs)[1])}" if accs else "-"
             lines.append(f"| {name if i == 0 else ''} | {a} | {q} | {acc_text} | "
                          f"{fit_text if i == 0 else ''} |")
     rej = ", ".join(f"{k} {v}" for k, v in sorted(s.random_rejected.items())) or "none"
