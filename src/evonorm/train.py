@@ -254,7 +254,9 @@ class Run:
         return self.ok
 
     def state(self) -> dict:
-        """What `restore` needs to go on exactly as if never stopped (for a checkpoint)."""
+        """What `restore` needs to go on exactly as if never stopped (for a checkpoint): tensors
+        and plain data only (dicts, lists, tuples, numbers, strings), so a checkpoint of it loads
+        with `torch.load(..., weights_only=True)` and reading one never unpickles code."""
         return {"model": self.model.state_dict(), "opt": self.opt.state_dict(),
                 "rng": torch.get_rng_state(), "result": asdict(self.result), "timed": self._timed}
 
