@@ -139,3 +139,26 @@ def report_result(result, run: Path, top: int) -> None:
     print(f"search {'complete' if result.complete else 'stopped'}: {result.done}/{result.budget} "
           f"candidates in {run} | {t.line()}")
     print(summary_table(run, top=top))
+
+
+DATA_HELP = ("your own images: a .npz file with x (N x H x W, N x H x W x C or N x C x H x W; uint8 "
+             "or float) and y (integer labels 0..K-1), optionally x_test / y_test (else a "
+             "held-out fifth is the test set); the run stores its absolute path and checksum")
+
+
+def dataset_arg(dataset: str | None, data: str | None) -> str | None:
+    """The dataset a command was given: `--dataset NAME` or `--data FILE.npz` (as its absolute
+    path), not both; the file itself is read and checked with the rest of the setup."""
+    if data is None:
+        return dataset
+    if dataset is not None:
+        raise CommandError("--data and --dataset name the data twice: give one of them")
+    from evonorm.data import is_npz
+
+    if not is_npz(data):
+        raise CommandError(f"--data takes a .npz file (numpy.savez(path, x=images, y=labels)), "
+                           f"got {data!r}")
+    try:
+        return os.path.abspath(data)
+    except (OSError, ValueError) as err:
+        raise CommandError(f"--data {data!r}: {err}") from None

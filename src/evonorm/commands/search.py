@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import (check_device, check_executor, check_workers, report_result,
-                                      run_lock, write_errors)
+from evonorm.commands._common import (DATA_HELP, check_device, check_executor, check_workers,
+                                      dataset_arg, report_result, run_lock, write_errors)
 
 
 def build_parser() -> ArgumentParser:
@@ -38,6 +38,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
                    "(default: the preset's, else fashion_mnist, which must be installed; the "
                    "synthetic set only when named)")
+    p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
     p.add_argument("--data-root", default=None, help="folder holding the dataset files")
     p.add_argument("--n-train", type=int, default=None, help="training images used (seeded subset)")
     p.add_argument("--archs", default=None, help="comma-separated anchor architectures")
@@ -82,7 +83,7 @@ def config_from_args(args):
                   else {"stages": (), "quality_steps": 50, "train_seeds": 1})
     try:
         return get_preset(args.preset, space=args.space, algorithm=args.algorithm,
-                          budget=args.budget, budget_seconds=args.budget_seconds, **staged, dataset=args.dataset, data_root=args.data_root,
+                          budget=args.budget, budget_seconds=args.budget_seconds, **staged, dataset=dataset_arg(args.dataset, args.data), data_root=args.data_root,
                           n_train=args.n_train, archs=archs, workers=args.workers,
                           executor=args.executor, address=args.address, timeout=args.timeout,
                           window=args.window, criterion=args.criterion, seed=args.seed,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
+from evonorm.commands._common import DATA_HELP, dataset_arg
 
 
 def build_parser() -> ArgumentParser:
@@ -22,6 +23,7 @@ def build_parser() -> ArgumentParser:
                    "paper-s (default small)")
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
                    "(default: fashion_mnist when installed, else synthetic)")
+    p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
     p.add_argument("--data-root", default=None, help="folder holding the dataset files")
     p.add_argument("--download", action="store_true", help="download CIFAR (checksummed) if absent")
     p.add_argument("--holdout", type=float, default=None, metavar="FRAC",
@@ -77,6 +79,7 @@ def main(argv: list[str]) -> int:
         if value is not None and value < 1:
             raise CommandError(f"{flag} must be >= 1, got {value}")
     device = check_device(args.device)
+    dataset = dataset_arg(args.dataset, args.data)
     if args.out is not None:
         check_writable(args.out)
     torch.set_num_threads(args.threads or min(2, os.cpu_count() or 1))
@@ -88,7 +91,7 @@ def main(argv: list[str]) -> int:
                          device=device)
         layer_kw = {} if args.groups is None else {"groups": args.groups}
         factory = resolve_norm_act(read_layer(args.layer), **layer_kw)
-        name = args.dataset or default_dataset_name()
+        name = dataset or default_dataset_name()
         ds = load_dataset(name, args.data_root, download=args.download, seed=args.seed)
         if args.holdout is not None:
             ds = holdout_split(ds, args.holdout, seed=args.seed)

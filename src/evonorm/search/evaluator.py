@@ -34,15 +34,16 @@ def search_dataset(cfg: SearchConfig):
     if cfg.dataset is None:
         raise ValueError("the search config names no dataset (SearchConfig.with_dataset() "
                          "resolves the default when a run starts)")
-    return _load_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed, cfg.device)
+    return _load_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed, cfg.device,
+                       cfg.data_sha256)
 
 
 @lru_cache(maxsize=4)
 def _load_split(name: str, root: str | None, n_train: int | None, holdout: float, seed: int,
-                device: str):
+                device: str, sha256: str | None = None):
     from evonorm.data import holdout_split, load_dataset, to_device
 
-    ds = load_dataset(name, root, n_train=n_train, seed=seed)
+    ds = load_dataset(name, root, n_train=n_train, seed=seed, sha256=sha256)
     return to_device(holdout_split(ds, frac=holdout, seed=seed), device)
 
 

@@ -119,15 +119,15 @@ def rerank_dataset(cfg: SearchConfig):
     if cfg.dataset is None:
         raise ValueError("the search config names no dataset")
     return _load_rerank_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed,
-                              cfg.device)
+                              cfg.device, cfg.data_sha256)
 
 
 @lru_cache(maxsize=2)
 def _load_rerank_split(name: str, root: str | None, n_train: int | None, holdout: float,
-                       seed: int, device: str):
+                       seed: int, device: str, sha256: str | None = None):
     from evonorm.data import load_dataset, to_device
 
-    full = load_dataset(name, root, seed=seed)
+    full = load_dataset(name, root, seed=seed, sha256=sha256)
     return to_device(outside_holdout(full, n_train, holdout, seed), device)
 
 
