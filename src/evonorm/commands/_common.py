@@ -162,3 +162,10 @@ def dataset_arg(dataset: str | None, data: str | None) -> str | None:
         return os.path.abspath(data)
     except (OSError, ValueError) as err:
         raise CommandError(f"--data {data!r}: {err}") from None
+
+
+ARCH_HELP = ("architecture: a built-in name (evonorm list archs; default resnet50_cifar), timm:NAME "
+             "(a timm model, the layer at every BatchNorm-activation pair), or MODULE:FUNCTION (your "
+             "builder fn(norm_act, num_classes, in_chans) -> nn.Module, where norm_act(num_features) "
+             "builds the layer; MODULE is imported from the working directory or the installed "
+             "packages); width applies to the built-in ones only")

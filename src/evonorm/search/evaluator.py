@@ -58,6 +58,7 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
     search's full training restarts its cosine at each stage (`restarts`), here as in
     `train_stages`, so a reference or re-training run is the candidates' full run.
     """
+    from evonorm.models import is_builtin
     from evonorm.train import PRESETS
 
     setting = setting or cfg.training
@@ -70,6 +71,8 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
     if setting.presized:  # the data is already the run's subset: the preset must not cut it again
         over.setdefault("n_train", None)
         over.setdefault("n_test", None)
+    if not is_builtin(arch) and "width" not in cfg.arch_train.get(arch, {}):
+        over.pop("width", None)  # a preset's width is for the built-in architectures
     over.update(arch=arch, seed=cfg.seed, device=cfg.device)
     if staged:
         full = over.get("steps", PRESETS[setting.preset].steps)

@@ -35,11 +35,11 @@ class Setting:
     steps: int
     batch_size: int
     images: int  # training images
-    width: float
+    width: float | None  # None: an external architecture (timm:NAME, MODULE:FUNCTION), as built
 
     def text(self) -> str:
-        return (f"{self.steps} steps of {self.batch_size}, {self.images} training images, "
-                f"width {self.width:g}")
+        return (f"{self.steps} steps of {self.batch_size}, {self.images} training images"
+                + (f", width {self.width:g}" if self.width is not None else ""))
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class RerankPlan:
             if r.images < s.images or (r.images == s.images < self.available):
                 out.append(f"{arch} trains on {r.images} images, not more than the search's "
                            f"{s.images}")
-            if r.width < s.width:
+            if r.width is not None and s.width is not None and r.width < s.width:
                 out.append(f"{arch} has width {r.width:g}, narrower than the search's {s.width:g}")
         return out
 
