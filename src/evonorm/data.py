@@ -479,8 +479,9 @@ def read_npz_bytes(path: str | Path, *, max_bytes: int = NPZ_MAX_BYTES) -> bytes
             raise ValueError(f"{path} is {size / 2**30:.1f} GiB, more than the {max_bytes / 2**30:.1f} "
                              f"GiB a dataset may take")
         return path.read_bytes()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no such data file {path}") from None
+    except FileNotFoundError:  # a ValueError like every other problem with the file (an
+        # OSError would read as the caller's own I/O failure)
+        raise ValueError(f"no such data file {path}") from None
     except OSError as err:
         raise ValueError(f"cannot read data file {path}: {err.strerror or err}") from None
 
@@ -501,8 +502,8 @@ def load_npz(path: str | Path, *, sha256: str | None = None,
     anything else (both or neither of those axes 1 or 3) is refused as ambiguous. Read with
     `allow_pickle=False` (an array of Python objects is refused, never unpickled); the file and
     its arrays, uncompressed, may take at most `max_bytes`. With `sha256` the file must be that
-    one (a run reads the file it started with). Every problem is a ValueError (FileNotFoundError
-    when the file is missing) naming the file and the problem, in one line.
+    one (a run reads the file it started with). Every problem, a missing file included, is a
+    ValueError naming the file and the problem, in one line.
     """
     path = Path(path)
     raw = read_npz_bytes(path, max_bytes=max_bytes)

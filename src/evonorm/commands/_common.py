@@ -169,3 +169,56 @@ ARCH_HELP = ("architecture: a built-in name (evonorm list archs; default resnet5
              "builder fn(norm_act, num_classes, in_chans) -> nn.Module, where norm_act(num_features) "
              "builds the layer; MODULE is imported from the working directory or the installed "
              "packages); width applies to the built-in ones only")
+
+
+ARCHS_HELP = ("comma-separated architectures, each a built-in name (evonorm list archs), timm:NAME "
+              "or MODULE:FUNCTION (your builder fn(norm_act, num_classes, in_chans)); default: the "
+              "preset's")
+
+
+def check_archs(archs) -> None:
+    """Each architecture a command was given is a built-in name, or an external one whose code
+    imports and fits (`evonorm.models.check_arch`): one line, exit 2, before any work."""
+    from evonorm.models import check_arch, check_arch_name, is_builtin
+
+    for arch in archs:
+        try:
+            check_arch_name(arch)
+            if not is_builtin(arch):
+                check_arch(arch)
+        except ValueError as err:
+            raise CommandError(str(err).splitlines()[0]) from None
+
+
+def probe_archs(cfg, ds) -> None:
+    """Build each external architecture of `cfg` once for the data `ds` (ValueError in one line)."""
+    from evonorm.models import is_builtin, probe_arch
+    from evonorm.search.evaluator import train_config
+
+    for arch in cfg.archs:
+        if not is_builtin(arch):
+            probe_arch(arch, num_classes=ds.num_classes, in_chans=ds.channels,
+                       **train_config(cfg, arch).layer_kwargs())
+
+
+def check_run_archs(run, archs, given) -> None:
+    """A run's MODULE:FUNCTION architectures are code named in its folder: they are imported only when
+    the user names them again (`--arch`, each given one checked), so a planted or edited run folder
+    cannot make a command import anything. timm:NAME and built-in names need nothing."""
+    from evonorm.models import is_user_code
+
+    given = [a.strip() for g in (given or []) for a in g.split(",") if a.strip()]
+    for arch in given:
+        if arch not in archs:
+            raise CommandError(f"--arch {arch} is not one of the run's architectures "
+                               f"({', '.join(archs)})")
+    missing = [a for a in archs if is_user_code(a) and a not in given]
+    if missing:
+        raise CommandError(f"run {run} builds its models with {', '.join(missing)}, code that is "
+                           f"never imported from a run folder: pass --arch {missing[0]} again to "
+                           f"use it")
+    check_archs(given)
+
+
+RUN_ARCH_HELP = ("the run's MODULE:FUNCTION architecture(s), named again (comma-separated or "
+                 "repeated): code named in a run folder is never imported otherwise")

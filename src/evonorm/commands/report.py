@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
+from evonorm.commands._common import RUN_ARCH_HELP
 
 
 def build_parser() -> ArgumentParser:
@@ -30,6 +31,8 @@ def build_parser() -> ArgumentParser:
                         "run's seed layers with N fresh training seeds each (N >= 2 for the test; "
                         "resumable, kept in RUN/retrain.jsonl); the page's first sentence then says "
                         "whether a found layer beats them beyond noise")
+    p.add_argument("--arch", action="append", default=None, metavar="MODULE:FUNCTION",
+                   help="with --references or --seeds: " + RUN_ARCH_HELP)
     p.add_argument("--retrain-top", type=int, default=3, metavar="K",
                    help="how many distinct found layers --seeds re-trains (default 3)")
     return p
@@ -56,6 +59,19 @@ def main(argv: list[str]) -> int:
         if not exists:
             raise CommandError(f"no such run folder or store: {r}")
         check_store(r)  # intact, a schema we know
+    if args.references is not None or args.seeds:  # these train models of the run's archs
+        from evonorm.commands._common import check_run_archs
+        from evonorm.search.store import Store
+
+        try:
+            with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
+                archs = store.search_config().archs
+        except (ValueError, TypeError) as err:
+            raise CommandError(str(err).splitlines()[0]) from None
+        check_run_archs(args.run, archs, args.arch)
+    elif args.arch:
+        raise CommandError("--arch applies with --references or --seeds (a plain report builds "
+                           "no model)")
     if args.references is not None:
         from evonorm.models import resolve_norm_act
         from evonorm.search.references import DEFAULT_REFERENCES, train_references

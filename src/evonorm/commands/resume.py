@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import (check_device, check_executor, check_store, check_workers,
-                                      report_result, run_lock, write_errors)
+from evonorm.commands._common import (RUN_ARCH_HELP, check_device, check_executor, check_run_archs,
+                                      check_store, check_workers, report_result, run_lock,
+                                      write_errors)
 
 
 def build_parser() -> ArgumentParser:
@@ -26,6 +27,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--address", default=None, help="Ray cluster address")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: the device the "
                    "run was started with, as stored)")
+    p.add_argument("--arch", action="append", default=None, metavar="MODULE:FUNCTION",
+                   help=RUN_ARCH_HELP)
     p.add_argument("--top", type=int, default=10, help="layers in the final table (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
@@ -51,6 +54,7 @@ def _plan(args):
         cfg = cfg.replace(**changes)
     except (ValueError, TypeError, FileNotFoundError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
+    check_run_archs(args.run, cfg.archs, args.arch)
     check_executor(cfg)
     check_workers(cfg)
     return cfg, done, pending
