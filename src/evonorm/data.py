@@ -508,8 +508,9 @@ def load_npz(path: str | Path, *, sha256: str | None = None,
     path = Path(path)
     raw = read_npz_bytes(path, max_bytes=max_bytes)
     if sha256 is not None and file_sha256(raw) != sha256:
-        raise ValueError(f"data file {path} changed since the run started (its sha256 is "
-                         f"{file_sha256(raw)[:12]}..., the run's {sha256[:12]}...)")
+        raise ValueError(f"data file {path} is not the file the run started with: changed or "
+                         f"replaced (its sha256 is {file_sha256(raw)[:12]}..., the run's "
+                         f"{sha256[:12]}...)")
 
     def bad(problem: str) -> ValueError:
         return ValueError(f"data file {path}: {problem}")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import RUN_ARCH_HELP
+from evonorm.commands._common import RUN_ARCH_HELP, dataset_arg
 
 
 def build_parser() -> ArgumentParser:
@@ -33,6 +33,8 @@ def build_parser() -> ArgumentParser:
                    "the search's; 0: one per core)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per layer before its "
                    "worker is killed (default: the search's, scaled by the rerank's extra steps)")
+    p.add_argument("--data", default=None, metavar="FILE.npz", help="the run's own data file, "
+                   "moved since the search (it must be the same file: its sha256 is checked)")
     p.add_argument("--arch", action="append", default=None, metavar="MODULE:FUNCTION",
                    help=RUN_ARCH_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -61,7 +63,8 @@ def main(argv: list[str]) -> int:
     overrides = {k: v for k, v in dict(steps=args.steps, width=args.width,
                                        n_train=args.n_train).items() if v is not None}
     kw = dict(preset=args.preset, overrides=overrides, device=device, workers=args.workers,
-              timeout=args.timeout, allow_smaller=args.allow_smaller)
+              timeout=args.timeout, allow_smaller=args.allow_smaller,
+              data=dataset_arg(None, args.data))
     try:  # the setting must be valid (and larger) before anything is trained or written
         with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
             cfg = store.search_config()

@@ -12,6 +12,7 @@ continues where it stopped, skipping the layers already reranked in the same set
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -138,13 +139,19 @@ def _images(n_train: int | None, have: int) -> int:
 
 def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | None = None,
             device: str | None = None, workers: int | None = None, timeout: float | None = None,
-            allow_smaller: bool = False) -> RerankPlan:
+            allow_smaller: bool = False, data: str | None = None) -> RerankPlan:
     """The rerank of a search run (its stored `cfg`) in the setting asked for: the search's
     rerank setting, or `preset` with `overrides`; on `device` with `workers` (default: the
-    search's). ValueError, before anything is trained or written, if the setting cannot train
-    or is not larger than the search's (unless `allow_smaller`)."""
+    search's); `data`: the run's .npz file at a new place (the same file: its sha256 is checked).
+    ValueError, before anything is trained or written, if the setting cannot train or is not
+    larger than the search's (unless `allow_smaller`)."""
     from evonorm.search.evaluator import search_dataset, train_config
 
+    if data is not None:
+        if cfg.data_sha256 is None:
+            raise ValueError(f"--data gives a moved data file, and this run trained on "
+                             f"{cfg.dataset}, not a file of its own")
+        cfg = cfg.replace(dataset=os.path.abspath(data))
     if preset is not None:
         cfg = cfg.replace(rerank_preset=preset, rerank_train=dict(overrides or {}))
     elif overrides:
@@ -214,7 +221,7 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
            overrides: dict | None = None, device: str | None = None, workers: int | None = None,
            timeout: float | None = None, allow_smaller: bool = False,
            fn: Callable[[dict], dict] | None = None, log: Callable[[str], None] | None = None,
-           every: float = 60.0) -> list[dict]:
+           every: float = 60.0, data: str | None = None) -> list[dict]:
     """Rerank a run's top layers (see `prepare` for the setting); returns its rows in this
     setting and split, best first. `fn` stands in for `train_layer` (tests; picklable by name).
     Logs the settings, then a line per finished layer and a status line every `every` seconds."""
@@ -223,7 +230,8 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     with Store(run_dir) as store:
         plan = prepare(store.search_config(), preset=preset, overrides=overrides, device=device,
-                       workers=workers, timeout=timeout, allow_smaller=allow_smaller)
+                       workers=workers, timeout=timeout, allow_smaller=allow_smaller,
+                       data=data)
         cfg = plan.cfg
         chosen = [row.best for row in top_layers(store.candidates(), top or cfg.rerank_top)]
         if not chosen:
