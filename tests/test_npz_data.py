@@ -198,3 +198,10 @@ def test_train_on_a_npz_runs_and_names_the_file(tmp_path, capsys):
     assert str(path) in capsys.readouterr().out
     import json
     assert json.loads(out.read_text())["dataset"] == str(path)
+
+
+def test_the_report_takes_the_class_count_the_run_stored():
+    from evonorm.report.data import RunData
+
+    assert RunData("r", config={"dataset": "/data/mine.npz"}, classes=4).num_classes == 4
+    assert RunData("r", config={"dataset": "cifar100"}).num_classes == 100  # older runs: by name

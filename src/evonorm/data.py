@@ -468,6 +468,10 @@ def file_sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 def read_npz_bytes(path: str | Path, *, max_bytes: int = NPZ_MAX_BYTES) -> bytes:
     """The file's bytes, or a one-line error: missing, not a file, or over `max_bytes`."""
     path = Path(path)
@@ -476,8 +480,8 @@ def read_npz_bytes(path: str | Path, *, max_bytes: int = NPZ_MAX_BYTES) -> bytes
         if not path.is_file():
             raise ValueError(f"{path} is not a file")
         if size > max_bytes:
-            raise ValueError(f"{path} is {size / 2**30:.1f} GiB, more than the {max_bytes / 2**30:.1f} "
-                             f"GiB a dataset may take")
+            raise ValueError(f"{path} is {_size(size)}, more than the {_size(max_bytes)} a "
+                             f"dataset may take")
         return path.read_bytes()
     except FileNotFoundError:  # a ValueError like every other problem with the file (an
         # OSError would read as the caller's own I/O failure)
@@ -521,8 +525,8 @@ def load_npz(path: str | Path, *, sha256: str | None = None,
     except (zipfile.BadZipFile, OSError, EOFError, ValueError):
         raise bad("not a .npz archive (save one with numpy.savez(path, x=images, y=labels))") from None
     if unpacked > max_bytes:
-        raise bad(f"its arrays take {unpacked / 2**30:.1f} GiB uncompressed, more than the "
-                  f"{max_bytes / 2**30:.1f} GiB a dataset may take")
+        raise bad(f"its arrays take {_size(unpacked)} uncompressed, more than the "
+                  f"{_size(max_bytes)} a dataset may take")
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
             names = set(npz.files)
