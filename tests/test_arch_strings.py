@@ -199,7 +199,7 @@ def test_a_run_folder_never_makes_a_command_import_its_code(user_modules, capsys
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "Traceback" not in err
-        assert ("pass --arch archplanted:build again" in err
+        assert ("name it again to use it (--arch archplanted:build" in err
                 or "is not one of the run's architectures" in err), err
     assert not (user_modules / "ran").exists()
     # named again, it is imported
@@ -211,3 +211,19 @@ def test_timm_names_in_a_run_need_no_flag():
     from evonorm.commands._common import check_run_archs
 
     check_run_archs("run", ("timm:resnet18", "resnet50_cifar"), None)  # not user code: no import
+
+
+def test_the_python_api_asks_for_the_names_again_too(user_modules):
+    from evonorm.search.references import train_references
+    from evonorm.search.rerank import rerank
+    from evonorm.search.retrain import retrain
+
+    run = user_modules / "run"
+    init_run(run, get_preset("tiny", archs=("archplanted:build", "resnet50_cifar")))
+    for call in (lambda: rerank(run), lambda: retrain(run, seeds=2),
+                 lambda: train_references(run, ["bn_relu"]),
+                 lambda: rerank(run, user_archs=["archmods:build"])):
+        with pytest.raises(ValueError, match="archplanted:build|not one of the run's"):
+            call()
+    assert not (user_modules / "ran").exists()
+    assert rerank(run, user_archs=["archplanted:build"], log=lambda s: None) == []  # no valid layer yet

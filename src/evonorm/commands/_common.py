@@ -201,24 +201,18 @@ def probe_archs(cfg, ds) -> None:
                        **train_config(cfg, arch).layer_kwargs())
 
 
-def check_run_archs(run, archs, given) -> None:
-    """A run's MODULE:FUNCTION architectures are code named in its folder: they are imported only when
-    the user names them again (`--arch`, each given one checked), so a planted or edited run folder
-    cannot make a command import anything. timm:NAME and built-in names need nothing."""
-    from evonorm.models import is_user_code
+def check_run_archs(run, archs, given) -> list[str]:
+    """The run's MODULE:FUNCTION architectures named again with --arch (comma-separated or
+    repeated), each given one checked (`evonorm.models.check_named_again`); returns them."""
+    from evonorm.models import check_named_again
 
     given = [a.strip() for g in (given or []) for a in g.split(",") if a.strip()]
-    for arch in given:
-        if arch not in archs:
-            raise CommandError(f"--arch {arch} is not one of the run's architectures "
-                               f"({', '.join(archs)})")
-    missing = [a for a in archs if is_user_code(a) and a not in given]
-    if missing:
-        raise CommandError(f"run {run} builds its models with {', '.join(missing)}, code that is "
-                           f"never imported from a run folder: pass --arch {missing[0]} again to "
-                           f"use it")
+    try:
+        check_named_again(run, archs, given)
+    except ValueError as err:
+        raise CommandError(str(err)) from None
     check_archs(given)
-
+    return given
 
 RUN_ARCH_HELP = ("the run's MODULE:FUNCTION architecture(s), named again (comma-separated or "
                  "repeated): code named in a run folder is never imported otherwise")

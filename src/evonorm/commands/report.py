@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
                 archs = store.search_config().archs
         except (ValueError, TypeError) as err:
             raise CommandError(str(err).splitlines()[0]) from None
-        check_run_archs(args.run, archs, args.arch)
+        user_archs = check_run_archs(args.run, archs, args.arch)
     elif args.arch:
         raise CommandError("--arch applies with --references or --seeds (a plain report builds "
                            "no model)")
@@ -84,7 +84,7 @@ def main(argv: list[str]) -> int:
         with write_errors(f"references into {args.run}"):
             try:
                 train_references(args.run, args.references or DEFAULT_REFERENCES,
-                                 log=lambda s: print(s, flush=True))
+                                 log=lambda s: print(s, flush=True), user_archs=user_archs)
             except (FileNotFoundError, ValueError) as err:
                 raise CommandError(str(err).splitlines()[0]) from None
     if args.seeds:
@@ -92,7 +92,8 @@ def main(argv: list[str]) -> int:
 
         with write_errors(f"re-training into {args.run}"):
             try:
-                retrain(args.run, top=args.retrain_top, seeds=args.seeds, log=lambda s: print(s, flush=True))
+                retrain(args.run, top=args.retrain_top, seeds=args.seeds,
+                        log=lambda s: print(s, flush=True), user_archs=user_archs)
             except (FileNotFoundError, ValueError) as err:
                 raise CommandError(str(err).splitlines()[0]) from None
     with write_errors("the report"):

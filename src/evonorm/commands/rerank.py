@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
     try:  # the setting must be valid (and larger) before anything is trained or written
         with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
             cfg = store.search_config()
-            check_run_archs(args.run, cfg.archs, args.arch)
+            user_archs = check_run_archs(args.run, cfg.archs, args.arch)
             external = [a for a in cfg.archs if not is_builtin(a)]
             if args.width is not None and external:
                 raise ValueError("--width applies to the built-in architectures only, and this run "
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
     log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     with run_lock(args.run), write_errors(f"run {args.run}"):
         try:
-            rows = rerank(args.run, top=args.top, log=log, **kw)
+            rows = rerank(args.run, top=args.top, log=log, user_archs=user_archs, **kw)
         except (ValueError, FileNotFoundError) as err:
             raise CommandError(str(err).splitlines()[0]) from None
     with Store(args.run, readonly=True) as store:

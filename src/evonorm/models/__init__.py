@@ -16,14 +16,14 @@ from torch import nn
 
 from evonorm.models._factory import NormActFactory, affine, make_divisible, resolve_norm_act
 from evonorm.models.efficientnet import efficientnet_b0
-from evonorm.models.external import (FORMS, arch_kind, build_external, check_arch, is_user_code,
-                                     probe_arch)
+from evonorm.models.external import (FORMS, arch_kind, build_external, check_arch,
+                                     check_named_again, is_user_code, probe_arch)
 from evonorm.models.mobilenetv2 import mobilenetv2
 from evonorm.models.resnet import resnet50
 
 __all__ = ["ArchSpec", "ARCHS", "build_model", "list_archs", "resolve_norm_act", "affine",
            "make_divisible", "NormActFactory", "LAYER_KWARGS", "is_builtin", "check_arch_name",
-           "check_arch", "is_user_code", "probe_arch"]
+           "check_arch", "check_named_again", "is_user_code", "probe_arch"]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import inspect
 import os
 import re
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from torch import nn
 
@@ -38,6 +38,22 @@ def arch_kind(arch: str) -> str | None:
 def is_user_code(arch: str) -> bool:
     """Whether `arch` names the user's own code (MODULE:FUNCTION): never imported from a stored name."""
     return arch_kind(arch) == "module"
+
+
+def check_named_again(run: Any, archs: Sequence[str], given: Sequence[str] = ()) -> None:
+    """A run's MODULE:FUNCTION architectures are code named in its folder, imported only when the
+    caller names them again (`given`), so a planted or edited run folder cannot make evonorm import
+    anything. ValueError naming the first one missing, or a given one the run does not have.
+    timm:NAME and built-in names need nothing (nothing of the user's is imported for them)."""
+    for arch in given:
+        if arch not in archs:
+            raise ValueError(f"--arch {arch} is not one of the run's architectures "
+                             f"({', '.join(archs)})")
+    missing = [a for a in archs if is_user_code(a) and a not in given]
+    if missing:
+        raise ValueError(f"run {run} builds its models with {', '.join(missing)}, code that is never "
+                         f"imported from a run folder: name it again to use it (--arch {missing[0]}; "
+                         f"from Python, user_archs=[{missing[0]!r}])")
 
 
 def import_callable(spec: str, what: str) -> Callable[..., Any]:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
@@ -221,14 +221,19 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
            overrides: dict | None = None, device: str | None = None, workers: int | None = None,
            timeout: float | None = None, allow_smaller: bool = False,
            fn: Callable[[dict], dict] | None = None, log: Callable[[str], None] | None = None,
-           every: float = 60.0, data: str | None = None) -> list[dict]:
+           every: float = 60.0, data: str | None = None,
+           user_archs: Sequence[str] = ()) -> list[dict]:
     """Rerank a run's top layers (see `prepare` for the setting); returns its rows in this
     setting and split, best first. `fn` stands in for `train_layer` (tests; picklable by name).
+    A run's MODULE:FUNCTION architectures are built only when named again in `user_archs`.
     Logs the settings, then a line per finished layer and a status line every `every` seconds."""
     from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    from evonorm.models import check_named_again
+
     with Store(run_dir) as store:
+        check_named_again(run_dir, store.search_config().archs, user_archs)
         plan = prepare(store.search_config(), preset=preset, overrides=overrides, device=device,
                        workers=workers, timeout=timeout, allow_smaller=allow_smaller,
                        data=data)
