@@ -205,3 +205,41 @@ def test_the_report_takes_the_class_count_the_run_stored():
 
     assert RunData("r", config={"dataset": "/data/mine.npz"}, classes=4).num_classes == 4
     assert RunData("r", config={"dataset": "cifar100"}).num_classes == 100  # older runs: by name
+
+
+def test_resume_and_rerank_read_the_runs_file_or_stop_in_one_line(tmp_path, monkeypatch, capsys):
+    from evonorm.cli import main
+    from evonorm.search.driver import init_run
+    from evonorm.search.store import Store
+
+    monkeypatch.chdir(tmp_path)
+    x, y = _images(n=500)
+    _save(tmp_path / "mine.npz", x=x, y=y)
+    run = tmp_path / "run"
+    init_run(run, get_preset("tiny", dataset="mine.npz"))
+    with Store(run, readonly=True) as store:
+        cfg = store.search_config()
+    assert cfg.dataset == str(tmp_path / "mine.npz") and cfg.data_sha256
+
+    def refused(argv, words):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and words in err, err
+
+    (tmp_path / "mine.npz").rename(tmp_path / "moved.npz")
+    refused(["rerank", str(run)], "no such data file")
+    refused(["resume", str(run)], "no such data file")
+    _save(tmp_path / "other.npz", x=x[::-1].copy(), y=y[::-1].copy())
+    refused(["rerank", str(run), "--data", "other.npz"], "not the file the run started with")
+    refused(["resume", str(run), "--data", "other.npz"], "not the file the run started with")
+    assert main(["rerank", str(run), "--data", "moved.npz"]) == 0  # the same file, moved
+    assert "no valid candidate" in capsys.readouterr().err
+    assert main(["resume", str(run), "--data", "moved.npz", "--workers", "1", "--quiet"]) == 0
+    with Store(run, readonly=True) as store:  # the run now names the file where it is
+        assert store.search_config().dataset == str(tmp_path / "moved.npz")
+        assert store.get_meta("dataset")["name"] == str(tmp_path / "moved.npz")
+        assert store.num_candidates() == 6
+    capsys.readouterr()
+    synthetic = tmp_path / "synth"
+    init_run(synthetic, get_preset("tiny"))
+    refused(["rerank", str(synthetic), "--data", "moved.npz"], "not a file of its own")
