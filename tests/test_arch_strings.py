@@ -227,3 +227,18 @@ def test_the_python_api_asks_for_the_names_again_too(user_modules):
             call()
     assert not (user_modules / "ran").exists()
     assert rerank(run, user_archs=["archplanted:build"], log=lambda s: None) == []  # no valid layer yet
+
+
+def test_train_a_timm_model_on_my_data(user_modules, monkeypatch, capsys):
+    from evonorm.cli import main
+
+    load_timm(monkeypatch)  # in-process: the command imports the timm loaded here
+    path = _npz(user_modules, n=80)
+    assert main(["train", "--layer", "evonorm_s0", "--data", str(path), "--arch", "timm:resnet18",
+                 "--preset", "tiny", "--steps", "2", "--batch-size", "8", "--groups", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "timm:resnet18" in out and "accuracy" in out
+    assert main(["train", "--layer", "bn_relu", "--data", str(path), "--arch", "timm:no_such_net",
+                 "--preset", "tiny", "--steps", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "timm has no model 'no_such_net'" in err
