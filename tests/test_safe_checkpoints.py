@@ -113,3 +113,34 @@ def test_corrupt_or_foreign_checkpoints_are_dropped(tmp_path, monkeypatch, capfd
         assert calls[0] == 3 and not ckpt.exists()
         assert "dropped stage checkpoint" in capfd.readouterr().err
         monkeypatch.undo()
+
+
+class _Exec:
+    """Unpickled anywhere (a search's worker process too), this runs code: it writes `marker`."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('ran')",))
+
+
+def test_a_search_never_runs_a_checkpoint_planted_in_its_run_folder(tmp_path, capfd):
+    from evonorm.search.driver import init_run, run_search
+    from evonorm.search.store import Store
+
+    run = tmp_path / "run"
+    cfg = _staged_cfg(budget=2, workers=1, seed_layers=("evonorm_s0",), stability_steps=0)
+    init_run(run, cfg)
+    marker = tmp_path / "ran"
+    (run / "stages").mkdir()
+    for idx in range(4):  # whatever numbers the proposals get
+        torch.save({"stages": [_Exec(str(marker))], "runs": {}}, run / "stages" / f"{idx}.pt")
+    pickle.loads(pickle.dumps(_Exec(str(tmp_path / "probe"))))
+    assert (tmp_path / "probe").exists()  # the planted content is a real threat
+    result = run_search(run, progress=False)
+    assert result.complete and not marker.exists()
+    with Store(run, readonly=True) as store:
+        seed = next(c for c in store.candidates() if c.origin == "seed")
+    assert seed.status == "valid" and len(seed.stages) == 2  # trained again from its first stage
+    assert "dropped stage checkpoint" in capfd.readouterr().err
