@@ -133,6 +133,7 @@ def _bad_files(ws):
         ("no_images", lambda p: np.savez(p, x=np.zeros((0, 8, 8), np.uint8), y=np.zeros(0, int)),
          "no "),
         ("bomb", bomb, "2.0 MiB uncompressed"),
+        ("too_few", lambda p: np.savez(p, x=x[:2], y=y[:2]), "too few to hold out"),
     ]
 
 

@@ -569,9 +569,11 @@ def load_npz(path: str | Path, *, sha256: str | None = None,
         if y_test.max() >= classes:
             raise bad(f"y_test has label {int(y_test.max())}, but y's classes are 0..{classes - 1}")
     else:
-        if len(x) < 2:
-            raise bad("one image cannot be split into training and test sets")
-        kept, held = holdout_indices(len(x), NPZ_TEST_FRACTION, seed=0)
+        try:
+            kept, held = holdout_indices(len(x), NPZ_TEST_FRACTION, seed=0)
+        except ValueError:
+            raise bad(f"{len(x)} images are too few to hold out a test split: add more, or "
+                      f"x_test / y_test") from None
         x, y, x_test, y_test = x[kept.numpy()], y[kept.numpy()], x[held.numpy()], y[held.numpy()]
     train_x, test_x = torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(x_test))
     mean, std = _channel_stats(train_x)
