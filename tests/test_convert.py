@@ -207,3 +207,47 @@ def test_unknown_name_changes_nothing():
     with pytest.raises(ValueError, match="unknown norm-act layer"):
         convert_norm_act(model, "batchnorm_tanh")
     assert _count_bn(model) == 13
+
+
+def test_a_factory_or_a_graph_takes_every_bn_activation_pair():
+    from evonorm.graph.library import NAMED_GRAPHS
+    from evonorm.layers import Affine2d, EvoNormS0
+
+    built = []
+
+    def factory(num_features, **kw):
+        built.append((num_features, kw))
+        return EvoNormS0(num_features, **kw)
+
+    x = torch.randn(4, 3, 16, 16)
+    for layer, kw in ((factory, {"groups": 4}), (NAMED_GRAPHS["evonorm_s0"], {}),
+                      (NAMED_GRAPHS["evonorm_s0"].to_json(), {}), ("evonorm_b0", {})):
+        built.clear()
+        new, report = convert_norm_act(TinyResNet(), layer, **kw)
+        assert _count_bn(new) == 0 and len(report) == 9 and len(report.fused) == 4
+        lone = new.get_submodule("layer2.bn2")
+        if isinstance(layer, str):
+            assert not lone.apply_act  # a registered layer is told apply_act=False
+        else:  # a factory's or a graph's layer is a norm-act: a lone BatchNorm becomes the affine
+            assert type(lone) is Affine2d
+        _check_runs(new, x)
+        if layer is factory:  # once per pair (and once first, a check before anything changes)
+            assert [n for n, _ in built] == [16, 16, 16, 32, 64] and built[0][1] == {"groups": 4}
+    assert convert_norm_act(TinyResNet(), NAMED_GRAPHS["evonorm_b0"])[1].norm_act == "evonorm_b0"
+
+
+def test_a_bad_factory_changes_nothing():
+    model = TinyMobileNetV2()
+
+    def raises(num_features):
+        raise RuntimeError("no layer today")
+
+    with pytest.raises(RuntimeError, match="no layer today"):
+        convert_norm_act(model, raises)
+    with pytest.raises(TypeError, match="not an nn.Module"):
+        convert_norm_act(model, lambda n: "a string")
+    with pytest.raises(TypeError, match="factory"):
+        convert_norm_act(model, 3)
+    with pytest.raises(ValueError, match="invalid layer graph JSON"):
+        convert_norm_act(model, '{"nodes": 3')
+    assert _count_bn(model) == 13

@@ -22,7 +22,7 @@ def _run(argv):
     (["search", "--preset", "nope", "--out", "X"], "invalid choice: 'nope'"),
     (["search", "--preset", "tiny", "--budget", "0", "--out", "X"], "budget must be >= 1"),
     (["search", "--preset", "tiny", "--space", "q", "--out", "X"], "invalid choice: 'q'"),
-    (["search", "--preset", "tiny", "--archs", "vgg", "--out", "X"], "unknown architecture(s) vgg"),
+    (["search", "--preset", "tiny", "--archs", "vgg", "--out", "X"], "unknown architecture 'vgg'"),
     (["search", "--preset", "tiny", "--dataset", "mnist", "--out", "X"], "unknown dataset 'mnist'"),
     (["search", "--preset", "tiny", "--seed-layers", "nope", "--out", "X"], "seed layer 'nope'"),
     (["search", "--preset", "tiny", "--address", "a:1", "--out", "X"], "--address applies to"),

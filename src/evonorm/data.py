@@ -1,8 +1,8 @@
 """Datasets for the proxy task, held in memory as uint8 tensors, augmented in whole batches.
 
 Readers: CIFAR-10/100 (python-pickle layout, optional checksummed download), Fashion-MNIST (IDX
-files, zero-padded 28 -> 32 so the CIFAR models and 24x24 crops apply unchanged) and a learnable
-synthetic set for tests. Every reader checks sizes and refuses a corrupt or truncated file with an
+files, zero-padded 28 -> 32 so the CIFAR models and 24x24 crops apply unchanged), a user's own
+images in a .npz file (`load_npz`), and a learnable synthetic set for tests. Every reader checks sizes and refuses a corrupt or truncated file with an
 error that names it: a silently partial dataset would make every accuracy wrong.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import os
 import pickle
 import shutil
@@ -17,6 +18,7 @@ import struct
 import tarfile
 import tempfile
 import urllib.request
+import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
@@ -27,6 +29,8 @@ import torch
 DATASETS = ("cifar10", "cifar100", "fashion_mnist", "synthetic")
 FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
 SYNTHETIC_MAX = (50_000, 10_000)  # train, test: CIFAR's sizes; generated, so bounded by hand
+NPZ_MAX_BYTES = 8 << 30  # a .npz file's arrays, uncompressed: past it a file is refused, not read
+NPZ_TEST_FRACTION = 0.2  # held out (seed 0) as the test split of a .npz without x_test / y_test
 
 _CIFAR = {
     "cifar10": dict(folder="cifar-10-batches-py", classes=10, label_key=b"labels",
@@ -46,7 +50,8 @@ _FASHION_FILES = {
 
 @dataclass
 class Dataset:
-    """An image classification set in memory: uint8 images (N, C, H, W), int64 labels."""
+    """An image classification set in memory: images (N, C, H, W), uint8 (0..255) or float32 (a
+    user's own data, on its own scale; `mean` and `std` are then on that scale), int64 labels."""
 
     name: str
     train_x: torch.Tensor
@@ -63,7 +68,8 @@ class Dataset:
 
     @property
     def image_size(self) -> int:
-        return int(self.train_x.shape[-1])
+        """The shorter side (training crops are squares of 3/4 of it)."""
+        return int(min(self.train_x.shape[-2:]))
 
     def __repr__(self) -> str:
         return (f"Dataset({self.name!r}, train={tuple(self.train_x.shape)}, "
@@ -92,22 +98,33 @@ def default_dataset_name(*, fallback: bool = True) -> str:
         f"synthetic task")
 
 
+def is_npz(name: str | None) -> bool:
+    """Whether a dataset name is a file of the user's own images (`load_npz`): it ends in .npz."""
+    return isinstance(name, str) and name.lower().endswith(".npz")
+
+
 def load_dataset(name: str, root: str | Path | None = None, *, download: bool = False,
-                 n_train: int | None = None, n_test: int | None = None, seed: int = 0) -> Dataset:
+                 n_train: int | None = None, n_test: int | None = None, seed: int = 0,
+                 sha256: str | None = None) -> Dataset:
     """Load a dataset by name; `n_train`/`n_test` keep a seeded random subset of each split.
 
-    Asking for more images than a split holds is a ValueError (the synthetic set holds at most
-    SYNTHETIC_MAX), so a typo cannot silently shrink the request or exhaust memory.
+    A name ending in .npz is a file of the user's own images (`load_npz`; `sha256`, when given,
+    must be the file's, so a run reads the very file it started with). Asking for more images
+    than a split holds is a ValueError (the synthetic set holds at most SYNTHETIC_MAX), so a typo
+    cannot silently shrink the request or exhaust memory.
     """
-    if name == "synthetic":
+    if is_npz(name):
+        ds = load_npz(name, sha256=sha256)
+    elif name == "synthetic":
         _check_sizes(name, n_train, n_test, *SYNTHETIC_MAX)
         return synthetic_dataset(n_train=n_train or 2048, n_test=n_test or 512, seed=seed)
-    if name == "cifar10" or name == "cifar100":
+    elif name == "cifar10" or name == "cifar100":
         ds = _load_cifar(name, Path(root) if root else default_root(), download)
     elif name == "fashion_mnist":
         ds = _load_fashion_mnist(root)
     else:
-        raise ValueError(f"unknown dataset {name!r} (choose from {', '.join(DATASETS)})")
+        raise ValueError(f"unknown dataset {name!r} (choose from {', '.join(DATASETS)}, or a "
+                         f"file.npz of your own)")
     _check_sizes(name, n_train, n_test, len(ds.train_y), len(ds.test_y))
     return subset(ds, n_train, n_test, seed=seed)
 
@@ -182,10 +199,12 @@ def crop_size(image_size: int) -> int:
 
 
 def normalize(x: torch.Tensor, mean, std) -> torch.Tensor:
-    """uint8 (B, C, H, W) -> float32, per-channel standardized (on x's device)."""
+    """(B, C, H, W) -> float32, per-channel standardized (on x's device): uint8 images on the
+    [0, 1] scale, float images on their own."""
     m = torch.tensor(mean, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
     s = torch.tensor(std, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
-    return (x.float().div_(255.0) - m) / s
+    x = x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
+    return (x - m) / s
 
 
 def random_crop_flip(x: torch.Tensor, size: int, generator: torch.Generator,
@@ -433,8 +452,172 @@ def synthetic_dataset(n_train: int = 2048, n_test: int = 512, *, num_classes: in
 
 
 def _channel_stats(x: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-channel mean and std on the [0, 1] scale, from (a sample of) the training images."""
-    sample = x[:: max(1, len(x) // 10000)].double().div(255.0)
+    """Per-channel mean and std, from (a sample of) the training images: on the [0, 1] scale for
+    uint8 images, on their own for float ones (as `normalize` reads them)."""
+    sample = x[:: max(1, len(x) // 10000)].double()
+    if x.dtype == torch.uint8:
+        sample = sample.div(255.0)
     mean = sample.mean(dim=(0, 2, 3))
     std = sample.std(dim=(0, 2, 3)).clamp_min(1e-3)
     return tuple(float(v) for v in mean), tuple(float(v) for v in std)
+
+
+# ----------------------------------------------------------------------------- a user's .npz
+
+def file_sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def read_npz_bytes(path: str | Path, *, max_bytes: int = NPZ_MAX_BYTES) -> bytes:
+    """The file's bytes, or a one-line error: missing, not a file, or over `max_bytes`."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise ValueError(f"{path} is not a file")
+        if size > max_bytes:
+            raise ValueError(f"{path} is {_size(size)}, more than the {_size(max_bytes)} a "
+                             f"dataset may take")
+        return path.read_bytes()
+    except FileNotFoundError:  # a ValueError like every other problem with the file (an
+        # OSError would read as the caller's own I/O failure)
+        raise ValueError(f"no such data file {path}") from None
+    except OSError as err:
+        raise ValueError(f"cannot read data file {path}: {err.strerror or err}") from None
+
+
+def load_npz(path: str | Path, *, sha256: str | None = None,
+             max_bytes: int = NPZ_MAX_BYTES) -> Dataset:
+    """A user's own images from a .npz file (numpy.savez), checked whole before anything trains.
+
+    Arrays: `x`, the images, and `y`, integer labels 0..K-1 (every class present in `y`);
+    optionally `x_test` / `y_test` (both or neither), else a seeded NPZ_TEST_FRACTION of the
+    images is held out as the test split. `x` is uint8 (0..255) or float (finite, used on its own
+    scale) in one of these layouts:
+
+    - N x H x W: one channel;
+    - N x H x W x C when the last axis is 1 or 3 and the second is not;
+    - N x C x H x W when the second axis is 1 or 3 and the last is not;
+
+    anything else (both or neither of those axes 1 or 3) is refused as ambiguous. Read with
+    `allow_pickle=False` (an array of Python objects is refused, never unpickled); the file and
+    its arrays, uncompressed, may take at most `max_bytes`. With `sha256` the file must be that
+    one (a run reads the file it started with). Every problem, a missing file included, is a
+    ValueError naming the file and the problem, in one line.
+    """
+    path = Path(path)
+    raw = read_npz_bytes(path, max_bytes=max_bytes)
+    if sha256 is not None and file_sha256(raw) != sha256:
+        raise ValueError(f"data file {path} is not the file the run started with: changed or "
+                         f"replaced (its sha256 is {file_sha256(raw)[:12]}..., the run's "
+                         f"{sha256[:12]}...)")
+
+    def bad(problem: str) -> ValueError:
+        return ValueError(f"data file {path}: {problem}")
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+            unpacked = sum(info.file_size for info in zf.infolist())
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+        raise bad("not a .npz archive (save one with numpy.savez(path, x=images, y=labels))") from None
+    if unpacked > max_bytes:
+        raise bad(f"its arrays take {_size(unpacked)} uncompressed, more than the "
+                  f"{_size(max_bytes)} a dataset may take")
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+            names = set(npz.files)
+            missing = [k for k in ("x", "y") if k not in names]
+            if missing:
+                raise bad(f"no array {' or '.join(map(repr, missing))} (it holds "
+                          f"{', '.join(sorted(names)) or 'nothing'}; need x: images, y: labels)")
+            if ("x_test" in names) != ("y_test" in names):
+                raise bad("x_test and y_test come together (or neither: a held-out split is "
+                          "the test set)")
+            arrays = {k: npz[k] for k in ("x", "y", "x_test", "y_test") if k in names}
+    except ValueError as err:
+        if "allow_pickle" in str(err) or "Object arrays" in str(err):
+            raise bad("an array holds Python objects (a pickle), which is never loaded: save "
+                      "plain numeric arrays") from None
+        if str(err).startswith(f"data file {path}"):
+            raise
+        raise bad(f"unreadable ({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+    except (OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
+        raise bad(f"unreadable ({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+
+    x, y = _npz_images(arrays["x"], "x", bad), _npz_labels(arrays["y"], "y", bad)
+    if len(x) != len(y):
+        raise bad(f"x holds {len(x)} images and y {len(y)} labels")
+    present = np.unique(y)
+    classes = int(present[-1]) + 1
+    if len(present) < 2:
+        raise bad("y holds one class: a classifier needs at least two")
+    if len(present) != classes:
+        gap = int(np.argmax(present != np.arange(len(present))))
+        raise bad(f"labels must be 0..K-1 with every class in y: {classes - len(present)} of "
+                  f"0..{classes - 1} never occur (e.g. {gap}); re-index them")
+    if "x_test" in arrays:
+        x_test, y_test = _npz_images(arrays["x_test"], "x_test", bad), _npz_labels(arrays["y_test"], "y_test", bad)
+        if len(x_test) != len(y_test):
+            raise bad(f"x_test holds {len(x_test)} images and y_test {len(y_test)} labels")
+        if x_test.shape[1:] != x.shape[1:] or x_test.dtype != x.dtype:
+            raise bad(f"x_test's images are {x_test.dtype} {'x'.join(map(str, x_test.shape[1:]))} "
+                      f"(C x H x W), x's {x.dtype} {'x'.join(map(str, x.shape[1:]))}: they must match")
+        if y_test.max() >= classes:
+            raise bad(f"y_test has label {int(y_test.max())}, but y's classes are 0..{classes - 1}")
+    else:
+        try:
+            kept, held = holdout_indices(len(x), NPZ_TEST_FRACTION, seed=0)
+        except ValueError:
+            raise bad(f"{len(x)} images are too few to hold out a test split: add more, or "
+                      f"x_test / y_test") from None
+        x, y, x_test, y_test = x[kept.numpy()], y[kept.numpy()], x[held.numpy()], y[held.numpy()]
+    train_x, test_x = torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(x_test))
+    mean, std = _channel_stats(train_x)
+    return Dataset(str(path), train_x, torch.from_numpy(y), test_x, torch.from_numpy(y_test),
+                   classes, mean, std)
+
+
+def _npz_images(x: np.ndarray, key: str, bad) -> np.ndarray:
+    """Images as N x C x H x W, uint8 or float32 (the layout rule: `load_npz`)."""
+    if x.dtype != np.uint8 and x.dtype.kind != "f":
+        raise bad(f"{key} is {x.dtype}: images must be uint8 (0..255) or float")
+    if x.ndim == 3:
+        x = x[:, None]
+    elif x.ndim == 4:
+        last, second = x.shape[3] in (1, 3), x.shape[1] in (1, 3)
+        if last and not second:
+            x = x.transpose(0, 3, 1, 2)
+        elif not (second and not last):
+            raise bad(f"{key} has shape {x.shape}: its layout is ambiguous (N x H x W x C needs the "
+                      f"last axis 1 or 3 and the second not; N x C x H x W the second 1 or 3 and "
+                      f"the last not)")
+    else:
+        raise bad(f"{key} has shape {x.shape}: images must be N x H x W, N x H x W x C or "
+                  f"N x C x H x W")
+    if 0 in x.shape:
+        raise bad(f"{key} has shape {x.shape}: no images")
+    if x.dtype.kind == "f":
+        finite = np.isfinite(x)
+        if not finite.all():
+            raise bad(f"{key} holds {int(x.size - finite.sum())} non-finite values (NaN or inf)")
+        x = x.astype(np.float32)
+        if not np.isfinite(x).all():
+            raise bad(f"{key} holds values too large for float32")
+    return x
+
+
+def _npz_labels(y: np.ndarray, key: str, bad) -> np.ndarray:
+    """Labels as int64, 1-D, >= 0."""
+    if y.dtype.kind not in "iu":
+        raise bad(f"{key} is {y.dtype}: labels must be integers 0..K-1")
+    if y.ndim != 1:
+        raise bad(f"{key} has shape {y.shape}: labels must be one integer per image")
+    if y.size == 0:
+        raise bad(f"{key} holds no labels")
+    if y.min() < 0:
+        raise bad(f"{key} has label {int(y.min())}: labels must be 0..K-1")
+    return y.astype(np.int64)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from evonorm.data import Dataset, eval_batches, subset, to_device, train_batches
-from evonorm.models import ARCHS, build_model
+from evonorm.models import ARCHS, build_model, check_arch_name
 
 
 WARMUP_STEPS = 3
@@ -26,7 +26,11 @@ WARMUP_STEPS = 3
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training run. `width=None` takes the architecture's multiplier times `width_scale`."""
+    """One training run. `width=None` takes the architecture's multiplier times `width_scale`.
+
+    `arch` is a built-in name, `timm:NAME` or `MODULE:FUNCTION` (checked for its form here; its code
+    is imported only when a model is built); width and width_scale apply to the built-in ones only.
+    """
 
     arch: str = "resnet50_cifar"
     width: float | None = None
@@ -70,8 +74,10 @@ class TrainConfig:
             raise ValueError(f"restarts must be increasing steps in (0, steps), got {self.restarts}")
         if self.restarts and self.schedule != "cosine":
             raise ValueError("restarts need schedule 'cosine'")
-        if self.arch not in ARCHS:
-            raise ValueError(f"unknown architecture {self.arch!r} (choose from {', '.join(ARCHS)})")
+        check_arch_name(self.arch)
+        if self.arch not in ARCHS and self.width is not None:
+            raise ValueError(f"width does not apply to {self.arch}: its channels are its builder's "
+                             f"(width and width_scale set the built-in architectures only)")
         for name in ("lr", "width", "width_scale"):  # nan/inf/<= 0 would train nothing silently
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
@@ -81,7 +87,11 @@ class TrainConfig:
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
 
-    def resolved_width(self) -> float:
+    def resolved_width(self) -> float | None:
+        """The channel multiplier of a built-in architecture; None for timm:NAME and
+        MODULE:FUNCTION ones, whose channels are their builder's."""
+        if self.arch not in ARCHS:
+            return None
         return self.width if self.width is not None else ARCHS[self.arch].width * self.width_scale
 
     def layer_kwargs(self) -> dict:
@@ -254,7 +264,9 @@ class Run:
         return self.ok
 
     def state(self) -> dict:
-        """What `restore` needs to go on exactly as if never stopped (for a checkpoint)."""
+        """What `restore` needs to go on exactly as if never stopped (for a checkpoint): tensors
+        and plain data only (dicts, lists, tuples, numbers, strings), so a checkpoint of it loads
+        with `torch.load(..., weights_only=True)` and reading one never unpickles code."""
         return {"model": self.model.state_dict(), "opt": self.opt.state_dict(),
                 "rng": torch.get_rng_state(), "result": asdict(self.result), "timed": self._timed}
 

@@ -150,3 +150,80 @@ def report_result(result, run: Path, top: int) -> None:
     print(f"search {'complete' if result.complete else 'stopped'}: {result.done}/{result.budget} "
           f"candidates in {run} | {t.line()}")
     print(summary_table(run, top=top))
+
+
+DATA_HELP = ("your own images: a .npz file with x (N x H x W, N x H x W x C or N x C x H x W; uint8 "
+             "or float) and y (integer labels 0..K-1), optionally x_test / y_test (else a "
+             "held-out fifth is the test set); the run stores its absolute path and checksum")
+
+
+def dataset_arg(dataset: str | None, data: str | None) -> str | None:
+    """The dataset a command was given: `--dataset NAME` or `--data FILE.npz` (as its absolute
+    path), not both; the file itself is read and checked with the rest of the setup."""
+    if data is None:
+        return dataset
+    if dataset is not None:
+        raise CommandError("--data and --dataset name the data twice: give one of them")
+    from evonorm.data import is_npz
+
+    if not is_npz(data):
+        raise CommandError(f"--data takes a .npz file (numpy.savez(path, x=images, y=labels)), "
+                           f"got {data!r}")
+    try:
+        return os.path.abspath(data)
+    except (OSError, ValueError) as err:
+        raise CommandError(f"--data {data!r}: {err}") from None
+
+
+ARCH_HELP = ("architecture: a built-in name (evonorm list archs; default resnet50_cifar), timm:NAME "
+             "(a timm model, the layer at every BatchNorm-activation pair), or MODULE:FUNCTION (your "
+             "builder fn(norm_act, num_classes, in_chans) -> nn.Module, where norm_act(num_features) "
+             "builds the layer; MODULE is imported from the working directory or the installed "
+             "packages); width applies to the built-in ones only")
+
+
+ARCHS_HELP = ("comma-separated architectures, each a built-in name (evonorm list archs), timm:NAME "
+              "or MODULE:FUNCTION (your builder fn(norm_act, num_classes, in_chans)); default: the "
+              "preset's")
+
+
+def check_archs(archs) -> None:
+    """Each architecture a command was given is a built-in name, or an external one whose code
+    imports and fits (`evonorm.models.check_arch`): one line, exit 2, before any work."""
+    from evonorm.models import check_arch, check_arch_name, is_builtin
+
+    for arch in archs:
+        try:
+            check_arch_name(arch)
+            if not is_builtin(arch):
+                check_arch(arch)
+        except ValueError as err:
+            raise CommandError(str(err).splitlines()[0]) from None
+
+
+def probe_archs(cfg, ds) -> None:
+    """Build each external architecture of `cfg` once for the data `ds` (ValueError in one line)."""
+    from evonorm.models import is_builtin, probe_arch
+    from evonorm.search.evaluator import train_config
+
+    for arch in cfg.archs:
+        if not is_builtin(arch):
+            probe_arch(arch, num_classes=ds.num_classes, in_chans=ds.channels,
+                       **train_config(cfg, arch).layer_kwargs())
+
+
+def check_run_archs(run, archs, given) -> list[str]:
+    """The run's MODULE:FUNCTION architectures named again with --arch (comma-separated or
+    repeated), each given one checked (`evonorm.models.check_named_again`); returns them."""
+    from evonorm.models import check_named_again
+
+    given = [a.strip() for g in (given or []) for a in g.split(",") if a.strip()]
+    try:
+        check_named_again(run, archs, given)
+    except ValueError as err:
+        raise CommandError(str(err)) from None
+    check_archs(given)
+    return given
+
+RUN_ARCH_HELP = ("the run's MODULE:FUNCTION architecture(s), named again (comma-separated or "
+                 "repeated): code named in a run folder is never imported otherwise")

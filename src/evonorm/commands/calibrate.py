@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
+from evonorm.commands._common import ARCHS_HELP, DATA_HELP, dataset_arg
 
 
 def build_parser() -> ArgumentParser:
@@ -25,7 +26,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--random", type=int, default=20, metavar="N", help="random graphs (>= 0)")
     p.add_argument("--dataset", default=None, help="default: the preset's, else fashion_mnist "
                    "(must be installed; as in `evonorm search`)")
+    p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
     p.add_argument("--data-root", default=None, help="folder holding the dataset files")
+    p.add_argument("--archs", "--arch", default=None, help=ARCHS_HELP)
     p.add_argument("--workers", type=int, default=None, help="parallel runs (0: one per core)")
     p.add_argument("--out", type=Path, default=None,
                    help="folder for runs.jsonl and the table (default runs/calibrate-PRESET-SPACE)")
@@ -48,8 +51,11 @@ def main(argv: list[str]) -> int:
     from evonorm.search.rejection import quality_threshold
 
     try:
-        cfg = get_preset(args.preset, space=args.space, dataset=args.dataset,
-                         data_root=args.data_root, workers=args.workers)
+        cfg = get_preset(args.preset, space=args.space,
+                         dataset=dataset_arg(args.dataset, args.data),
+                         data_root=args.data_root, workers=args.workers,
+                         archs=tuple(a.strip() for a in args.archs.split(",") if a.strip())
+                         if args.archs else None)
     except (ValueError, TypeError) as err:
         raise CommandError(str(err)) from None
     cfg = check_setup(cfg)  # archs, trainer presets and data, in one line on failure

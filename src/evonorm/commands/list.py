@@ -27,7 +27,9 @@ def _graphs() -> list[str]:
 def _archs() -> list[str]:
     from evonorm.models import ARCHS
     return [f"{name} (width {spec.width:g}{', CIFAR strides' if spec.cifar else ''})"
-            for name, spec in ARCHS.items()]
+            for name, spec in ARCHS.items()] + [
+        "timm:NAME (a timm model, the layer at every BatchNorm-activation pair)",
+        "MODULE:FUNCTION (your builder fn(norm_act, num_classes, in_chans) -> nn.Module)"]
 
 
 def _presets() -> list[str]:
@@ -52,7 +54,8 @@ def _search_presets() -> list[str]:
 def _datasets() -> list[str]:
     from evonorm.data import DATASETS, default_dataset_name
     default = default_dataset_name()
-    return [f"{name}{' (default)' if name == default else ''}" for name in DATASETS]
+    return [f"{name}{' (default)' if name == default else ''}" for name in DATASETS] + [
+        "FILE.npz (--data: your own images x and labels y, optionally x_test / y_test)"]
 
 
 LISTERS: dict[str, Callable[[], list[str]]] = {

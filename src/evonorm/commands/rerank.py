@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
+from evonorm.commands._common import RUN_ARCH_HELP, dataset_arg
 
 
 def build_parser() -> ArgumentParser:
@@ -32,6 +33,10 @@ def build_parser() -> ArgumentParser:
                    "the search's; 0: one per core)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per layer before its "
                    "worker is killed (default: the search's, scaled by the rerank's extra steps)")
+    p.add_argument("--data", default=None, metavar="FILE.npz", help="the run's own data file, "
+                   "moved since the search (it must be the same file: its sha256 is checked)")
+    p.add_argument("--arch", action="append", default=None, metavar="MODULE:FUNCTION",
+                   help=RUN_ARCH_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
 
@@ -42,8 +47,9 @@ def main(argv: list[str]) -> int:
         raise CommandError("--top must be >= 1")
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise CommandError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
-    from evonorm.commands._common import (check_device, check_executor, check_store, check_workers,
-                                          run_lock, write_errors)
+    from evonorm.commands._common import (check_device, check_executor, check_run_archs,
+                                          check_store, check_workers, run_lock, write_errors)
+    from evonorm.models import is_builtin
     from evonorm.report.text import rerank_table
     from evonorm.search.rerank import prepare, rerank
     from evonorm.search.store import Store
@@ -57,10 +63,17 @@ def main(argv: list[str]) -> int:
     overrides = {k: v for k, v in dict(steps=args.steps, width=args.width,
                                        n_train=args.n_train).items() if v is not None}
     kw = dict(preset=args.preset, overrides=overrides, device=device, workers=args.workers,
-              timeout=args.timeout, allow_smaller=args.allow_smaller)
+              timeout=args.timeout, allow_smaller=args.allow_smaller,
+              data=dataset_arg(None, args.data))
     try:  # the setting must be valid (and larger) before anything is trained or written
         with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
-            plan = prepare(store.search_config(), **kw)
+            cfg = store.search_config()
+            user_archs = check_run_archs(args.run, cfg.archs, args.arch)
+            external = [a for a in cfg.archs if not is_builtin(a)]
+            if args.width is not None and external:
+                raise ValueError("--width applies to the built-in architectures only, and this run "
+                                 f"has {', '.join(external)}")
+            plan = prepare(cfg, **kw)
     except (ValueError, TypeError, FileNotFoundError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
     check_executor(plan.cfg)
@@ -68,7 +81,7 @@ def main(argv: list[str]) -> int:
     log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     with run_lock(args.run), write_errors(f"run {args.run}"):
         try:
-            rows = rerank(args.run, top=args.top, log=log, **kw)
+            rows = rerank(args.run, top=args.top, log=log, user_archs=user_archs, **kw)
         except (ValueError, FileNotFoundError) as err:
             raise CommandError(str(err).splitlines()[0]) from None
     with Store(args.run, readonly=True) as store:

@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import (check_device, check_executor, check_store, check_workers,
-                                      report_result, run_lock, write_errors)
+from evonorm.commands._common import (RUN_ARCH_HELP, check_device, check_executor, check_run_archs,
+                                      check_store, check_workers, dataset_arg, report_result,
+                                      run_lock, write_errors)
 
 
 def build_parser() -> ArgumentParser:
@@ -26,6 +27,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--address", default=None, help="Ray cluster address")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: the device the "
                    "run was started with, as stored)")
+    p.add_argument("--data", default=None, metavar="FILE.npz", help="the run's own data file, "
+                   "moved since it started (it must be the same file: its sha256 is checked)")
+    p.add_argument("--arch", action="append", default=None, metavar="MODULE:FUNCTION",
+                   help=RUN_ARCH_HELP)
     p.add_argument("--top", type=int, default=10, help="layers in the final table (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
@@ -48,9 +53,15 @@ def _plan(args):
                    if v is not None}
         if "budget" in changes and changes["budget"] < cfg.budget:
             raise ValueError(f"--budget cannot shrink the run's budget of {cfg.budget}")
+        if args.data is not None:  # the same file (its sha256 is checked when it is read)
+            if cfg.data_sha256 is None:
+                raise ValueError(f"--data gives a moved data file, and this run trained on "
+                                 f"{cfg.dataset}, not a file of its own")
+            changes["dataset"] = dataset_arg(None, args.data)
         cfg = cfg.replace(**changes)
     except (ValueError, TypeError, FileNotFoundError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
+    check_run_archs(args.run, cfg.archs, args.arch)
     check_executor(cfg)
     check_workers(cfg)
     return cfg, done, pending
@@ -79,7 +90,10 @@ def main(argv: list[str]) -> int:
         cfg, done, pending = _plan(args)  # again: another driver may have run in between
         with write_errors(f"run {args.run}"), Store(args.run) as store:
             store.set_config(cfg.to_dict())
-            store.set_meta("device", run_facts(cfg)["device"])  # --device/--workers may change it
+            facts = run_facts(cfg)
+            store.set_meta("device", facts["device"])  # --device/--workers may change it
+            if args.data is not None:  # as --data may move the data file
+                store.set_meta("dataset", facts["dataset"])
         if not args.quiet:
             print(f"resume: {done}/{cfg.budget} candidates done, {pending} re-queued "
                   f"(in flight when it stopped), {cfg.num_workers} {cfg.executor} worker(s) on "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import check_run, run_lock, write_errors
+from evonorm.commands._common import RUN_ARCH_HELP, check_run, check_run_archs, run_lock, write_errors
 
 
 def build_parser() -> ArgumentParser:
@@ -32,6 +32,8 @@ def build_parser() -> ArgumentParser:
                    help="also train reference layers once (default: bn_relu evonorm_b0 evonorm_s0) "
                         "with the run's own settings into RUN/references.json, which the report's "
                         "Pareto figure marks; about the cost of 3 candidates")
+    p.add_argument("--arch", action="append", default=None, metavar="MODULE:FUNCTION",
+                   help=RUN_ARCH_HELP)
     return p
 
 
@@ -42,6 +44,14 @@ def main(argv: list[str]) -> int:
     if args.seeds == 0 and args.references is None:
         raise CommandError("nothing to train: --seeds 0 without --references")
     check_run(args.run)
+    from evonorm.search.store import Store
+
+    try:
+        with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
+            archs = store.search_config().archs
+    except (ValueError, TypeError) as err:
+        raise CommandError(str(err).splitlines()[0]) from None
+    user_archs = check_run_archs(args.run, archs, args.arch)
     if args.references is not None:
         from evonorm.models import resolve_norm_act
 
@@ -58,11 +68,13 @@ def main(argv: list[str]) -> int:
             if args.references is not None:
                 from evonorm.search.references import DEFAULT_REFERENCES, train_references
 
-                train_references(args.run, args.references or DEFAULT_REFERENCES, log=log)
+                train_references(args.run, args.references or DEFAULT_REFERENCES, log=log,
+                                 user_archs=user_archs)
             if args.seeds:
                 from evonorm.search.retrain import retrain
 
-                rows = retrain(args.run, top=args.top, seeds=args.seeds, log=log)
+                rows = retrain(args.run, top=args.top, seeds=args.seeds, log=log,
+                               user_archs=user_archs)
                 print(f"retrain: {len(rows)} (layer, seed) runs in "
                       f"{run_folder(args.run) / 'retrain.jsonl'}")
         except (FileNotFoundError, ValueError) as err:

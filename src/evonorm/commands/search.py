@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import (check_device, check_executor, check_workers, report_result,
-                                      run_lock, write_errors)
+from evonorm.commands._common import (ARCHS_HELP, DATA_HELP, check_archs, check_device,
+                                      check_executor, check_workers, dataset_arg, probe_archs,
+                                      report_result, run_lock, write_errors)
 
 
 def build_parser() -> ArgumentParser:
@@ -38,9 +39,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
                    "(default: the preset's, else fashion_mnist, which must be installed; the "
                    "synthetic set only when named)")
+    p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
     p.add_argument("--data-root", default=None, help="folder holding the dataset files")
     p.add_argument("--n-train", type=int, default=None, help="training images used (seeded subset)")
-    p.add_argument("--archs", default=None, help="comma-separated anchor architectures")
+    p.add_argument("--archs", "--arch", default=None, help=ARCHS_HELP)
     p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: one per core)")
     p.add_argument("--executor", choices=EXECUTORS, default=None, help="local (default) or ray")
     p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
@@ -82,7 +84,7 @@ def config_from_args(args):
                   else {"stages": (), "quality_steps": 50, "train_seeds": 1})
     try:
         return get_preset(args.preset, space=args.space, algorithm=args.algorithm,
-                          budget=args.budget, budget_seconds=args.budget_seconds, **staged, dataset=args.dataset, data_root=args.data_root,
+                          budget=args.budget, budget_seconds=args.budget_seconds, **staged, dataset=dataset_arg(args.dataset, args.data), data_root=args.data_root,
                           n_train=args.n_train, archs=archs, workers=args.workers,
                           executor=args.executor, address=args.address, timeout=args.timeout,
                           window=args.window, criterion=args.criterion, seed=args.seed,
@@ -94,13 +96,9 @@ def config_from_args(args):
 def check_setup(cfg):
     """Validate what a run needs before its folder is written: archs, trainer preset, data."""
     from evonorm.graph.library import resolve_graph
-    from evonorm.models import list_archs
     from evonorm.search.evaluator import search_dataset, train_config
 
-    unknown = [a for a in cfg.archs if a not in list_archs()]
-    if unknown:
-        raise CommandError(f"unknown architecture(s) {', '.join(unknown)} "
-                           f"(choose from {', '.join(list_archs())})")
+    check_archs(cfg.archs)
     try:
         cfg = cfg.with_dataset()  # never a silent fall-back to the synthetic set
         for spec in cfg.seed_layers:
@@ -112,7 +110,8 @@ def check_setup(cfg):
                 raise ValueError(f"seed layer {spec!r} uses batch statistics: not in the S space")
         train_config(cfg, cfg.archs[0])
         train_config(cfg, cfg.archs[0], cfg.rerank_training)
-        search_dataset(cfg)
+        ds = search_dataset(cfg)
+        probe_archs(cfg, ds)
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
     return cfg

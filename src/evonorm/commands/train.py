@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
+from evonorm.commands._common import ARCH_HELP, DATA_HELP, dataset_arg
 
 
 def build_parser() -> ArgumentParser:
@@ -17,11 +18,12 @@ def build_parser() -> ArgumentParser:
         "report its test accuracy."))
     p.add_argument("--layer", required=True,
                    help="registry name (evonorm list), a named graph, or graph JSON / @file.json")
-    p.add_argument("--arch", default="resnet50_cifar", help="architecture (default resnet50_cifar)")
+    p.add_argument("--arch", default="resnet50_cifar", help=ARCH_HELP)
     p.add_argument("--preset", default="small", help="training preset: tiny, small, paper-b, "
                    "paper-s (default small)")
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
                    "(default: fashion_mnist when installed, else synthetic)")
+    p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
     p.add_argument("--data-root", default=None, help="folder holding the dataset files")
     p.add_argument("--download", action="store_true", help="download CIFAR (checksummed) if absent")
     p.add_argument("--holdout", type=float, default=None, metavar="FRAC",
@@ -48,6 +50,12 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+def width_note(cfg) -> str:
+    """' (width 0.25)' for a built-in architecture; nothing for an external one (as built)."""
+    width = cfg.resolved_width()
+    return "" if width is None else f" (width {width:g})"
+
+
 def read_layer(text: str):
     """A layer argument: a name, inline JSON, or @path to a graph JSON file."""
     if text.startswith("@"):
@@ -68,7 +76,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from evonorm.data import default_dataset_name, holdout_split, load_dataset
-    from evonorm.models import resolve_norm_act
+    from evonorm.models import is_builtin, probe_arch, resolve_norm_act
     from evonorm.train import get_preset, train
 
     from evonorm.commands._common import check_device, check_writable, write_errors
@@ -77,6 +85,7 @@ def main(argv: list[str]) -> int:
         if value is not None and value < 1:
             raise CommandError(f"{flag} must be >= 1, got {value}")
     device = check_device(args.device)
+    dataset = dataset_arg(args.dataset, args.data)
     if args.out is not None:
         check_writable(args.out)
     torch.set_num_threads(args.threads or min(2, os.cpu_count() or 1))
@@ -88,7 +97,7 @@ def main(argv: list[str]) -> int:
                          device=device)
         layer_kw = {} if args.groups is None else {"groups": args.groups}
         factory = resolve_norm_act(read_layer(args.layer), **layer_kw)
-        name = args.dataset or default_dataset_name()
+        name = dataset or default_dataset_name()
         ds = load_dataset(name, args.data_root, download=args.download, seed=args.seed)
         if args.holdout is not None:
             ds = holdout_split(ds, args.holdout, seed=args.seed)
@@ -96,12 +105,15 @@ def main(argv: list[str]) -> int:
                               ("--n-test", args.n_test, len(ds.test_y))):
             if n is not None and n > have:
                 raise ValueError(f"{flag} {n} is more than the {have} images {ds.name} has")
+        if not is_builtin(cfg.arch):  # the user's builder or timm: checked by building it once
+            probe_arch(cfg.arch, num_classes=ds.num_classes, in_chans=ds.channels,
+                       **cfg.layer_kwargs())
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise CommandError(str(err)) from None
 
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     print(f"training {args.layer if len(args.layer) < 60 else args.layer[:57] + '...'} on "
-          f"{cfg.arch} (width {cfg.resolved_width():g}), {ds.name}, preset {args.preset}: "
+          f"{cfg.arch}{width_note(cfg)}, {ds.name}, preset {args.preset}: "
           f"{cfg.steps} steps of {cfg.batch_size} on {cfg.device}", flush=True)
     log = None if progress or args.progress is False else (lambda s: print(s, file=sys.stderr, flush=True))
     result = train(factory, ds, cfg, progress=progress, log=log)

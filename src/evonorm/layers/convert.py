@@ -1,4 +1,5 @@
-"""`convert_norm_act`: put a normalization-activation layer into an existing model.
+"""`convert_norm_act`: put a normalization-activation layer (a registered name, a layer graph or a factory)
+into an existing model.
 
 Every BatchNorm2d / SyncBatchNorm is replaced, timm's BatchNormAct2d and SyncBatchNormAct included. Where a
 BatchNorm's only consumer is a ReLU / ReLU6 / SiLU / GELU (a module, a functional call or a tensor method,
@@ -22,13 +23,16 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from evonorm.layers.affine import Affine2d
 from evonorm.layers.baselines import _BatchNormAct
-from evonorm.layers.registry import get_norm_act
+from evonorm.layers.registry import NORM_ACTS, get_norm_act
 from evonorm.layers.sync import convert_sync_norm_act
 
 _ACT_MODULES = (nn.ReLU, nn.ReLU6, nn.SiLU, nn.GELU)
@@ -153,13 +157,64 @@ def _between(bn: fx.Node, act: fx.Node | None, modules: dict[str, nn.Module]) ->
     return [n for n in reversed(names) if not isinstance(modules.get(n), nn.Identity)]
 
 
-def _new_layer(bn: nn.Module, name: str, apply_act: bool, kwargs: dict) -> nn.Module:
+@dataclass(frozen=True)
+class _Layer:
+    """What replaces each BatchNorm: a registered class (told apply_act, and for a BN baseline the
+    BatchNorm's own eps / momentum), or a factory `(num_features, **kwargs)` whose layer stands for
+    a BatchNorm-activation pair; a BatchNorm with no activation then becomes the per-channel affine
+    (the rule of the searched architectures: a searched layer is a normalization-activation)."""
+
+    label: str
+    kwargs: dict
+    cls: type[nn.Module] | None = None
+    factory: Callable[..., nn.Module] | None = None
+
+
+def _layer(layer: Any, kwargs: dict) -> _Layer:
+    """`layer` (registry name, named graph, graph JSON, Graph, or factory) as a _Layer; ValueError
+    naming the problem before anything changes."""
+    if isinstance(layer, str) and layer.strip().lower().replace("-", "_") in NORM_ACTS:
+        return _Layer(layer, kwargs, cls=get_norm_act(layer))
+    if isinstance(layer, (str, dict)):
+        from evonorm.graph.library import NAMED_GRAPHS, resolve_graph
+
+        try:
+            layer = resolve_graph(layer)
+        except ValueError as err:
+            if isinstance(layer, str) and not layer.strip().startswith("{"):
+                raise ValueError(f"unknown norm-act layer {layer!r}: not a registered layer "
+                                 f"({', '.join(NORM_ACTS)}) nor a named graph "
+                                 f"({', '.join(sorted(NAMED_GRAPHS))})") from None
+            raise ValueError(f"invalid layer graph JSON: {err}") from None
+    to_module = getattr(layer, "to_module", None)
+    if callable(to_module):  # a Graph
+        from evonorm.graph.library import NAMED_GRAPHS
+
+        label = next((n for n, g in NAMED_GRAPHS.items() if g == layer), f"graph {layer}")
+        return _Layer(label, kwargs, factory=partial(to_module, **kwargs))
+    if callable(layer):
+        label = getattr(layer, "__qualname__", None) or type(layer).__name__
+        return _Layer(label, kwargs, factory=partial(layer, **kwargs) if kwargs else layer)
+    raise TypeError(f"layer must be a registered name, a Graph, graph JSON or a factory "
+                    f"(num_features) -> nn.Module, got {type(layer).__name__}")
+
+
+def _new_layer(bn: nn.Module, spec: _Layer, apply_act: bool) -> nn.Module:
     """The layer for one BatchNorm, carrying its gamma/beta (and, for a BN baseline, its eps, momentum and
     running statistics), on its device; synchronised like it when it is a SyncBatchNorm."""
-    cls = get_norm_act(name)
-    if issubclass(cls, nn.BatchNorm2d):
-        kwargs = {"eps": bn.eps, **({"momentum": bn.momentum} if bn.momentum is not None else {}), **kwargs}
-    layer = cls(bn.num_features, **{**kwargs, "apply_act": apply_act})
+    if spec.cls is not None:
+        kwargs = spec.kwargs
+        if issubclass(spec.cls, nn.BatchNorm2d):
+            kwargs = {"eps": bn.eps, **({"momentum": bn.momentum} if bn.momentum is not None else {}),
+                      **kwargs}
+        layer = spec.cls(bn.num_features, **{**kwargs, "apply_act": apply_act})
+    elif apply_act:
+        layer = spec.factory(bn.num_features)
+        if not isinstance(layer, nn.Module):
+            raise TypeError(f"the layer factory {spec.label} returned {type(layer).__name__}, "
+                            "not an nn.Module")
+    else:
+        layer = Affine2d(bn.num_features)
     state = {"weight": bn.weight, "bias": bn.bias} if bn.affine else {}
     if isinstance(layer, nn.BatchNorm2d) and bn.track_running_stats:
         state.update(running_mean=bn.running_mean, running_var=bn.running_var,
@@ -175,7 +230,7 @@ def _new_layer(bn: nn.Module, name: str, apply_act: bool, kwargs: dict) -> nn.Mo
     return layer.to(device=ref.device) if ref is not None else layer
 
 
-def _replace(bn: nn.Module, qual: str, name: str, kwargs: dict, report: ConvertReport,
+def _replace(bn: nn.Module, qual: str, spec: _Layer, report: ConvertReport,
              external: str | None = None) -> nn.Module:
     """The module that takes `bn`'s place; `external` describes an activation after it that is fused.
 
@@ -193,7 +248,7 @@ def _replace(bn: nn.Module, qual: str, name: str, kwargs: dict, report: ConvertR
     tail = [m for m in tail if m is not None]
     if fused and drop is not None:
         report.notes.append(f"{qual}: {type(drop).__name__} now follows the fused activation")
-    layer = _new_layer(bn, name, fused is not None, kwargs)
+    layer = _new_layer(bn, spec, fused is not None)
     report.replaced.append(Replacement(qual, bn.num_features, type(layer).__name__, fused is not None, fused))
     return nn.Sequential(layer, *tail) if tail else layer
 
@@ -203,7 +258,7 @@ def _set(root: nn.Module, qualname: str, module: nn.Module) -> None:
     setattr(root.get_submodule(parent) if parent else root, child, module)
 
 
-def _convert_traced(module: nn.Module, graph: fx.Graph, prefix: str, name: str, kwargs: dict,
+def _convert_traced(module: nn.Module, graph: fx.Graph, prefix: str, spec: _Layer,
                     report: ConvertReport) -> nn.Module:
     """Fuse/replace using the traced graph; in place when only Identity swaps are needed, else a GraphModule."""
     modules = dict(module.named_modules())
@@ -227,7 +282,7 @@ def _convert_traced(module: nn.Module, graph: fx.Graph, prefix: str, name: str, 
         pairs[node.target] = (act, _activation_of(act, modules, prefix) if act is not None else None)
     if all(a is None or (a.op == "call_module" and calls[a.target] == 1) for a, _ in pairs.values()):
         for bn_name, (act, desc) in pairs.items():
-            _set(module, bn_name, _replace(modules[bn_name], prefix + bn_name, name, kwargs, report, desc))
+            _set(module, bn_name, _replace(modules[bn_name], prefix + bn_name, spec, report, desc))
             if act is not None:
                 _set(module, act.target, nn.Identity())
         result = module
@@ -239,12 +294,12 @@ def _convert_traced(module: nn.Module, graph: fx.Graph, prefix: str, name: str, 
         graph.lint()
         result = fx.GraphModule(module, graph, class_name=type(module).__name__)
         for bn_name, (_, desc) in pairs.items():
-            _set(result, bn_name, _replace(modules[bn_name], prefix + bn_name, name, kwargs, report, desc))
+            _set(result, bn_name, _replace(modules[bn_name], prefix + bn_name, spec, report, desc))
         report.mode = "fx"
     # BatchNorms the trace never called (dead code in forward): replaced as lone ones
     for qual, m in list(result.named_modules()):
         if _is_bn(m):
-            _set(result, qual, _replace(m, prefix + qual, name, kwargs, report))
+            _set(result, qual, _replace(m, prefix + qual, spec, report))
             report.notes.append(f"{prefix}{qual} is not called in the traced forward: replaced as a lone BatchNorm")
     return result
 
@@ -257,9 +312,9 @@ def _next_act(children: list[tuple[str, nn.Module]], idx: int) -> int | None:
     return j if j < len(children) and isinstance(children[j][1], _ACT_MODULES) else None
 
 
-def _convert(module: nn.Module, prefix: str, name: str, kwargs: dict, report: ConvertReport) -> nn.Module:
+def _convert(module: nn.Module, prefix: str, spec: _Layer, report: ConvertReport) -> nn.Module:
     if _is_bn(module):
-        return _replace(module, prefix.rstrip("."), name, kwargs, report)
+        return _replace(module, prefix.rstrip("."), spec, report)
     if not any(_is_bn(m) for m in module.modules()):
         return module
     try:
@@ -269,35 +324,42 @@ def _convert(module: nn.Module, prefix: str, name: str, kwargs: dict, report: Co
         report.notes.append(f"fx could not trace {prefix.rstrip('.') or '<root>'} ({first_line}); "
                             "converting its children one by one")
     else:
-        return _convert_traced(module, graph, prefix, name, kwargs, report)
+        return _convert_traced(module, graph, prefix, spec, report)
     children = list(module.named_children())
     for idx, (child_name, child) in enumerate(children):
         act = _next_act(children, idx) if isinstance(module, nn.Sequential) and _is_bn(child) else None
         if act is not None and _inner(child, prefix + child_name)[1] is None:
             act_name, act_module = children[act]
             desc = f"{type(act_module).__name__} module {prefix}{act_name}"
-            setattr(module, child_name, _replace(child, prefix + child_name, name, kwargs, report, desc))
+            setattr(module, child_name, _replace(child, prefix + child_name, spec, report, desc))
             setattr(module, act_name, nn.Identity())
         else:
-            new = _convert(child, f"{prefix}{child_name}.", name, kwargs, report)
+            new = _convert(child, f"{prefix}{child_name}.", spec, report)
             if new is not child:
                 setattr(module, child_name, new)
     return module
 
 
-def convert_norm_act(model: nn.Module, name: str, **kwargs) -> tuple[nn.Module, ConvertReport]:
-    """Replace every BatchNorm2d / SyncBatchNorm of `model` with the layer `name` (fusing its activation).
+def convert_norm_act(model: nn.Module, layer: Any, **kwargs) -> tuple[nn.Module, ConvertReport]:
+    """Replace every BatchNorm2d / SyncBatchNorm of `model` with `layer` (fusing its activation).
+
+    `layer` is a registered name (`list_norm_acts()`), a named graph, graph JSON or a `Graph`, or a
+    factory `(num_features, **kwargs) -> nn.Module`. A registered layer is told `apply_act`; a graph's
+    or a factory's layer takes each BatchNorm-activation pair, and a BatchNorm without an activation
+    becomes a per-channel affine (`Affine2d`), as in the searched architectures.
 
     Returns (model, report). Use the returned model: it is `model` changed in place, or a `fx.GraphModule`
     sharing `model`'s other submodules when the graph had to be rewritten (report.mode == "fx").
     `kwargs` go to the layer (e.g. groups=16, eps=1e-3); new layers are created on the BatchNorm's device.
     """
-    get_norm_act(name)  # unknown names fail here, before anything is changed
-    for qual, m in model.named_modules():  # as do BatchNorm subclasses whose function could not be kept
-        if _is_bn(m):
-            _inner(m, qual)
-    report = ConvertReport(norm_act=name)
+    spec = _layer(layer, kwargs)  # unknown names fail here, before anything is changed
+    bns = [(qual, m) for qual, m in model.named_modules() if _is_bn(m)]
+    for qual, m in bns:  # as do BatchNorm subclasses whose function could not be kept
+        _inner(m, qual)
+    if spec.factory is not None and bns:  # and a factory that raises or returns no module
+        _new_layer(bns[0][1], spec, True)
+    report = ConvertReport(norm_act=spec.label)
     was_training = model.training
-    result = _convert(model, "", name, kwargs, report)
+    result = _convert(model, "", spec, report)
     result.train(was_training)
     return result, report

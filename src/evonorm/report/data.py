@@ -38,6 +38,7 @@ class RunData:
     status: str = ""  # the store's run status ("running", "complete", ...) when it records one
     retrain: list[RetrainRow] = field(default_factory=list)  # multi-seed re-training, if any
     setup: str = ""  # what the run trained on: preset, dataset and its sizes, device (`setup_line`)
+    classes: int | None = None  # the dataset's class count, as `evonorm search` stores it
 
     def __post_init__(self) -> None:
         self.candidates = sorted((as_candidate(c) for c in self.candidates), key=lambda c: c.id)
@@ -68,9 +69,9 @@ class RunData:
 
     @property
     def num_classes(self) -> int:
-        n = self.config.get("num_classes")
-        if isinstance(n, (int, float)) and n >= 2:
-            return int(n)
+        for n in (self.classes, self.config.get("num_classes")):
+            if isinstance(n, (int, float)) and not isinstance(n, bool) and n >= 2:
+                return int(n)
         return 100 if str(self.config.get("dataset") or "").lower() == "cifar100" else 10
 
 
@@ -97,7 +98,9 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
                 in_flight=len(_safe(store, "pending_proposals")),
                 status=_meta(store, "status"),
             )
-            data.setup = setup_line(data.config, store.get_meta("dataset"), store.get_meta("device"))
+            facts = store.get_meta("dataset")
+            data.setup = setup_line(data.config, facts, store.get_meta("device"))
+            data.classes = facts.get("classes") if isinstance(facts, dict) else None
             data.references = _references(data, run_folder(run))
             data.retrain = read_rows(run)
             return data

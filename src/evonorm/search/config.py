@@ -50,6 +50,9 @@ class SearchConfig:
     # so it never sees the test set.
     dataset: str | None = None  # None -> `with_dataset()`: the default, when the run starts
     data_root: str | None = None
+    # a user's own data (`dataset` a file.npz, stored as its absolute path): the file's sha256,
+    # taken when the run starts, so resume, rerank and report read that very file or fail
+    data_sha256: str | None = None
     n_train: int | None = None
     holdout: float = 0.1
     # search space and algorithm
@@ -190,12 +193,16 @@ class SearchConfig:
     def with_dataset(self) -> "SearchConfig":
         """The config with its dataset named (the default one when unset): resolved once, when a
         run starts, and stored with it. Never a silent fall-back to the synthetic set: without
-        Fashion-MNIST installed, FileNotFoundError says how to install it."""
-        if self.dataset is not None:
-            return self
-        from evonorm.data import default_dataset_name
+        Fashion-MNIST installed, FileNotFoundError says how to install it. A file.npz is named by
+        its absolute path, with its sha256 (`data_sha256`)."""
+        from evonorm.data import default_dataset_name, file_sha256, is_npz, read_npz_bytes
 
-        return self.replace(dataset=default_dataset_name(fallback=False))
+        if self.dataset is None:
+            return self.replace(dataset=default_dataset_name(fallback=False))
+        if is_npz(self.dataset) and self.data_sha256 is None:
+            path = os.path.abspath(self.dataset)
+            return self.replace(dataset=path, data_sha256=file_sha256(read_npz_bytes(path)))
+        return self
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

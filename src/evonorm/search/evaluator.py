@@ -34,15 +34,16 @@ def search_dataset(cfg: SearchConfig):
     if cfg.dataset is None:
         raise ValueError("the search config names no dataset (SearchConfig.with_dataset() "
                          "resolves the default when a run starts)")
-    return _load_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed, cfg.device)
+    return _load_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed, cfg.device,
+                       cfg.data_sha256)
 
 
 @lru_cache(maxsize=4)
 def _load_split(name: str, root: str | None, n_train: int | None, holdout: float, seed: int,
-                device: str):
+                device: str, sha256: str | None = None):
     from evonorm.data import holdout_split, load_dataset, to_device
 
-    ds = load_dataset(name, root, n_train=n_train, seed=seed)
+    ds = load_dataset(name, root, n_train=n_train, seed=seed, sha256=sha256)
     return to_device(holdout_split(ds, frac=holdout, seed=seed), device)
 
 
@@ -57,6 +58,7 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
     search's full training restarts its cosine at each stage (`restarts`), here as in
     `train_stages`, so a reference or re-training run is the candidates' full run.
     """
+    from evonorm.models import is_builtin
     from evonorm.train import PRESETS
 
     setting = setting or cfg.training
@@ -69,6 +71,8 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
     if setting.presized:  # the data is already the run's subset: the preset must not cut it again
         over.setdefault("n_train", None)
         over.setdefault("n_test", None)
+    if not is_builtin(arch) and "width" not in cfg.arch_train.get(arch, {}):
+        over.pop("width", None)  # a preset's width is for the built-in architectures
     over.update(arch=arch, seed=cfg.seed, device=cfg.device)
     if staged:
         full = over.get("steps", PRESETS[setting.preset].steps)
@@ -98,12 +102,17 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     of a staged config is the quality test: an architecture below the bar rejects the layer, and
     the remaining architectures are not trained. `checkpoint` (a file path) saves the runs after
     each stage and is picked up again if the candidate is evaluated anew after a crash; it is
-    removed once the candidate is decided.
+    removed once the candidate is decided. It holds tensors and plain data only and is read with
+    `weights_only=True`, so a file planted in the run folder cannot run code: one that does not
+    load (corrupt, a pickle of anything else, another candidate's) is dropped with a warning on
+    stderr and the candidate trains from its first stage.
 
     With `cfg.train_seeds` > 1 each architecture trains that many runs (`run_seed`) and each stage
     scores their mean accuracy; a non-finite loss in any of them rejects the layer.
     """
     import os
+    import sys
+    import warnings
     from pathlib import Path
 
     import torch
@@ -122,12 +131,24 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     stages: list[dict[str, float]] = []
     ckpt = Path(checkpoint) if checkpoint else None
     if ckpt is not None and ckpt.is_file():
-        saved = torch.load(ckpt, weights_only=False)
-        stages = saved["stages"]
-        for (arch, i), name in keys.items():
-            if name in saved["runs"]:
+        try:  # tensors and plain data only: a planted pickle is refused, never run
+            with warnings.catch_warnings():  # e.g. on the pickle protocol: the one line below
+                warnings.simplefilter("ignore")
+                saved = torch.load(ckpt, weights_only=True)
+            stages = [{str(a): float(v) for a, v in s.items()} for s in saved["stages"]]
+            if (not 0 < len(stages) < len(ends) or any(set(s) != set(cfg.archs) for s in stages)
+                    or set(saved["runs"]) != set(keys.values())):
+                raise ValueError("its stages and runs are not this candidate's")
+            for (arch, i), name in keys.items():
                 runs[arch, i] = new_run(arch, i)
                 runs[arch, i].restore(saved["runs"][name])
+        except Exception as err:  # noqa: BLE001 - corrupt, planted or from other settings: retrain
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            print(f"evonorm: warning: dropped stage checkpoint {ckpt} ({type(err).__name__}: "
+                  f"{first}); the candidate trains again from its first stage", file=sys.stderr,
+                  flush=True)
+            ckpt.unlink(missing_ok=True)
+            runs, stages = {}, []
     bar = quality_threshold(ds.num_classes, cfg.quality_factor) if cfg.stages and screen else None
 
     def decided(e: Evaluation) -> Evaluation:

@@ -24,15 +24,19 @@ REFERENCES_FILE = "references.json"
 
 
 def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
-                     log: Callable[[str], None] | None = None) -> dict[str, dict[str, float | None]]:
+                     log: Callable[[str], None] | None = None,
+                     user_archs: Sequence[str] = ()) -> dict[str, dict[str, float | None]]:
     """Train each reference layer on every anchor architecture of the run; returns and stores
     {layer: {arch: held-out accuracy or None if the loss went non-finite}}. Layers already in
-    the run's references file are kept, not retrained."""
+    the run's references file are kept, not retrained. A run's MODULE:FUNCTION architectures are
+    built only when named again in `user_archs` (ValueError otherwise)."""
+    from evonorm.models import check_named_again
     from evonorm.search.evaluator import search_dataset, train_config
     from evonorm.train import train
 
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
+    check_named_again(run, cfg.archs, user_archs)
     ds = search_dataset(cfg)
     path = run_folder(run) / REFERENCES_FILE
     refs: dict[str, dict[str, float | None]] = json.loads(path.read_text()) if path.is_file() else {}

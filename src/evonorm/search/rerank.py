@@ -12,12 +12,13 @@ continues where it stopped, skipping the layers already reranked in the same set
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
@@ -35,11 +36,11 @@ class Setting:
     steps: int
     batch_size: int
     images: int  # training images
-    width: float
+    width: float | None  # None: an external architecture (timm:NAME, MODULE:FUNCTION), as built
 
     def text(self) -> str:
-        return (f"{self.steps} steps of {self.batch_size}, {self.images} training images, "
-                f"width {self.width:g}")
+        return (f"{self.steps} steps of {self.batch_size}, {self.images} training images"
+                + (f", width {self.width:g}" if self.width is not None else ""))
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class RerankPlan:
             if r.images < s.images or (r.images == s.images < self.available):
                 out.append(f"{arch} trains on {r.images} images, not more than the search's "
                            f"{s.images}")
-            if r.width < s.width:
+            if r.width is not None and s.width is not None and r.width < s.width:
                 out.append(f"{arch} has width {r.width:g}, narrower than the search's {s.width:g}")
         return out
 
@@ -119,15 +120,15 @@ def rerank_dataset(cfg: SearchConfig):
     if cfg.dataset is None:
         raise ValueError("the search config names no dataset")
     return _load_rerank_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed,
-                              cfg.device)
+                              cfg.device, cfg.data_sha256)
 
 
 @lru_cache(maxsize=2)
 def _load_rerank_split(name: str, root: str | None, n_train: int | None, holdout: float,
-                       seed: int, device: str):
+                       seed: int, device: str, sha256: str | None = None):
     from evonorm.data import load_dataset, to_device
 
-    full = load_dataset(name, root, seed=seed)
+    full = load_dataset(name, root, seed=seed, sha256=sha256)
     return to_device(outside_holdout(full, n_train, holdout, seed), device)
 
 
@@ -138,13 +139,19 @@ def _images(n_train: int | None, have: int) -> int:
 
 def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | None = None,
             device: str | None = None, workers: int | None = None, timeout: float | None = None,
-            allow_smaller: bool = False) -> RerankPlan:
+            allow_smaller: bool = False, data: str | None = None) -> RerankPlan:
     """The rerank of a search run (its stored `cfg`) in the setting asked for: the search's
     rerank setting, or `preset` with `overrides`; on `device` with `workers` (default: the
-    search's). ValueError, before anything is trained or written, if the setting cannot train
-    or is not larger than the search's (unless `allow_smaller`)."""
+    search's); `data`: the run's .npz file at a new place (the same file: its sha256 is checked).
+    ValueError, before anything is trained or written, if the setting cannot train or is not
+    larger than the search's (unless `allow_smaller`)."""
     from evonorm.search.evaluator import search_dataset, train_config
 
+    if data is not None:
+        if cfg.data_sha256 is None:
+            raise ValueError(f"--data gives a moved data file, and this run trained on "
+                             f"{cfg.dataset}, not a file of its own")
+        cfg = cfg.replace(dataset=os.path.abspath(data))
     if preset is not None:
         cfg = cfg.replace(rerank_preset=preset, rerank_train=dict(overrides or {}))
     elif overrides:
@@ -214,16 +221,22 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
            overrides: dict | None = None, device: str | None = None, workers: int | None = None,
            timeout: float | None = None, allow_smaller: bool = False,
            fn: Callable[[dict], dict] | None = None, log: Callable[[str], None] | None = None,
-           every: float = 60.0) -> list[dict]:
+           every: float = 60.0, data: str | None = None,
+           user_archs: Sequence[str] = ()) -> list[dict]:
     """Rerank a run's top layers (see `prepare` for the setting); returns its rows in this
     setting and split, best first. `fn` stands in for `train_layer` (tests; picklable by name).
+    A run's MODULE:FUNCTION architectures are built only when named again in `user_archs`.
     Logs the settings, then a line per finished layer and a status line every `every` seconds."""
     from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    from evonorm.models import check_named_again
+
     with Store(run_dir) as store:
+        check_named_again(run_dir, store.search_config().archs, user_archs)
         plan = prepare(store.search_config(), preset=preset, overrides=overrides, device=device,
-                       workers=workers, timeout=timeout, allow_smaller=allow_smaller)
+                       workers=workers, timeout=timeout, allow_smaller=allow_smaller,
+                       data=data)
         cfg = plan.cfg
         chosen = [row.best for row in top_layers(store.candidates(), top or cfg.rerank_top)]
         if not chosen:

@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from evonorm.search.references import REFERENCES_BY_SPACE
 from evonorm.search.store import Store, run_folder
@@ -77,10 +77,13 @@ def plan(run: str | Path, top: int) -> tuple[Any, list[tuple[str, str, Any, int 
 
 
 def retrain(run: str | Path, *, top: int = 3, seeds: int = 3,
-            log: Callable[[str], None] | None = None) -> list[RetrainRow]:
+            log: Callable[[str], None] | None = None,
+            user_archs: Sequence[str] = ()) -> list[RetrainRow]:
     """Train every planned layer with `seeds` training seeds on each architecture of the run,
     appending a line per finished (layer, seed); rows already in the file are not trained again.
-    Logs one line per finished (layer, seed) with the count done, so it shows progress anywhere."""
+    Logs one line per finished (layer, seed) with the count done, so it shows progress anywhere.
+    A run's MODULE:FUNCTION architectures are built only when named again in `user_archs`."""
+    from evonorm.models import check_named_again
     from evonorm.search.evaluator import search_dataset, train_config
     from evonorm.train import train
 
@@ -88,6 +91,7 @@ def retrain(run: str | Path, *, top: int = 3, seeds: int = 3,
     if top < 0 or seeds < 1:
         raise ValueError(f"re-training needs top >= 0 and seeds >= 1, got {top} and {seeds}")
     cfg, layers = plan(run, top)
+    check_named_again(run, cfg.archs, user_archs)
     path = run_folder(Path(run)) / RETRAIN_FILE
     done = {(r.layer, r.seed) for r in read_rows(run)}
     todo = [(lay, cfg.seed + SEED_OFFSET + i) for lay in layers for i in range(seeds)
