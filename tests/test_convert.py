@@ -220,8 +220,7 @@ def test_a_factory_or_a_graph_takes_every_bn_activation_pair():
         return EvoNormS0(num_features, **kw)
 
     x = torch.randn(4, 3, 16, 16)
-    for layer, kw in ((factory, {"groups": 4}), (NAMED_GRAPHS["evonorm_s0"], {}),
-                      (NAMED_GRAPHS["evonorm_s0"].to_json(), {}), ("evonorm_b0", {})):
+    for layer, kw in ((factory, {"groups": 4}), (NAMED_GRAPHS["evonorm_s0"], {}), ("evonorm_b0", {})):
         built.clear()
         new, report = convert_norm_act(TinyResNet(), layer, **kw)
         assert _count_bn(new) == 0 and len(report) == 9 and len(report.fused) == 4
@@ -233,7 +232,8 @@ def test_a_factory_or_a_graph_takes_every_bn_activation_pair():
         _check_runs(new, x)
         if layer is factory:  # once per pair (and once first, a check before anything changes)
             assert [n for n, _ in built] == [16, 16, 16, 32, 64] and built[0][1] == {"groups": 4}
-    assert convert_norm_act(TinyResNet(), NAMED_GRAPHS["evonorm_b0"])[1].norm_act == "evonorm_b0"
+    label = convert_norm_act(TinyResNet(), NAMED_GRAPHS["evonorm_b0"])[1].norm_act
+    assert label == f"graph {NAMED_GRAPHS['evonorm_b0']}"
 
 
 def test_a_bad_factory_changes_nothing():
@@ -248,6 +248,6 @@ def test_a_bad_factory_changes_nothing():
         convert_norm_act(model, lambda n: "a string")
     with pytest.raises(TypeError, match="factory"):
         convert_norm_act(model, 3)
-    with pytest.raises(ValueError, match="invalid layer graph JSON"):
-        convert_norm_act(model, '{"nodes": 3')
+    with pytest.raises(ValueError, match="pass a Graph"):
+        convert_norm_act(model, '{"nodes": [["sigmoid", 0]]}')
     assert _count_bn(model) == 13

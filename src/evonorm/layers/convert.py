@@ -171,31 +171,23 @@ class _Layer:
 
 
 def _layer(layer: Any, kwargs: dict) -> _Layer:
-    """`layer` (registry name, named graph, graph JSON, Graph, or factory) as a _Layer; ValueError
-    naming the problem before anything changes."""
-    if isinstance(layer, str) and layer.strip().lower().replace("-", "_") in NORM_ACTS:
-        return _Layer(layer, kwargs, cls=get_norm_act(layer))
-    if isinstance(layer, (str, dict)):
-        from evonorm.graph.library import NAMED_GRAPHS, resolve_graph
-
-        try:
-            layer = resolve_graph(layer)
-        except ValueError as err:
-            if isinstance(layer, str) and not layer.strip().startswith("{"):
-                raise ValueError(f"unknown norm-act layer {layer!r}: not a registered layer "
-                                 f"({', '.join(NORM_ACTS)}) nor a named graph "
-                                 f"({', '.join(sorted(NAMED_GRAPHS))})") from None
-            raise ValueError(f"invalid layer graph JSON: {err}") from None
+    """`layer` (registry name, Graph, or factory) as a _Layer; ValueError naming the problem before
+    anything changes. A Graph is recognised by its `to_module` (this floor does not import the graph
+    package, which builds on it); graph JSON and named graphs go through `Graph.from_json` or
+    `evonorm.graph.library.resolve_graph` first."""
+    if isinstance(layer, str):
+        if layer.strip().lower().replace("-", "_") in NORM_ACTS:
+            return _Layer(layer, kwargs, cls=get_norm_act(layer))
+        raise ValueError(f"unknown norm-act layer {layer!r}: not a registered layer "
+                         f"({', '.join(NORM_ACTS)}); for a layer graph pass a Graph "
+                         "(evonorm.graph.Graph.from_json, evonorm.graph.library.resolve_graph)")
     to_module = getattr(layer, "to_module", None)
     if callable(to_module):  # a Graph
-        from evonorm.graph.library import NAMED_GRAPHS
-
-        label = next((n for n, g in NAMED_GRAPHS.items() if g == layer), f"graph {layer}")
-        return _Layer(label, kwargs, factory=partial(to_module, **kwargs))
+        return _Layer(f"graph {layer}", kwargs, factory=partial(to_module, **kwargs))
     if callable(layer):
         label = getattr(layer, "__qualname__", None) or type(layer).__name__
         return _Layer(label, kwargs, factory=partial(layer, **kwargs) if kwargs else layer)
-    raise TypeError(f"layer must be a registered name, a Graph, graph JSON or a factory "
+    raise TypeError(f"layer must be a registered name, a Graph or a factory "
                     f"(num_features) -> nn.Module, got {type(layer).__name__}")
 
 
