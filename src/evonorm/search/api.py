@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evonorm.search.config import SearchConfig
 from evonorm.search.driver import SearchResult, init_run, load_result, run_search
 from evonorm.search.lock import RunLock
 from evonorm.search.objective import (SCORE_NAME, Objective, check_objective, check_picklable,
@@ -31,8 +32,7 @@ def search(objective: Objective | None = None, *, out: str | Path, preset: str =
                      seed=seed, **overrides)
     if objective is not None:
         check_picklable(check_objective(objective))
-        cfg = cfg.replace(objective=objective_name(objective),
-                          archs=tuple(overrides.get("archs") or (SCORE_NAME,)))
+        cfg = own_objective_config(cfg, objective)
     else:
         from evonorm.search.proxy import check_data
 
@@ -42,6 +42,14 @@ def search(objective: Objective | None = None, *, out: str | Path, preset: str =
     with RunLock(out):
         init_run(out, cfg, force=force)
         return run_search(out, objective=objective, progress=progress, ship=ship)
+
+
+def own_objective_config(cfg: SearchConfig, objective: Objective) -> SearchConfig:
+    """The search settings of a run on `objective`: its name recorded, the scores named after a
+    float's ("objective") until a first valid dict result names them, and no dataset (the built-in
+    task's; the objective brings its own data)."""
+    return cfg.replace(objective=objective_name(objective), archs=(SCORE_NAME,), dataset=None,
+                       data_root=None, n_train=None)
 
 
 def resume(out: str | Path, objective: Objective | None = None, *, progress: bool = True,

@@ -142,9 +142,15 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
     """The rerank of a search run (its stored `cfg`) in the setting asked for: the search's
     rerank setting, or `preset` with `overrides`; on `device` with `workers` (default: the
     search's). ValueError, before anything is trained or written, if the setting cannot train
-    or is not larger than the search's (unless `allow_smaller`)."""
+    or is not larger than the search's (unless `allow_smaller`), or if the run was searched on an
+    objective of one's own: the rerank retrains on the built-in proxy task's architectures and
+    data, which such a run never used."""
     from evonorm.search.evaluator import search_dataset, train_config
 
+    if cfg.objective:
+        raise ValueError(f"rerank retrains on the built-in proxy task, and this run was searched "
+                         f"with the objective {cfg.objective}: retrain its top layers in your own "
+                         f"task (evonorm.search.load(RUN).top(k))")
     if preset is not None:
         cfg = cfg.replace(rerank_preset=preset, rerank_train=dict(overrides or {}))
     elif overrides:
