@@ -72,6 +72,16 @@ def test_trial_hurdles_and_nonfinite_reports():
     staged = run_trial(two_stages, _payload(stages=(2,), quality_steps=0))
     assert staged.stages == [{"objective": 0.3}, {"objective": 0.6}] and staged.stage == 2
 
+    def reports_then_returns(norm_act, trial):
+        trial.report(0.3, step=1)
+        return 0.7 if not trial.should_stop() else 0.3
+
+    on = run_trial(reports_then_returns, _payload(stages=(2,), quality_steps=0))
+    assert on.stages == [{"objective": 0.3}, {"objective": 0.7}] and on.fitness == 0.7
+    payload = {**_payload(stages=(2,), quality_steps=0), "hurdles": [0.5]}
+    stopped = run_trial(reports_then_returns, payload)
+    assert stopped.stages == [{"objective": 0.3}] and stopped.stage == 1
+
 
 def test_search_on_own_objective_stores_every_outcome_and_ranks_distinct_layers(tmp_path):
     seeds = ("evonorm_s0", "evonorm_s1", "evonorm_s2", "s_top1", "evonorm_s0")
@@ -117,6 +127,7 @@ def test_own_objective_search_honours_hurdles(tmp_path):
     with Store(tmp_path / "run", readonly=True) as store:
         cands = [c for c in store.candidates() if c.status == "valid"]
     assert {c.stage for c in cands} == {1, 2}  # some stopped below the hurdle, some went on
+    assert 0 < load(tmp_path / "run").tally.stopped < len(cands)
 
 
 def test_search_engine_imports_neither_trainer_models_nor_data():

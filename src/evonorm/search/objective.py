@@ -94,6 +94,7 @@ class Trial:
     hurdles: Sequence[float | None] = ()
     reports: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # (step, scores)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase, if it says
+    stopped: bool = False  # should_stop() said so: the last report is where the layer stopped
 
     def report(self, value: float | Mapping[str, float], step: int) -> None:
         """Record the candidate's fitness after a stage of its evaluation (training step `step`)."""
@@ -109,7 +110,8 @@ class Trial:
         if not all(math.isfinite(v) for v in scores.values()):
             return True
         hurdle = self.hurdles[k] if k < len(self.hurdles) else None
-        return hurdle is not None and _mean(scores) < hurdle
+        self.stopped = hurdle is not None and _mean(scores) < hurdle
+        return self.stopped
 
 
 def error_reason(err: BaseException) -> str:
@@ -124,7 +126,8 @@ def run_trial(objective: Objective, payload: dict) -> Evaluation:
     """Evaluate one candidate with `objective` (runs in a worker).
 
     payload: {"graph": graph JSON, "config": SearchConfig.to_dict(), optional "hurdles" and
-    "checkpoint"}. With `stages` in the config, the reports are the candidate's stored stages.
+    "checkpoint"}. With `stages` in the config, the candidate's stored stages are its reports,
+    then the returned value (unless it was the last report, or a hurdle stopped the layer there).
     """
     from evonorm.graph import Graph
 
@@ -148,8 +151,10 @@ def run_trial(objective: Objective, payload: dict) -> Evaluation:
            if not all(math.isfinite(x) for x in v.values())]
     if bad:
         return Evaluation.rejected(Reject("nonfinite", step=bad[0][0]), timings=timings())
-    stages = [s for _, s in trial.reports] if cfg.stages else None
-    return Evaluation.valid(scores, timings(), stages)
+    stages = [s for _, s in trial.reports]
+    if not trial.stopped and (not stages or stages[-1] != scores):
+        stages.append(scores)  # the returned value is the last stage, unless it was reported
+    return Evaluation.valid(scores, timings(), stages if cfg.stages else None)
 
 
 # ---------------------------------------------------------------------- naming and loading
