@@ -199,3 +199,8 @@ def test_cli_search_and_resume_need_the_same_objective(tmp_path, monkeypatch, ca
     capsys.readouterr()
     assert cli(["rerank", "run"]) == 2
     assert "built-in proxy task" in capsys.readouterr().err
+    for extra in (["--references"], ["--seeds", "1"]):  # both train the built-in task
+        assert cli(["report", "run", *extra]) == 2
+        assert "built-in proxy task" in capsys.readouterr().err
+    assert cli(["report", "run", "--out", "page"]) == 0  # the report itself only reads
+    assert (tmp_path / "page" / "report.html").is_file()

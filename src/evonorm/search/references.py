@@ -33,6 +33,9 @@ def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
 
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
+    if cfg.objective:
+        raise ValueError(f"reference layers train on the built-in proxy task, and this run was "
+                         f"searched with the objective {cfg.objective}")
     ds = search_dataset(cfg)
     path = run_folder(run) / REFERENCES_FILE
     refs: dict[str, dict[str, float | None]] = json.loads(path.read_text()) if path.is_file() else {}
