@@ -373,6 +373,18 @@ def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) ->
                   + " ".join(f"{n} {got[n].status}" for n in paths), flush=True)
     n = rounds * len(payloads)
     rate = {name: 3600 * n / s for name, s in spent.items()}
+    from evonorm.search.objective import run_trial
+
+    def noop(norm_act, trial):
+        return 0.5
+
+    reps = 200  # the protocol's own cost, load-proof: run_trial around an objective that does nothing
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        run_trial(noop, payloads[0])
+    per = (time.perf_counter() - t0) / reps
+    print(f"run_trial around a no-op objective: {per * 1e6:.0f} us per candidate, "
+          f"{per / (spent['objective'] / n):.2e} of a candidate's mean time here")
     print(f"{preset}{'' if full else ' (shortened)'}, {len(payloads)} candidates x {rounds} rounds, "
           f"1 thread: before {spent['before']:.1f} s ({rate['before']:.0f} candidates per "
           f"core-hour), objective {spent['objective']:.1f} s ({rate['objective']:.0f}); "

@@ -24,7 +24,7 @@ from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, Executor, make_executor
 from evonorm.search.lock import LOCK_NAME
 from evonorm.search.objective import (BUILTIN, Objective, layer_identity, load_objective,
-                                      objective_name, run_trial, ship_path)
+                                      run_trial, ship_path)
 from evonorm.search.store import STORE_NAME, PendingProposal, Store
 
 
@@ -284,10 +284,13 @@ class _Search:
         if self.cfg.stages:  # a retried or resumed candidate continues from its last stage
             payload["hurdles"] = self.hurdles()
             if self.cfg.executor == "local":
-                payload["checkpoint"] = str(self.store.path.parent / "stages"
-                                            / f"{job.proposal.idx}.pt")
+                payload["checkpoint"] = str(self._checkpoint(job.proposal.idx))
         self.executor.submit(job.proposal.idx, payload)
         self.in_flight[job.proposal.idx] = job
+
+    def _checkpoint(self, idx: int) -> Path:
+        """Where the objective may keep a candidate's state across a killed worker (`Trial`)."""
+        return self.store.path.parent / "stages" / f"{idx}.pt"
 
     def out_of_time(self) -> bool:
         """The worker-seconds budget is spent (never, without one)."""
@@ -318,6 +321,7 @@ class _Search:
                 self._record(job.proposal, job.key, job.fingerprint,
                              Evaluation.failed(reason or ""), worker=out.worker,
                              seconds=out.seconds)
+            self._checkpoint(job.proposal.idx).unlink(missing_ok=True)  # decided: not resumed
             for waiter in self.waiting.pop(job.key, []):
                 self.pending.appendleft(waiter)  # now answered from the cache (or re-run if failed)
 
