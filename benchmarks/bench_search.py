@@ -327,7 +327,7 @@ def _evaluate_before_objectives(payload: dict):
 
 
 def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) -> None:
-    """Old evaluator vs the proxy objective through `run_trial`, side by side (see the docstring)."""
+    """The old evaluator vs the proxy objective through `run_trial`, side by side (docstring)."""
     import random
 
     import torch
@@ -348,7 +348,8 @@ def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) ->
     rng = random.Random(0)
     graphs = [resolve_graph(g).to_json() for g in cfg.seed_layers][:candidates]
     while len(graphs) < candidates:
-        graphs.append(random_graph(rng, allow_batch=cfg.allow_batch, max_nodes=cfg.max_nodes).to_json())
+        g = random_graph(rng, allow_batch=cfg.allow_batch, max_nodes=cfg.max_nodes)
+        graphs.append(g.to_json())
     payloads = [{"graph": g, "config": cfg.to_dict(), "hurdles": [None] * len(cfg.stages)}
                 for g in graphs]
     search_dataset(cfg)  # loaded once, outside the timings (cached per process)
@@ -378,14 +379,15 @@ def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) ->
     def noop(norm_act, trial):
         return 0.5
 
-    reps = 200  # the protocol's own cost, load-proof: run_trial around an objective that does nothing
+    reps = 200  # the protocol's own cost, load-proof: run_trial around a do-nothing objective
     t0 = time.perf_counter()
     for _ in range(reps):
         run_trial(noop, payloads[0])
     per = (time.perf_counter() - t0) / reps
     print(f"run_trial around a no-op objective: {per * 1e6:.0f} us per candidate, "
           f"{per / (spent['objective'] / n):.2e} of a candidate's mean time here")
-    print(f"{preset}{'' if full else ' (shortened)'}, {len(payloads)} candidates x {rounds} rounds, "
+    short = "" if full else " (shortened)"
+    print(f"{preset}{short}, {len(payloads)} candidates x {rounds} rounds, "
           f"1 thread: before {spent['before']:.1f} s ({rate['before']:.0f} candidates per "
           f"core-hour), objective {spent['objective']:.1f} s ({rate['objective']:.0f}); "
           f"objective / before = {rate['objective'] / rate['before']:.3f} (median of the "

@@ -37,7 +37,8 @@ def test_run_trial_turns_each_kind_of_answer_into_an_evaluation():
     nan = run_trial(_objectives.mixed, _payload("evonorm_s2"))
     assert (nan.status, nan.reason) == ("rejected", "nonfinite")
     bad = run_trial(_objectives.mixed, _payload("s_top1"))
-    assert bad.status == "failed" and bad.reason.startswith("error: RuntimeError: my objective broke")
+    assert bad.status == "failed"
+    assert bad.reason.startswith("error: RuntimeError: my objective broke")
     assert "_objectives.py" in bad.reason  # where it raised
     none = run_trial(lambda n, t: None, _payload())
     assert none.status == "failed" and "not a number" in none.reason

@@ -122,7 +122,7 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> 
             raise FileExistsError(f"run folder {run} is not empty (use --force to overwrite)")
         for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm"):
             (run / name).unlink(missing_ok=True)
-    with Store(run) as store:  # the built-in objective's data is named now; an own objective has its own
+    with Store(run) as store:  # the built-in objective's data is named now (an own one has its own)
         store.set_config((cfg if cfg.objective else cfg.with_dataset()).to_dict())
         store.set_meta("status", "created")  # "running" only once run_search has its workers
         store.set_meta("created_at", time.time())
