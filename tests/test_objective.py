@@ -188,7 +188,9 @@ def test_cli_search_and_resume_need_the_same_objective(tmp_path, monkeypatch, ca
         assert store.search_config().objective == "myobjective:score"
         assert store.get_meta("objective") == "myobjective:score"
         assert all(c.status == "valid" for c in store.candidates())
-    capsys.readouterr()
+    out = capsys.readouterr().out  # the closing summary names the objective, not a dataset
+    assert "objective myobjective:score" in out and "Searched with the objective" in out
+    assert "dataset" not in out
     for extra in ([], ["--objective", "myobjective:other"]):
         assert cli(["resume", "run", "--budget", "3", "--quiet", *extra]) == 2
         err = capsys.readouterr().err
@@ -204,4 +206,4 @@ def test_cli_search_and_resume_need_the_same_objective(tmp_path, monkeypatch, ca
         assert cli(["report", "run", *extra]) == 2
         assert "built-in proxy task" in capsys.readouterr().err
     assert cli(["report", "run", "--out", "page"]) == 0  # the report itself only reads
-    assert (tmp_path / "page" / "report.html").is_file()
+    assert "Searched with the objective" in (tmp_path / "page" / "report.html").read_text()
