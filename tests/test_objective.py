@@ -207,3 +207,19 @@ def test_cli_search_and_resume_need_the_same_objective(tmp_path, monkeypatch, ca
         assert "built-in proxy task" in capsys.readouterr().err
     assert cli(["report", "run", "--out", "page"]) == 0  # the report itself only reads
     assert "Searched with the objective" in (tmp_path / "page" / "report.html").read_text()
+
+
+def test_builtin_task_flags_and_stray_ship_are_refused_with_an_own_objective(tmp_path, monkeypatch,
+                                                                            capsys):
+    monkeypatch.chdir(tmp_path)
+    for extra, message in ((["--objective", "_objectives:two", "--dataset", "synthetic"],
+                            "--dataset applies to the built-in objective only"),
+                           (["--objective", "_objectives:two", "--archs", "resnet50_cifar"],
+                            "--archs applies to the built-in objective only"),
+                           (["--objective", "_objectives:two", "--ship", "nowhere"],
+                            "--ship nowhere: no such file or folder"),
+                           (["--ship", "."], "--ship applies to --objective only")):
+        assert cli(["search", "--preset", "tiny", *extra, "--out", "run"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "run").exists()
