@@ -7,6 +7,7 @@ compute spent on rejected candidates, the cache hit rate, and throughput with 1 
   python benchmarks/bench_search.py staged --preset demo --budget 60   # before/after hurdles
   python benchmarks/bench_search.py fidelity --preset demo --workers 1
   python benchmarks/bench_search.py early --preset demo       # a cut inside the first stage?
+  python benchmarks/bench_search.py objective --preset demo --candidates 6 --rounds 3
 
 `extrapolate` times a few SGD / stability steps per anchor architecture (after a warm-up step)
 at the preset's widths and batch sizes and multiplies out the preset's step counts; datasets the
@@ -17,6 +18,10 @@ budget: as shipped (staged training with hurdles) and as before multi-fidelity (
 and per valid layer. `fidelity` trains the library's named graphs and the textbook norm-ReLU
 layers (36) through the preset's stages without hurdles: Spearman between the first stage's
 fitness and the full fitness, and how many of the full top 5 clear a hurdle at the mean.
+`objective` times the built-in proxy task through the objective protocol (`proxy.evaluate`: the
+search's one evaluation path) against a copy of the evaluator as it was before that protocol, on
+the same candidates in one process, alternating which goes first; by default at shortened
+training settings (`--full` for the preset's own), since the ratio is what counts.
 `throughput` runs the same random search (its proposals do not depend on results, so both runs do
 identical work) with 1 and 2 workers side by side and prints the ratio.
 """
@@ -264,6 +269,131 @@ def early(preset: str, seeds: int, checks: list[int]) -> None:
                   flush=True)
 
 
+def _evaluate_before_objectives(payload: dict):
+    """The evaluator as it was before the objective protocol (a copy, for `objective`)."""
+    import dataclasses
+
+    from evonorm.graph import Graph
+    from evonorm.search.config import SearchConfig
+    from evonorm.search.evaluation import Evaluation
+    from evonorm.search.evaluator import quality_config, search_dataset, train_config, train_stages
+    from evonorm.search.rejection import Rejection, precheck, quality, stability
+
+    cfg = SearchConfig.from_dict(payload["config"])
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        timings[phase] = timings.get(phase, 0.0) + now - t
+        t = now
+
+    ds = search_dataset(cfg)
+    lap("data")
+    try:
+        graph = Graph.from_json(payload["graph"])
+        screen = cfg.algorithm != "random-norej"
+        if screen and cfg.prechecks:
+            rej = precheck(graph, seed=cfg.seed)
+            lap("precheck")
+            if rej:
+                return Evaluation.rejected(rej, timings=timings)
+        if screen and cfg.stability_steps > 0:
+            for arch in cfg.archs[:cfg.stability_archs]:
+                tcfg = train_config(cfg, arch)
+                rej = stability(graph, ds, arch=arch, width=tcfg.resolved_width(),
+                                steps=cfg.stability_steps, threshold=cfg.stability_threshold,
+                                batch=cfg.stability_batch, lr=cfg.stability_lr, seed=cfg.seed,
+                                model_kwargs=tcfg.layer_kwargs())
+                if rej:
+                    lap("stability")
+                    return Evaluation.rejected(rej, timings=timings)
+            lap("stability")
+        if screen and cfg.quality_steps > 0:
+            rej, accs = quality(graph, ds, cfg.archs, lambda a: quality_config(cfg, a),
+                                factor=cfg.quality_factor)
+            lap("quality")
+            if rej:
+                return Evaluation.rejected(rej, accs, timings)
+        result = train_stages(graph, ds, cfg, hurdles=payload.get("hurdles") or [],
+                              checkpoint=payload.get("checkpoint"), screen=screen)
+        lap("train")
+        return dataclasses.replace(result, timings={**timings, **result.timings})
+    except Exception as err:
+        msg = str(err).splitlines()[0] if str(err) else ""
+        return Evaluation.rejected(Rejection(f"error: {type(err).__name__}: {msg}"[:300]),
+                                   timings=timings)
+
+
+def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) -> None:
+    """The old evaluator vs the proxy objective through `run_trial`, side by side (docstring)."""
+    import random
+
+    import torch
+
+    from evonorm.graph import random_graph
+    from evonorm.graph.library import resolve_graph
+    from evonorm.search.evaluator import search_dataset
+    from evonorm.search.presets import get_preset
+    from evonorm.search.proxy import evaluate
+
+    torch.set_num_threads(1)
+    cfg = get_preset(preset).with_dataset()
+    if not full:  # the same pipeline (pre-checks, stability, staged training), shortened; no
+        # quality bar, so that every layer the pre-checks pass trains to the end
+        cfg = cfg.replace(n_train=500, stability_steps=3, quality_factor=0.0,
+                          train={**cfg.train, "steps": 8, "lr_warmup": 2},
+                          stages=tuple(s for s in (4,) if cfg.stages))
+    rng = random.Random(0)
+    graphs = [resolve_graph(g).to_json() for g in cfg.seed_layers][:candidates]
+    while len(graphs) < candidates:
+        g = random_graph(rng, allow_batch=cfg.allow_batch, max_nodes=cfg.max_nodes)
+        graphs.append(g.to_json())
+    payloads = [{"graph": g, "config": cfg.to_dict(), "hurdles": [None] * len(cfg.stages)}
+                for g in graphs]
+    search_dataset(cfg)  # loaded once, outside the timings (cached per process)
+    paths = {"before": _evaluate_before_objectives, "objective": evaluate}
+    spent = {name: 0.0 for name in paths}
+    pair_ratios = []  # per candidate and round: before's seconds / objective's (load drifts)
+    same = True
+    for r in range(rounds):
+        for i, payload in enumerate(payloads):
+            order = list(paths) if (r + i) % 2 == 0 else list(paths)[::-1]
+            got, took = {}, {}
+            for name in order:
+                t0 = time.perf_counter()
+                got[name] = paths[name](payload)
+                took[name] = time.perf_counter() - t0
+                spent[name] += took[name]
+            pair_ratios.append(took["before"] / took["objective"])
+            a, b = got["before"], got["objective"]
+            same &= (a.status, a.reason, a.accuracies, a.stages) == (b.status, b.reason,
+                                                                     b.accuracies, b.stages)
+            print(f"round {r + 1} candidate {i + 1}: {a.status} {a.reason or ''} | "
+                  + " ".join(f"{n} {got[n].status}" for n in paths), flush=True)
+    n = rounds * len(payloads)
+    rate = {name: 3600 * n / s for name, s in spent.items()}
+    from evonorm.search.objective import run_trial
+
+    def noop(norm_act, trial):
+        return 0.5
+
+    reps = 200  # the protocol's own cost, load-proof: run_trial around a do-nothing objective
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        run_trial(noop, payloads[0])
+    per = (time.perf_counter() - t0) / reps
+    print(f"run_trial around a no-op objective: {per * 1e6:.0f} us per candidate, "
+          f"{per / (spent['objective'] / n):.2e} of a candidate's mean time here")
+    short = "" if full else " (shortened)"
+    print(f"{preset}{short}, {len(payloads)} candidates x {rounds} rounds, "
+          f"1 thread: before {spent['before']:.1f} s ({rate['before']:.0f} candidates per "
+          f"core-hour), objective {spent['objective']:.1f} s ({rate['objective']:.0f}); "
+          f"objective / before = {rate['objective'] / rate['before']:.3f} (median of the "
+          f"{n} side-by-side pairs {statistics.median(pair_ratios):.3f}); same results: {same}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -290,8 +420,15 @@ def main(argv=None) -> int:
     ea.add_argument("--preset", default="demo")
     ea.add_argument("--seeds", type=int, default=3)
     ea.add_argument("--checks", type=int, nargs="+", default=[15, 25, 40])
+    ob = sub.add_parser("objective")
+    ob.add_argument("--preset", default="demo")
+    ob.add_argument("--candidates", type=int, default=6)
+    ob.add_argument("--rounds", type=int, default=3)
+    ob.add_argument("--full", action="store_true", help="the preset's own training settings")
     args = p.parse_args(argv)
-    if args.what == "early":
+    if args.what == "objective":
+        objective_overhead(args.preset, args.candidates, args.rounds, args.full)
+    elif args.what == "early":
         early(args.preset, args.seeds, args.checks)
     elif args.what == "staged":
         staged(args.preset, args.budget, args.out)

@@ -40,28 +40,27 @@ def fitness_of(graph: dict, archs) -> dict:
     return {a: ((h >> (4 * i)) % 97) / 100 for i, a in enumerate(archs)}
 
 
-def fake_evaluate(payload: dict) -> dict:
+def fake_objective(norm_act, trial) -> dict:
     """A deterministic 'training' from the graph's hash: 1/4 rejected by quality, the rest valid."""
-    cfg, graph = payload["config"], payload["graph"]
+    from evonorm.search.objective import Reject
+
+    cfg, graph = trial.config, trial.graph.to_json()
     h = _h(graph)
-    if cfg.get("n_train") == -7:  # marker: some candidates crash their worker or raise
+    if cfg.n_train == -7:  # marker: some candidates crash their worker or raise
         if h % 5 == 0:
             os._exit(9)
         if h % 5 == 1:
             raise ValueError("boom")
     time.sleep(0.01)
     if h % 4 == 0:
-        return {"status": "rejected", "reason": f"quality:{cfg['archs'][0]}", "reason_step": 2,
-                "accuracies": {}, "fitness": None, "timings": {"quality": 0.01}}
-    accs = fitness_of(graph, cfg["archs"])
-    return {"status": "valid", "reason": None, "reason_step": None, "accuracies": accs,
-            "fitness": sum(accs.values()) / len(accs), "timings": {"train": 0.01}}
+        raise Reject(f"quality:{cfg.archs[0]}", step=2)
+    return fitness_of(graph, cfg.archs)
 
 
-def slow_fake(payload: dict) -> dict:
-    """fake_evaluate at a pace a test can kill the driver in the middle of."""
+def slow_fake(norm_act, trial) -> dict:
+    """fake_objective at a pace a test can kill the driver in the middle of."""
     time.sleep(0.25)
-    return fake_evaluate(payload)
+    return fake_objective(norm_act, trial)
 
 
 def sigkill_after(proc, run, n: int, timeout: float) -> None:
@@ -92,39 +91,35 @@ def sigkill_after(proc, run, n: int, timeout: float) -> None:
             proc.kill()
 
 
-def detailed_fake(payload: dict):
-    """fake_evaluate as an Evaluation, every rejection carrying what its check measured."""
-    from evonorm.search.evaluation import Evaluation
+def detailed_fake(norm_act, trial) -> dict:
+    """fake_objective, every rejection carrying what its check measured."""
+    from evonorm.search.objective import Reject
 
-    ev = Evaluation.from_dict(fake_evaluate(payload))
-    if ev.status == "rejected":
-        ev = Evaluation("rejected", ev.reason, ev.reason_step, {"accuracy": 0.01, "threshold": 0.2})
-    return ev
+    try:
+        return fake_objective(norm_act, trial)
+    except Reject as rej:
+        raise Reject(rej.reason, step=rej.step, detail={"accuracy": 0.01, "threshold": 0.2}) from None
 
 
-def staged_evaluate(payload: dict) -> dict:
-    """A fake staged evaluator: stage k's fitness is the hash fitness plus 0.1 per stage; a layer
-    stops where the payload's hurdle for that stage is above it (records the hurdles it saw)."""
-    cfg, graph = payload["config"], payload["graph"]
-    base = fitness_of(graph, cfg["archs"])
-    stages = []
-    for k in range(len(cfg["stages"]) + 1):
+def staged_objective(norm_act, trial) -> dict:
+    """A fake staged objective: stage k's fitness is the hash fitness plus 0.1 per stage, reported
+    after each stage; it stops where the search says (`trial.should_stop()`: below the hurdle)."""
+    cfg = trial.config
+    base = fitness_of(trial.graph.to_json(), cfg.archs)
+    for k in range(len(cfg.stages) + 1):
         accs = {a: v + 0.1 * k for a, v in base.items()}
-        stages.append(accs)
-        hurdles = payload.get("hurdles") or []
-        h = hurdles[k] if k < len(hurdles) else None
-        if h is not None and sum(accs.values()) / len(accs) < h:
+        trial.report(accs, k)
+        if trial.should_stop():
             break
-    return {"status": "valid", "accuracies": stages[-1], "stages": stages,
-            "fitness": sum(stages[-1].values()) / len(stages[-1]),
-            "detail": {"hurdles": payload.get("hurdles")}}
+    return accs
 
 
-def near_miss_fake(payload: dict) -> dict:
+def near_miss_fake(norm_act, trial) -> dict:
     """Nothing valid: every layer fails the quality test, half of them after learning on the
     first architecture (near misses), the other half at chance there."""
-    archs, h = payload["config"]["archs"], _h(payload["graph"])
+    from evonorm.search.objective import Reject
+
+    archs, h = trial.config.archs, _h(trial.graph.to_json())
     accs = {archs[0]: 0.5, archs[1]: 0.05} if h % 2 else {archs[0]: 0.05}
-    return {"status": "rejected", "reason": f"quality:{list(accs)[-1]}", "reason_step": 2,
-            "detail": {"accuracy": 0.05, "threshold": 0.2}, "accuracies": accs,
-            "fitness": None, "timings": {"quality": 0.01}}
+    raise Reject(f"quality:{list(accs)[-1]}", step=2, detail={"accuracy": 0.05, "threshold": 0.2},
+                 scores=accs)

@@ -147,7 +147,7 @@ def test_search_and_rerank_hand_the_device_and_share_to_the_executor(tmp_path, m
     from evonorm.search import driver, executors
     from evonorm.search.driver import init_run, run_search
     from evonorm.search.evaluation import Evaluation
-    from evonorm.search.evaluator import layer_identity
+    from evonorm.search.objective import layer_identity
     from evonorm.search.rerank import rerank
 
     cfg = get_preset("tiny", executor="ray", workers=3, device="cuda", gpus_per_worker=0.5)
@@ -155,7 +155,7 @@ def test_search_and_rerank_hand_the_device_and_share_to_the_executor(tmp_path, m
     got: dict = {}
     monkeypatch.setattr(driver, "make_executor", capture(got))
     with pytest.raises(Captured):
-        run_search(tmp_path, evaluate_fn=len, progress=False)
+        run_search(tmp_path, objective=len, progress=False)
     assert (got["kind"], got["workers"], got["device"], got["gpus_per_worker"]) == ("ray", 3, "cuda", 0.5)
 
     g = {"nodes": [["tanh", 0]]}

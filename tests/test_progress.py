@@ -11,7 +11,7 @@ from evonorm.search.driver import init_run, run_search
 
 def test_without_a_terminal_status_lines_come_every_few_seconds(tmp_path, capsys):
     init_run(tmp_path, fake_config(budget=8))
-    run_search(tmp_path, evaluate_fn=slow_fake, progress=True, progress_every=0.05)
+    run_search(tmp_path, objective=slow_fake, progress=True, progress_every=0.05)
     err = capsys.readouterr().err
     status = re.findall(r"search: (\d+)/8 done \| valid \d+ \| best (\S+) \| \d+ training \| \d+s elapsed, ETA (\S+)", err)
     assert len(status) >= 2, err
@@ -28,7 +28,7 @@ def test_the_bar_keeps_the_best_fitness_visible_at_80_columns(tmp_path, monkeypa
     init_run(tmp_path, fake_config(budget=8))
     tty = FakeTTY()
     monkeypatch.setattr("sys.stderr", tty)
-    run_search(tmp_path, evaluate_fn=slow_fake, progress=True)
+    run_search(tmp_path, objective=slow_fake, progress=True)
     frames = [f for f in re.split(r"[\r\n]", tty.getvalue()) if re.search(r" [1-8]/8 ", f)]
     # a terminal cuts the bar on the right: the best fitness leads, inside the first 80 columns
     assert frames and all(re.search(r"search best \d\.\d{4}", f[:80]) for f in frames)

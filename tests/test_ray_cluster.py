@@ -105,3 +105,31 @@ def test_existing_cluster_gets_package_and_data(ray_head, tmp_path):
     assert res.complete and res.done == 2
     with Store(tmp_path / "run", readonly=True) as store:
         assert all(c.status in ("valid", "rejected") and c.worker for c in store.candidates())
+
+
+@pytest.mark.slow
+def test_own_objective_reaches_workers_that_cannot_import_it(ray_head, tmp_path, monkeypatch):
+    """The objective's package lives only in a folder on the driver's path: the search ships it
+    (runtime_env py_modules) and the cluster's workers import it from the uploaded copy."""
+    from evonorm.search import search
+    from evonorm.search.store import Store
+
+    home = tmp_path / "userside"
+    (home / "myproj").mkdir(parents=True)
+    (home / "myproj" / "__init__.py").write_text("")
+    (home / "myproj" / "task.py").write_text(
+        f"HOME = {str(home)!r}\n\n"
+        "def objective(norm_act, trial):\n"
+        "    norm_act(8)\n"
+        "    return {'score': len(trial.graph.key()) / 100,\n"
+        "            'shipped': float(not __file__.startswith(HOME))}\n")
+    monkeypatch.syspath_prepend(str(home))
+    from myproj.task import objective
+
+    res = search(objective, out=tmp_path / "run", preset="tiny", budget=2, workers=2,
+                 executor="ray", address=ray_head, seed_layers=("evonorm_s0",), progress=False)
+    assert res.complete and res.done == 2
+    with Store(tmp_path / "run", readonly=True) as store:
+        cands = store.candidates()
+    assert all(c.status == "valid" and c.worker for c in cands), [c.reason for c in cands]
+    assert all(c.accuracies["shipped"] == 1.0 for c in cands)  # imported from the upload

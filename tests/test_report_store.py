@@ -101,13 +101,13 @@ def test_store_without_candidates_or_config(tmp_path):
 
 def test_report_of_a_driver_written_store(tmp_path):
     """The real driver, store, graphs and mutation; training replaced by a deterministic fake."""
-    from _search_fakes import fake_evaluate
+    from _search_fakes import fake_objective
     from evonorm.search.driver import init_run, run_search
     from evonorm.search.presets import get_preset
 
     run = tmp_path / "fake"
     init_run(run, get_preset("tiny", workers=1, budget=30, initial_population=3))
-    run_search(run, evaluate_fn=fake_evaluate, progress=False)
+    run_search(run, objective=fake_objective, progress=False)
     page = write_report([run]).read_text()
     data = load_run(run)
     assert len(data.candidates) == 30 and data.valid and data.population

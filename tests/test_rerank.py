@@ -12,7 +12,8 @@ from _rerank_fakes import fake_train
 from evonorm.data import Dataset, holdout_split, load_dataset, subset
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.evaluator import layer_identity, search_dataset
+from evonorm.search.evaluator import search_dataset
+from evonorm.search.objective import layer_identity
 from evonorm.search.presets import get_preset
 from evonorm.search.rerank import outside_holdout, prepare, rerank, rerank_dataset
 from evonorm.search.store import Store

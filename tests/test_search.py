@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from _search_fakes import (detailed_fake, fake_config, fake_evaluate, near_miss_fake, sigkill_after,
+from _search_fakes import (detailed_fake, fake_config, fake_objective, near_miss_fake, sigkill_after,
                            slow_fake)
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.store import Store
@@ -27,7 +27,7 @@ def _check_accounting(store, budget):
 
 def test_search_spends_budget_and_keeps_aging_population(tmp_path):
     init_run(tmp_path, fake_config())
-    res = run_search(tmp_path, evaluate_fn=fake_evaluate, progress=False)
+    res = run_search(tmp_path, objective=fake_objective, progress=False)
     assert res.complete and res.done == 30
     with Store(tmp_path, readonly=True) as s:
         cands = _check_accounting(s, 30)
@@ -46,7 +46,7 @@ def test_search_spends_budget_and_keeps_aging_population(tmp_path):
 
 def test_the_evaluation_reaches_the_store_whole_with_its_detail(tmp_path):
     init_run(tmp_path, fake_config(budget=40, max_nodes=1, p_random=1.0))
-    run_search(tmp_path, evaluate_fn=detailed_fake, progress=False)
+    run_search(tmp_path, objective=detailed_fake, progress=False)
     with Store(tmp_path, readonly=True) as s:
         cands = _check_accounting(s, 40)
     rejected = [c for c in cands if c.status == "rejected"]
@@ -67,7 +67,7 @@ def test_near_misses_are_parents_only_when_asked(tmp_path, near_misses):
     layer); without it evolution keeps drawing random graphs."""
     init_run(tmp_path, fake_config(budget=24, initial_population=1, p_random=0.0,
                                    near_misses=near_misses))
-    run_search(tmp_path, evaluate_fn=near_miss_fake, progress=False)
+    run_search(tmp_path, objective=near_miss_fake, progress=False)
     with Store(tmp_path, readonly=True) as s:
         cands, population = s.candidates(), s.population()
     assert not [c for c in cands if c.status == "valid"]
@@ -94,7 +94,7 @@ def test_a_valid_layer_beats_every_near_miss_in_a_tournament():
 
 def test_random_search_never_mutates(tmp_path):
     init_run(tmp_path, fake_config(algorithm="random", budget=12))
-    run_search(tmp_path, evaluate_fn=fake_evaluate, progress=False)
+    run_search(tmp_path, objective=fake_objective, progress=False)
     with Store(tmp_path, readonly=True) as s:
         assert {c.origin for c in s.candidates()} == {"random"}
 
@@ -102,7 +102,7 @@ def test_random_search_never_mutates(tmp_path):
 def test_cache_hits_reuse_earlier_results(tmp_path):
     # one-node S graphs: a small space, so the same layer comes up again and again
     init_run(tmp_path, fake_config(budget=40, max_nodes=1, p_random=1.0))
-    run_search(tmp_path, evaluate_fn=fake_evaluate, progress=False)
+    run_search(tmp_path, objective=fake_objective, progress=False)
     with Store(tmp_path, readonly=True) as s:
         cands = _check_accounting(s, 40)
     hits = [c for c in cands if c.cache_hit]
@@ -119,7 +119,7 @@ def test_cache_hits_reuse_earlier_results(tmp_path):
 
 def test_worker_that_raises_or_dies_is_recorded_and_search_goes_on(tmp_path):
     init_run(tmp_path, fake_config(budget=24, n_train=-7, retries=1))
-    res = run_search(tmp_path, evaluate_fn=fake_evaluate, progress=False)
+    res = run_search(tmp_path, objective=fake_objective, progress=False)
     assert res.complete
     with Store(tmp_path, readonly=True) as s:
         cands = _check_accounting(s, 24)
@@ -141,12 +141,12 @@ def test_resume_continues_the_random_stream(tmp_path):
     """Stopping after 7 candidates and resuming gives exactly the uninterrupted sequence."""
     cfg = fake_config(budget=16, workers=1)
     init_run(tmp_path / "whole", cfg)
-    run_search(tmp_path / "whole", evaluate_fn=fake_evaluate, progress=False)
+    run_search(tmp_path / "whole", objective=fake_objective, progress=False)
     init_run(tmp_path / "parts", cfg.replace(budget=7))
-    run_search(tmp_path / "parts", evaluate_fn=fake_evaluate, progress=False)
+    run_search(tmp_path / "parts", objective=fake_objective, progress=False)
     with Store(tmp_path / "parts") as s:
         s.set_config(cfg.to_dict())
-    run_search(tmp_path / "parts", evaluate_fn=fake_evaluate, progress=False)
+    run_search(tmp_path / "parts", objective=fake_objective, progress=False)
     assert [tuple(r) for r in _proposal_graphs(tmp_path / "parts")] == \
         [tuple(r) for r in _proposal_graphs(tmp_path / "whole")]
 
@@ -156,7 +156,7 @@ import sys
 sys.path.insert(0, {tests!r})
 from _search_fakes import slow_fake
 from evonorm.search.driver import run_search
-run_search({run!r}, evaluate_fn=slow_fake, progress=False)
+run_search({run!r}, objective=slow_fake, progress=False)
 """
 
 
@@ -164,14 +164,14 @@ def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path):
     cfg = fake_config(budget=20, workers=1)
     whole, run = tmp_path / "whole", tmp_path / "killed"
     init_run(whole, cfg)
-    run_search(whole, evaluate_fn=fake_evaluate, progress=False)
+    run_search(whole, objective=fake_objective, progress=False)
     init_run(run, cfg)
     proc = subprocess.Popen([sys.executable, "-c", KILLABLE.format(tests=str(TESTS), run=str(run))])
     sigkill_after(proc, run, 6, timeout=120)
     with Store(run, readonly=True) as s:
         before = s.candidates()
         assert 6 <= len(before) < 20
-    run_search(run, evaluate_fn=fake_evaluate, progress=False)
+    run_search(run, objective=fake_objective, progress=False)
     with Store(run, readonly=True) as s:
         after = _check_accounting(s, 20)
     assert after[:len(before)] == before  # nothing finished was lost or redone
@@ -181,7 +181,7 @@ def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path):
 def test_budget_seconds_stops_proposing_once_the_worker_time_is_spent(tmp_path):
     cfg = fake_config(budget=10_000, budget_seconds=0.3, workers=1)
     run = init_run(tmp_path / "run", cfg)
-    res = run_search(run, evaluate_fn=fake_evaluate, progress=False)
+    res = run_search(run, objective=fake_objective, progress=False)
     with Store(run, readonly=True) as store:
         cands = store.candidates()
         status = store.get_meta("status")

@@ -31,6 +31,11 @@ def build_parser() -> ArgumentParser:
                    "moved since it started (it must be the same file: its sha256 is checked)")
     p.add_argument("--arch", action="append", default=None, metavar="MODULE:FUNCTION",
                    help=RUN_ARCH_HELP)
+    p.add_argument("--objective", default=None, metavar="MODULE:FUNCTION",
+                   help="the objective the run was searched with (required when it used one: "
+                   "the name stored in the run is never imported)")
+    p.add_argument("--ship", action="append", default=None, metavar="PATH",
+                   help="with --executor ray: what the workers need to import the objective")
     p.add_argument("--top", type=int, default=10, help="layers in the final table (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
@@ -76,14 +81,23 @@ def main(argv: list[str]) -> int:
     if args.top < 0:
         raise CommandError("--top must be >= 0")
     cfg, done, _ = _plan(args)  # every check before the lock file or the store is touched
+    from evonorm.commands.search import load_objective_arg
+    from evonorm.search.api import check_resume_objective
+
+    objective = load_objective_arg(args.objective, args.ship)
+    try:
+        check_resume_objective(cfg.objective, objective, "--objective")
+    except (ValueError, TypeError) as err:
+        raise CommandError(str(err)) from None
     if done >= cfg.budget:
         print(f"search in {args.run} is already complete ({done}/{cfg.budget} candidates); "
               "nothing to do")
         from evonorm.report.text import summary_table
         print(summary_table(args.run, top=args.top))
         return 0
-    try:  # the data must still be there
-        search_dataset(cfg)
+    try:  # the built-in objective's data must still be there
+        if objective is None:
+            search_dataset(cfg)
     except (ValueError, FileNotFoundError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
     with run_lock(args.run):
@@ -100,6 +114,7 @@ def main(argv: list[str]) -> int:
                   f"{cfg.device}", file=sys.stderr)
         from evonorm.search.driver import run_search
 
-        result = run_search(args.run, progress=not args.quiet)
+        result = run_search(args.run, objective=objective, progress=not args.quiet,
+                            ship=args.ship)
         report_result(result, args.run, args.top)
     return 0

@@ -59,6 +59,14 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seed-layers", default=None, metavar="NAMES",
                    help="comma-separated named graphs (e.g. evonorm_s0) evaluated first, as seeds")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--objective", default=None, metavar="MODULE:FUNCTION",
+                   help="score candidates with your own objective(norm_act, trial) instead of the "
+                   "built-in proxy task (the current folder is importable); the run records the "
+                   "name, and `evonorm resume` needs the same --objective")
+    p.add_argument("--ship", action="append", default=None, metavar="PATH",
+                   help="with --executor ray: a package folder or module file the workers need "
+                   "to import the objective (default: its top-level package or module file; "
+                   "repeatable)")
     p.add_argument("--top", type=int, default=10, help="layers in the final table (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
@@ -93,21 +101,43 @@ def config_from_args(args):
         raise CommandError(str(err)) from None
 
 
+def load_objective_arg(spec: str | None, ship: list[str] | None):
+    """The --objective function (None without one) and the --ship paths, checked: one line, exit
+    2, before any worker starts."""
+    if ship:
+        missing = [p for p in ship if not Path(p).exists()]
+        if missing:
+            raise CommandError(f"--ship {missing[0]}: no such file or folder")
+    if spec is None:
+        if ship:
+            raise CommandError("--ship applies to --objective only (the built-in objective is "
+                               "shipped with evonorm)")
+        return None
+    from evonorm.search.objective import load_objective
+
+    try:
+        return load_objective(spec)
+    except ValueError as err:
+        raise CommandError(str(err).splitlines()[0]) from None
+
+
 def check_setup(cfg):
-    """Validate what a run needs before its folder is written: archs, trainer preset, data."""
+    """Validate what a run needs before its folder is written: archs, trainer preset, data (the
+    built-in objective's; an own objective brings its own)."""
     from evonorm.graph.library import resolve_graph
+
+    if cfg.objective:
+        try:
+            _check_seed_layers(cfg, resolve_graph)
+        except ValueError as err:
+            raise CommandError(str(err).splitlines()[0]) from None
+        return cfg
     from evonorm.search.evaluator import search_dataset, train_config
 
     check_archs(cfg.archs)
     try:
         cfg = cfg.with_dataset()  # never a silent fall-back to the synthetic set
-        for spec in cfg.seed_layers:
-            try:
-                graph = resolve_graph(spec)
-            except ValueError as err:
-                raise ValueError(f"seed layer {err}") from None
-            if graph.uses_batch_stats and not cfg.allow_batch:
-                raise ValueError(f"seed layer {spec!r} uses batch statistics: not in the S space")
+        _check_seed_layers(cfg, resolve_graph)
         train_config(cfg, cfg.archs[0])
         train_config(cfg, cfg.archs[0], cfg.rerank_training)
         ds = search_dataset(cfg)
@@ -117,9 +147,24 @@ def check_setup(cfg):
     return cfg
 
 
+def _check_seed_layers(cfg, resolve_graph) -> None:
+    for spec in cfg.seed_layers:
+        try:
+            graph = resolve_graph(spec)
+        except ValueError as err:
+            raise ValueError(f"seed layer {err}") from None
+        if graph.uses_batch_stats and not cfg.allow_batch:
+            raise ValueError(f"seed layer {spec!r} uses batch statistics: not in the S space")
+
+
 def run_facts(cfg) -> dict:
     """What a run trains on, for its start line and its store (meta keys preset, dataset, device):
-    the dataset's name and train / held-out sizes after the search's split, and the device."""
+    the dataset's name and train / held-out sizes after the search's split, and the device. An own
+    objective's run names the objective instead of a dataset."""
+    if cfg.objective:
+        return {"preset": cfg.preset, "objective": cfg.objective,
+                "device": {"type": cfg.device, "workers": cfg.num_workers,
+                           "executor": cfg.executor}}
     from evonorm.search.evaluator import search_dataset, train_config
 
     ds = search_dataset(cfg)
@@ -137,6 +182,17 @@ def main(argv: list[str]) -> int:
     if args.top < 0:
         raise CommandError("--top must be >= 0")
     cfg = config_from_args(args)
+    objective = load_objective_arg(args.objective, args.ship)
+    if objective is not None:
+        given = [f for f, v in (("--dataset", args.dataset), ("--data", args.data),
+                                ("--data-root", args.data_root), ("--n-train", args.n_train),
+                                ("--archs", args.archs)) if v]
+        if given:
+            raise CommandError(f"{given[0]} applies to the built-in objective only (your "
+                               "--objective brings its own data and models)")
+        from evonorm.search.api import own_objective_config
+
+        cfg = own_objective_config(cfg, objective)
     check_executor(cfg)
     if args.gpus_per_worker is not None and (cfg.executor != "ray" or cfg.device == "cpu"):
         raise CommandError("--gpus-per-worker applies to --executor ray with --device cuda only "
@@ -167,7 +223,12 @@ def main(argv: list[str]) -> int:
             with Store(run) as store:
                 for key, value in facts.items():
                     store.set_meta(key, value)
-        if not args.quiet:
+        if not args.quiet and objective is not None:
+            device = facts["device"]
+            print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, objective "
+                  f"{cfg.objective}, device {device['type']}, budget {cfg.budget}, "
+                  f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
+        elif not args.quiet:
             data, device = facts["dataset"], facts["device"]
             print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, dataset "
                   f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
@@ -178,6 +239,6 @@ def main(argv: list[str]) -> int:
             from evonorm.search.presets import calibration_note
 
             print(calibration_note(cfg.preset, cfg.space), file=sys.stderr)
-        result = run_search(run, progress=not args.quiet)
+        result = run_search(run, objective=objective, progress=not args.quiet, ship=args.ship)
         report_result(result, run, args.top)
     return 0

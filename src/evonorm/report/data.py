@@ -117,7 +117,9 @@ def setup_line(config: dict, dataset: Any = None, device: Any = None) -> str:
     """'preset demo, dataset fashion_mnist (3000 train / 1000 held-out images), device cpu, 2 local
     worker(s)' from the facts `evonorm search` stores (meta keys dataset, device), else the config."""
     parts = [f"preset {config.get('preset', '?')}"]
-    if isinstance(dataset, dict):
+    if config.get("objective"):  # a search on the user's own objective: no dataset of ours
+        parts.append(f"objective {config['objective']}")
+    elif isinstance(dataset, dict):
         parts.append(f"dataset {dataset.get('name')} ({dataset.get('train')} train / "
                      f"{dataset.get('held_out')} held-out images)")
     else:

@@ -58,9 +58,15 @@ def search_fitness_text(train_seeds: int = 1) -> str:
     return "one training seed per layer"
 
 
-def verdict(rows: Iterable[RetrainRow], run: str = "RUN", train_seeds: int = 1) -> str:
+def verdict(rows: Iterable[RetrainRow], run: str = "RUN", train_seeds: int = 1,
+            objective: str | None = None) -> str:
     """One plain sentence: a found layer beats the best reference/seed (by how much, test, p), or
-    none does beyond noise, or it cannot be told yet (and how to tell)."""
+    none does beyond noise, or it cannot be told yet (and how to tell). A search on the user's own
+    `objective` is re-trained in the user's task, not here: the sentence says so."""
+    if objective:
+        return (f"Searched with the objective {objective}: re-training and reference layers run "
+                f"the built-in proxy task, so compare the top layers in your own task "
+                f"(evonorm.search.load({run!r}).top(k)).")
     stats = [s for s in layer_stats(rows) if len(s.values) >= 2]
     found = [s for s in stats if s.kind == "found"]
     base = [s for s in stats if s.kind != "found"]

@@ -113,7 +113,8 @@ def measure(payload: dict) -> dict:
     import time
 
     from evonorm.graph import Graph
-    from evonorm.search.evaluator import evaluate, quality_config, search_dataset
+    from evonorm.search.evaluator import quality_config, search_dataset
+    from evonorm.search.proxy import evaluate
     from evonorm.search.rejection import quality, quality_threshold
 
     t0 = time.perf_counter()

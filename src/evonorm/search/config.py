@@ -46,6 +46,9 @@ class SearchConfig:
     """Everything a search run needs; JSON round-trips through `to_dict` / `from_dict`."""
 
     preset: str = "custom"  # the preset it came from, or "custom"
+    # the objective scoring candidates, as "module:function" (None: the built-in proxy task). Only
+    # recorded: resuming such a run takes the function again from its caller, never from here.
+    objective: str | None = None
     # data: the search trains on (1 - holdout) of the training split and scores on the rest,
     # so it never sees the test set.
     dataset: str | None = None  # None -> `with_dataset()`: the default, when the run starts

@@ -13,16 +13,18 @@ import sys
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from evonorm.search import evaluator
 from evonorm.search.candidates import Candidate, reason_group
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, Executor, make_executor
 from evonorm.search.lock import LOCK_NAME
+from evonorm.search.objective import (BUILTIN, Objective, layer_identity, load_objective,
+                                      run_trial, ship_path)
 from evonorm.search.store import STORE_NAME, PendingProposal, Store
 
 
@@ -79,11 +81,34 @@ class Tally:
 
 @dataclass
 class SearchResult:
+    """How far a search got (`run_search`, `evonorm.search.search` / `resume` / `load`)."""
+
     run_dir: Path
     budget: int
     done: int
     complete: bool
     tally: Tally
+
+    def top(self, k: int = 5) -> list[Candidate]:
+        """The best `k` distinct valid layers, best first (as the report ranks them: one row per
+        layer however often it was proposed or spelled), each its best `Candidate` (`.graph` JSON,
+        `.fitness`, `.accuracies` per objective)."""
+        from evonorm.search.candidates import same_layer_keys, top_layers
+
+        with Store(self.run_dir, readonly=True) as store:
+            return [row.best for row in top_layers(store.candidates(), k, same=same_layer_keys())]
+
+
+def load_result(run_dir: str | Path) -> SearchResult:
+    """A run folder's search as it stands (read only)."""
+    run = Path(run_dir)
+    with Store(run, readonly=True) as store:
+        cfg = store.search_config()
+        tally = Tally(stages=cfg.num_stages)
+        for c in store.candidates():
+            tally.add(c)
+        complete = store.get_meta("status") == "complete"
+    return SearchResult(run, cfg.budget, tally.done, complete, tally)
 
 
 def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> Path:
@@ -97,8 +122,8 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> 
             raise FileExistsError(f"run folder {run} is not empty (use --force to overwrite)")
         for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm"):
             (run / name).unlink(missing_ok=True)
-    with Store(run) as store:
-        store.set_config(cfg.with_dataset().to_dict())
+    with Store(run) as store:  # the built-in objective's data is named now (an own one has its own)
+        store.set_config((cfg if cfg.objective else cfg.with_dataset()).to_dict())
         store.set_meta("status", "created")  # "running" only once run_search has its workers
         store.set_meta("created_at", time.time())
     return run
@@ -183,6 +208,7 @@ class _Search:
 
     def _record(self, prop: PendingProposal, key: str, fp: str | None, evaluation: Evaluation,
                 *, cache_hit: bool = False, worker: str | None = None, seconds: float = 0.0) -> None:
+        evaluation = self._named(evaluation)
         new_member = self._joins(evaluation)
         cand = self.store.add_candidate(
             prop, evaluation, key=key, fingerprint=fp, cache_hit=cache_hit, seconds=seconds,
@@ -200,6 +226,22 @@ class _Search:
                      f"{' (' + cand.reason + ')' if cand.reason else ''}"
                      f"{' cache' if cache_hit else ''} | {self.tally.line()}")
             self.last_line = time.perf_counter()
+
+    def _named(self, e: Evaluation) -> Evaluation:
+        """A valid result scored under the run's objective names (`cfg.archs`: the anchor
+        architectures of the built-in objective). An own objective's first valid result names them
+        (stored in the config); a later result under other names is the objective's error."""
+        names = set(e.accuracies)
+        if e.status != "valid" or names == set(self.cfg.archs):
+            return e
+        if self.cfg.objective and self.tally.valid == 0:
+            self.cfg = self.cfg.replace(archs=tuple(e.accuracies))
+            self.payload_config = self.cfg.to_dict()
+            self.store.set_config(self.payload_config)
+            return e
+        return Evaluation("rejected", reason=(
+            f"error: the objective returned {', '.join(sorted(names))}, not the run's "
+            f"{', '.join(self.cfg.archs)}")[:300], timings=e.timings)
 
     def status_line(self) -> str:
         """done / valid / best / ETA, from this session's pace."""
@@ -221,7 +263,7 @@ class _Search:
         """Cache lookup, then wait behind an identical in-flight layer, or submit."""
         start = time.perf_counter()
         try:
-            key, fp = evaluator.layer_identity(prop.graph)
+            key, fp = layer_identity(prop.graph)
         except ValueError as err:
             self._record(prop, "invalid", None,
                          Evaluation("rejected", reason=f"error: {err}"[:300]))
@@ -242,10 +284,13 @@ class _Search:
         if self.cfg.stages:  # a retried or resumed candidate continues from its last stage
             payload["hurdles"] = self.hurdles()
             if self.cfg.executor == "local":
-                payload["checkpoint"] = str(self.store.path.parent / "stages"
-                                            / f"{job.proposal.idx}.pt")
+                payload["checkpoint"] = str(self._checkpoint(job.proposal.idx))
         self.executor.submit(job.proposal.idx, payload)
         self.in_flight[job.proposal.idx] = job
+
+    def _checkpoint(self, idx: int) -> Path:
+        """Where the objective may keep a candidate's state across a killed worker (`Trial`)."""
+        return self.store.path.parent / "stages" / f"{idx}.pt"
 
     def out_of_time(self) -> bool:
         """The worker-seconds budget is spent (never, without one)."""
@@ -276,6 +321,7 @@ class _Search:
                 self._record(job.proposal, job.key, job.fingerprint,
                              Evaluation.failed(reason or ""), worker=out.worker,
                              seconds=out.seconds)
+            self._checkpoint(job.proposal.idx).unlink(missing_ok=True)  # decided: not resumed
             for waiter in self.waiting.pop(job.key, []):
                 self.pending.appendleft(waiter)  # now answered from the cache (or re-run if failed)
 
@@ -295,29 +341,37 @@ def as_evaluation(result: Any) -> Evaluation:
     return result if isinstance(result, Evaluation) else Evaluation.from_dict(result)
 
 
-def run_search(run_dir: str | Path, *, evaluate_fn: Callable[[dict], Evaluation] | None = None,
+def run_search(run_dir: str | Path, *, objective: Objective | None = None,
                executor: Executor | None = None, progress: bool = True,
-               progress_every: float = 10.0) -> SearchResult:
+               progress_every: float = 10.0, ship: list[str] | None = None) -> SearchResult:
     """Run (or continue) the search stored in `run_dir` until its budget is spent.
 
-    `evaluate_fn` (default: evonorm.search.evaluator.evaluate) must be a picklable top-level
-    function; `executor` defaults to the config's. Safe to call again after any interruption.
-    Progress: a bar on a terminal, else a line per candidate and a status line every
+    `objective(norm_act, trial)` scores each candidate (`evonorm.search.objective`); without one,
+    the built-in proxy task, which a run started with an objective of its own refuses (its name
+    is stored, and never imported from there). It must be picklable by name (a top-level
+    function); `executor` defaults to the config's. `ship`: folders or files a Ray worker needs to
+    import the objective (default: its top-level package). Safe to call again after any
+    interruption. Progress: a bar on a terminal, else a line per candidate and a status line every
     `progress_every` seconds in between.
     """
     run = Path(run_dir)
     store = Store(run)
     try:
         cfg = store.search_config()
-        fn = evaluate_fn or evaluator.evaluate
-        if evaluate_fn is None:  # fail fast, in one line, on missing data rather than per candidate
-            evaluator.search_dataset(cfg)
+        if objective is None:
+            if cfg.objective:
+                raise ValueError(f"the run in {run} was searched with the objective "
+                                 f"{cfg.objective}: pass it again (--objective {cfg.objective})")
+            objective = load_objective(BUILTIN)
+        if ship is None:
+            ship = [p for p in [ship_path(objective)] if p]
+        fn = partial(run_trial, objective)
         own_executor = executor is None
         if executor is None:
             executor = make_executor(cfg.executor, fn, cfg.num_workers, timeout=cfg.timeout,
                                      address=cfg.address, device=cfg.device,
                                      gpus_per_worker=cfg.gpus_per_worker, data_root=cfg.data_root,
-                                     threads=cfg.threads)
+                                     threads=cfg.threads, ship=ship)
         bar = None
         if progress and sys.stderr.isatty():
             from tqdm import tqdm

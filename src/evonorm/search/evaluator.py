@@ -1,27 +1,19 @@
-"""One candidate end to end: cache lookup (driver side), then pre-checks, stability, quality and
-full training on each anchor architecture (worker side). Fitness is the vector of held-out
-accuracies, one per architecture; the search never sees the dataset's test split.
+"""The built-in proxy task's pieces: the run's data (`search_dataset`), the training settings
+(`train_config`) and the staged full training on each anchor architecture (`train_stages`).
+The objective that runs them for each candidate is `evonorm.search.proxy.objective`. Fitness is the
+vector of held-out accuracies, one per architecture; the search never sees the dataset's test split.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from functools import lru_cache
 from typing import Any
 
 from evonorm.search.config import SearchConfig, TrainSetting
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.rejection import Rejection, precheck, quality, stability
-
-
-def layer_identity(graph_json: dict) -> tuple[str, str | None]:
-    """(canonical key, functional fingerprint) of a graph, for the store's cache lookup."""
-    from evonorm.graph import Graph
-    from evonorm.graph.fingerprint import fingerprint_or_none
-
-    g = Graph.from_json(graph_json)
-    return g.key(), fingerprint_or_none(g)
+from evonorm.search.objective import Trial
+from evonorm.search.rejection import Rejection
 
 
 def search_dataset(cfg: SearchConfig):
@@ -93,7 +85,8 @@ def quality_config(cfg, arch: str, schedule: str = "constant"):
 
 
 def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = (),
-                 checkpoint: str | None = None, screen: bool = True) -> Evaluation:
+                 checkpoint: str | None = None, screen: bool = True,
+                 trial: Trial | None = None) -> Evaluation:
     """Full training on every architecture, in stages (`cfg.stages`, then the end).
 
     Every stage continues each architecture's run from the previous stage's weights, so a layer
@@ -106,6 +99,10 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     `weights_only=True`, so a file planted in the run folder cannot run code: one that does not
     load (corrupt, a pickle of anything else, another candidate's) is dropped with a warning on
     stderr and the candidate trains from its first stage.
+
+    Each stage's accuracies are reported to `trial` (`Trial.report`; a resumed candidate reports
+    its saved stages first), and its `should_stop()` decides the hurdles; without a trial, one
+    that holds `hurdles`.
 
     With `cfg.train_seeds` > 1 each architecture trains that many runs (`run_seed`) and each stage
     scores their mean accuracy; a non-finite loss in any of them rejects the layer.
@@ -149,6 +146,9 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
                   flush=True)
             ckpt.unlink(missing_ok=True)
             runs, stages = {}, []
+    trial = trial if trial is not None else Trial(graph, cfg, hurdles=list(hurdles))
+    for k, accs in enumerate(stages):  # the saved stages, as if just measured
+        trial.report(accs, ends[k])
     bar = quality_threshold(ds.num_classes, cfg.quality_factor) if cfg.stages and screen else None
 
     def decided(e: Evaluation) -> Evaluation:
@@ -179,8 +179,8 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
                                                                 "threshold": bar})
                     return decided(Evaluation.rejected(rej, accs))
             stages.append(accs)
-            hurdle = hurdles[k] if k < len(hurdles) else None
-            if k < len(ends) - 1 and hurdle is not None and sum(accs.values()) / len(accs) < hurdle:
+            trial.report(accs, ends[k])
+            if k < len(ends) - 1 and trial.should_stop():
                 break
             if ckpt is not None and k < len(ends) - 1:
                 ckpt.parent.mkdir(parents=True, exist_ok=True)
@@ -198,66 +198,3 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
 def run_seed(cfg: SearchConfig, i: int) -> int:
     """The training seed of a candidate's i-th run on each architecture (`cfg.train_seeds`)."""
     return cfg.seed + 100 * i
-
-
-def _error(err: BaseException) -> Rejection:
-    msg = str(err).splitlines()[0] if str(err) else ""
-    return Rejection(f"error: {type(err).__name__}: {msg}"[:300])
-
-
-def evaluate(payload: dict) -> Evaluation:
-    """Evaluate one graph under a search config (runs in a worker; must be importable by name).
-
-    payload: {"graph": graph JSON, "config": SearchConfig.to_dict()}. Returns a valid or rejected
-    Evaluation. A layer that raises is rejected with reason "error: ..."; a non-finite loss with
-    "nonfinite".
-    """
-    from evonorm.graph import Graph
-
-    cfg = SearchConfig.from_dict(payload["config"])
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-
-    def lap(phase: str) -> None:
-        nonlocal t
-        now = time.perf_counter()
-        timings[phase] = timings.get(phase, 0.0) + now - t
-        t = now
-
-    # outside the try: missing data is the run's problem, not the layer's (the worker reports it)
-    ds = search_dataset(cfg)
-    lap("data")
-    try:
-        graph = Graph.from_json(payload["graph"])
-        screen = cfg.algorithm != "random-norej"
-        if screen and cfg.prechecks:
-            rej = precheck(graph, seed=cfg.seed)
-            lap("precheck")
-            if rej:
-                return Evaluation.rejected(rej, timings=timings)
-        if screen and cfg.stability_steps > 0:
-            for arch in cfg.archs[:cfg.stability_archs]:
-                tcfg = train_config(cfg, arch)
-                rej = stability(graph, ds, arch=arch, width=tcfg.resolved_width(),
-                                steps=cfg.stability_steps, threshold=cfg.stability_threshold,
-                                batch=cfg.stability_batch, lr=cfg.stability_lr, seed=cfg.seed,
-                                model_kwargs=tcfg.layer_kwargs())
-                if rej:
-                    lap("stability")
-                    return Evaluation.rejected(rej, timings=timings)
-            lap("stability")
-        if screen and cfg.quality_steps > 0:
-            rej, accs = quality(graph, ds, cfg.archs, lambda a: quality_config(cfg, a),
-                                factor=cfg.quality_factor)
-            lap("quality")
-            if rej:
-                return Evaluation.rejected(rej, accs, timings)
-        result = train_stages(graph, ds, cfg, hurdles=payload.get("hurdles") or [],
-                              checkpoint=payload.get("checkpoint"), screen=screen)
-        lap("train")
-        return dataclasses.replace(result, timings={**timings, **result.timings})
-    except (KeyboardInterrupt, SystemExit, MemoryError):
-        raise
-    except Exception as err:  # an exception in the layer is a rejection with its reason (SPEC)
-        lap("error")
-        return Evaluation.rejected(_error(err), timings=timings)

@@ -240,13 +240,19 @@ class LocalExecutor:
         self.close()
 
 
-def ray_runtime_env(data_root: str | None = None) -> dict:
-    """What a Ray worker on another machine needs besides torch: this evonorm package (py_modules, so
-    every node runs the driver's code) and, when given, the data folder (working_dir: uploaded once per
-    run, the worker's current directory). Ray limits an upload to about 500 MiB."""
+def ray_runtime_env(data_root: str | None = None, ship: list[str] | tuple[str, ...] = ()) -> dict:
+    """What a Ray worker on another machine needs besides torch: this evonorm package and the
+    objective's own package or module file (`ship`; py_modules, so every node runs the driver's
+    code) and, when given, the data folder (working_dir: uploaded once per run, the worker's
+    current directory). Ray limits an upload to about 500 MiB."""
     import evonorm
 
-    env: dict[str, Any] = {"py_modules": [os.path.dirname(os.path.abspath(evonorm.__file__))]}
+    mods = [os.path.dirname(os.path.abspath(evonorm.__file__))]
+    for path in ship:
+        if not os.path.exists(path):
+            raise ValueError(f"cannot ship {path!r} to the Ray workers: it does not exist")
+        mods.append(os.path.abspath(path))
+    env: dict[str, Any] = {"py_modules": mods}
     if data_root:
         if not os.path.isdir(data_root):
             raise ValueError(f"data folder {data_root!r} does not exist")
@@ -373,17 +379,21 @@ class RayExecutor:
 def make_executor(kind: str, fn: Callable[[dict], Any], workers: int, *, timeout: float,
                   address: str | None = None, device: str = "cpu",
                   gpus_per_worker: float | None = None, data_root: str | None = None,
-                  threads: int = 0) -> Executor:
+                  threads: int = 0, ship: list[str] | tuple[str, ...] = ()) -> Executor:
     """The executor named by the config (`local` | `ray`). On an existing Ray cluster (`address`) the
     package and the data folder are shipped to the workers; `device` "cuda" asks Ray for GPU shares
     (`gpu_share`). Local workers on "cuda" all share the machine's GPU: `workers` processes, each
     with its own copy of the model and the data on it. `threads`: torch threads per worker on
-    this machine (0: its cores divided among the workers; a remote cluster's workers get 1)."""
+    this machine (0: its cores divided among the workers; a remote cluster's workers get 1).
+    `ship`: the objective's package folders or module files, shipped to Ray workers (on a local
+    Ray too, whose workers need not see the driver's import path)."""
     if kind == "local":
         return LocalExecutor(fn, workers, timeout=timeout, threads=threads or None)
     if kind == "ray":
         return RayExecutor(fn, workers, timeout=timeout,
                            threads=(threads or threads_per_worker(workers)) if address is None else 1,
-                           address=address, runtime_env=ray_runtime_env(data_root) if address else None,
+                           address=address,
+                           runtime_env=(ray_runtime_env(data_root if address else None, ship)
+                                        if address or ship else None),
                            num_gpus=gpu_share(device, gpus_per_worker))
     raise ValueError(f"unknown executor {kind!r} (choose from local, ray)")

@@ -36,6 +36,9 @@ def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
 
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
+    if cfg.objective:
+        raise ValueError(f"reference layers train on the built-in proxy task, and this run was "
+                         f"searched with the objective {cfg.objective}")
     check_named_again(run, cfg.archs, user_archs)
     ds = search_dataset(cfg)
     path = run_folder(run) / REFERENCES_FILE

@@ -144,9 +144,15 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
     rerank setting, or `preset` with `overrides`; on `device` with `workers` (default: the
     search's); `data`: the run's .npz file at a new place (the same file: its sha256 is checked).
     ValueError, before anything is trained or written, if the setting cannot train or is not
-    larger than the search's (unless `allow_smaller`)."""
+    larger than the search's (unless `allow_smaller`), or if the run was searched on an objective
+    of one's own: the rerank retrains on the built-in proxy task's architectures and data, which
+    such a run never used."""
     from evonorm.search.evaluator import search_dataset, train_config
 
+    if cfg.objective:
+        raise ValueError(f"rerank retrains on the built-in proxy task, and this run was searched "
+                         f"with the objective {cfg.objective}: retrain its top layers in your own "
+                         f"task (evonorm.search.load(RUN).top(k))")
     if data is not None:
         if cfg.data_sha256 is None:
             raise ValueError(f"--data gives a moved data file, and this run trained on "

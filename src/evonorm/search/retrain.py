@@ -91,6 +91,10 @@ def retrain(run: str | Path, *, top: int = 3, seeds: int = 3,
     if top < 0 or seeds < 1:
         raise ValueError(f"re-training needs top >= 0 and seeds >= 1, got {top} and {seeds}")
     cfg, layers = plan(run, top)
+    if cfg.objective:
+        raise ValueError(f"re-training runs the built-in proxy task, and this run was searched "
+                         f"with the objective {cfg.objective}: retrain its top layers in your own "
+                         f"task (evonorm.search.load(RUN).top(k))")
     check_named_again(run, cfg.archs, user_archs)
     path = run_folder(Path(run)) / RETRAIN_FILE
     done = {(r.layer, r.seed) for r in read_rows(run)}

@@ -1,0 +1,88 @@
+"""The search from Python, on the user's own objective or the built-in proxy task:
+`search(objective, out=...)`, `resume(out, objective)`, `load(out)`.
+
+A run records its objective's name ("module:function") and never imports it from there: resuming
+a run searched on an objective of one's own takes that function again, and checks its name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evonorm.search.config import SearchConfig
+from evonorm.search.driver import SearchResult, init_run, load_result, run_search
+from evonorm.search.lock import RunLock
+from evonorm.search.objective import (SCORE_NAME, Objective, check_objective, check_picklable,
+                                      objective_name)
+from evonorm.search.presets import get_preset
+from evonorm.search.store import Store
+
+
+def search(objective: Objective | None = None, *, out: str | Path, preset: str = "demo",
+           space: str = "s", budget: int | None = None, workers: int | None = None,
+           executor: str = "local", seed: int = 0, force: bool = False, progress: bool = True,
+           ship: list[str] | None = None, **overrides: Any) -> SearchResult:
+    """Search layers for `objective(norm_act, trial)` (None: the built-in proxy task) into the
+    run folder `out`, with a preset's search settings (`evonorm.search.presets`) and field
+    overrides (`SearchConfig` names). `ship`: what Ray workers need to import the objective
+    (default: its top-level package or module file). ValueError / TypeError on bad input,
+    before any worker starts."""
+    cfg = get_preset(preset, space=space, budget=budget, workers=workers, executor=executor,
+                     seed=seed, **overrides)
+    if objective is not None:
+        check_picklable(check_objective(objective))
+        cfg = own_objective_config(cfg, objective)
+    else:
+        from evonorm.search.proxy import check_data
+
+        cfg = cfg.with_dataset()
+        check_data(cfg)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with RunLock(out):
+        init_run(out, cfg, force=force)
+        return run_search(out, objective=objective, progress=progress, ship=ship)
+
+
+def own_objective_config(cfg: SearchConfig, objective: Objective) -> SearchConfig:
+    """The search settings of a run on `objective`: its name recorded, the scores named after a
+    float's ("objective") until a first valid dict result names them, and no dataset (the built-in
+    task's; the objective brings its own data)."""
+    return cfg.replace(objective=objective_name(objective), archs=(SCORE_NAME,), dataset=None,
+                       data_root=None, n_train=None)
+
+
+def resume(out: str | Path, objective: Objective | None = None, *, progress: bool = True,
+           ship: list[str] | None = None) -> SearchResult:
+    """Continue the search in `out` until its budget is spent. A run searched on an objective of
+    one's own needs that objective again (ValueError without it, or with another)."""
+    with Store(out, readonly=True) as store:
+        cfg = store.search_config()
+    check_resume_objective(cfg.objective, objective, "the objective")
+    if objective is None:
+        from evonorm.search.proxy import check_data
+
+        check_data(cfg)
+    with RunLock(out):
+        return run_search(out, objective=objective, progress=progress, ship=ship)
+
+
+def check_resume_objective(stored: str | None, objective: Objective | None, flag: str) -> None:
+    """ValueError (one line naming `flag`) unless `objective` is the one the run was searched on."""
+    if objective is None:
+        if stored:
+            raise ValueError(f"the run was searched with the objective {stored}: pass {flag} "
+                             f"{stored} to resume it")
+        return
+    check_objective(objective)
+    name = objective_name(objective)
+    if not stored:
+        raise ValueError(f"{flag} {name}: the run was searched on the built-in proxy task; "
+                         f"resume it without {flag}")
+    if name != stored:
+        raise ValueError(f"{flag} {name} is not the run's objective {stored}")
+
+
+def load(out: str | Path) -> SearchResult:
+    """A run folder's search as it stands (read only): `.top(k)`, counts, completeness."""
+    return load_result(out)

@@ -1,0 +1,258 @@
+"""The objective protocol: how a search scores one candidate layer.
+
+An objective is a function `objective(norm_act, trial) -> float | dict[str, float]`:
+
+- `norm_act(num_features, **kw) -> nn.Module` builds the candidate layer (its graph compiled to a
+  module, `Graph.to_module`), to put in the objective's own model wherever a
+  normalization-activation layer goes;
+- `trial` carries `seed`, `device`, `graph` (the candidate's `evonorm.graph.Graph`, for checks that
+  need the layer itself), `config` (the run's `SearchConfig`), `checkpoint` (a file where a staged
+  objective may keep its state across a killed worker; local runs only, else None),
+  `report(value, step)` and `should_stop()` (the search's hurdles).
+
+A float is the candidate's fitness as stored (under the name "objective"); a dict names several
+objectives, compared per name in the evolution's Pareto tournaments. `raise Reject("why")` rejects
+the layer with that reason; a non-finite value rejects it as unstable ("nonfinite"); any other
+exception makes the candidate failed, its reason ("error: ...") stored, and the search goes on.
+
+This module is the search engine's side of the protocol (stdlib at import): it imports neither
+the trainer, the models nor the data. The built-in proxy task is one objective on it
+(`evonorm.search.proxy`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import math
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from evonorm.search.config import SearchConfig
+from evonorm.search.evaluation import Evaluation
+
+Objective = Callable[[Callable[..., Any], "Trial"], Any]
+SCORE_NAME = "objective"  # the name a float result is stored under
+BUILTIN = "evonorm.search.proxy:objective"  # the objective of a run that names none
+
+
+class Reject(Exception):
+    """Raised by an objective to reject the candidate layer with `reason` (stored as given).
+
+    `step` and `detail` say where and what was measured; `scores` what was measured before the
+    rejection (per objective name), kept with the rejected candidate.
+    """
+
+    def __init__(self, reason: str = "rejected", *, step: int | None = None,
+                 detail: dict | None = None, scores: Mapping[str, float] | None = None):
+        super().__init__(reason)
+        self.reason = str(reason)[:300] or "rejected"
+        self.step = step
+        self.detail = detail
+        self.scores = dict(scores or {})
+
+
+def as_scores(value: Any) -> dict[str, float]:
+    """An objective's value as named scores: a number -> {"objective": value}, a dict -> itself
+    with float values. TypeError for anything else (None, a string, an empty dict)."""
+    if isinstance(value, Mapping):
+        if not value:
+            raise TypeError("the objective returned an empty dict")
+        return {str(k): _number(v, f"value of {k!r}") for k, v in value.items()}
+    return {SCORE_NAME: _number(value, "value")}
+
+
+def _number(v: Any, what: str) -> float:
+    if v is None or isinstance(v, (str, bytes, bool)):
+        raise TypeError(f"the objective's {what} is {type(v).__name__}, not a number")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"the objective's {what} is {type(v).__name__}, not a number") from None
+
+
+def _mean(scores: Mapping[str, float]) -> float:
+    return sum(scores.values()) / len(scores)
+
+
+@dataclass
+class Trial:
+    """One candidate's evaluation, as the objective sees it (see the module docstring)."""
+
+    graph: Any  # evonorm.graph.Graph
+    config: SearchConfig
+    seed: int = 0
+    device: str = "cpu"
+    checkpoint: str | None = None
+    # the search's hurdle for each stage (None: none yet); stage k is the k-th report
+    hurdles: Sequence[float | None] = ()
+    reports: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # (step, scores)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase, if it says
+    stopped: bool = False  # should_stop() said so: the last report is where the layer stopped
+
+    def report(self, value: float | Mapping[str, float], step: int) -> None:
+        """Record the candidate's fitness after a stage of its evaluation (training step `step`)."""
+        self.reports.append((int(step), as_scores(value)))
+
+    def should_stop(self) -> bool:
+        """True when the last report is non-finite, or below the search's hurdle for its stage
+        (the mean fitness there of the recent layers that reached it): stop, the layer is kept,
+        valid, at the stage it reached."""
+        if not self.reports:
+            return False
+        k, scores = len(self.reports) - 1, self.reports[-1][1]
+        if not all(math.isfinite(v) for v in scores.values()):
+            return True
+        hurdle = self.hurdles[k] if k < len(self.hurdles) else None
+        self.stopped = hurdle is not None and _mean(scores) < hurdle
+        return self.stopped
+
+
+def error_reason(err: BaseException) -> str:
+    """An exception as a stored reason: "error: Type: first line (at file:line)"."""
+    tb = traceback.extract_tb(err.__traceback__)
+    where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+    msg = str(err).splitlines()[0] if str(err) else ""
+    return f"error: {type(err).__name__}: {msg}"[:280] + where
+
+
+def run_trial(objective: Objective, payload: dict) -> Evaluation:
+    """Evaluate one candidate with `objective` (runs in a worker).
+
+    payload: {"graph": graph JSON, "config": SearchConfig.to_dict(), optional "hurdles" and
+    "checkpoint"}. With `stages` in the config, the candidate's stored stages are its reports,
+    then the returned value (unless it was the last report, or a hurdle stopped the layer there).
+    """
+    from evonorm.graph import Graph
+
+    cfg = SearchConfig.from_dict(payload["config"])
+    start = time.perf_counter()
+    trial = Trial(Graph.from_json(payload["graph"]), cfg, seed=cfg.seed, device=cfg.device,
+                  checkpoint=payload.get("checkpoint"), hurdles=payload.get("hurdles") or ())
+
+    def timings() -> dict[str, float]:
+        return dict(trial.timings) or {SCORE_NAME: time.perf_counter() - start}
+
+    try:
+        scores = as_scores(objective(trial.graph.to_module, trial))
+    except Reject as rej:
+        return Evaluation.rejected(rej, rej.scores, timings())
+    except (KeyboardInterrupt, SystemExit, MemoryError):
+        raise
+    except Exception as err:  # the objective's failure: stored with its reason, the search goes on
+        return dataclasses.replace(Evaluation.failed(error_reason(err)), timings=timings())
+    bad = [(s, v) for s, v in [*trial.reports, (None, scores)]
+           if not all(math.isfinite(x) for x in v.values())]
+    if bad:
+        return Evaluation.rejected(Reject("nonfinite", step=bad[0][0]), timings=timings())
+    stages = [s for _, s in trial.reports]
+    if not trial.stopped and (not stages or stages[-1] != scores):
+        stages.append(scores)  # the returned value is the last stage, unless it was reported
+    return Evaluation.valid(scores, timings(), stages if cfg.stages else None)
+
+
+# ---------------------------------------------------------------------- naming and loading
+
+def objective_name(fn: Callable) -> str:
+    """How a run records its objective: "module:qualified.name"."""
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return f"{module}:{name}"
+
+
+def check_objective(fn: Any, what: str = "the objective") -> Callable:
+    """`fn` if it can be called as `fn(norm_act, trial)`, else TypeError saying why."""
+    if not callable(fn):
+        raise TypeError(f"{what} is a {type(fn).__name__}, not a function")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: let the call decide
+        return fn
+    try:
+        sig.bind(None, None)
+    except TypeError:
+        raise TypeError(f"{what} must take (norm_act, trial), but its signature is "
+                        f"{getattr(fn, '__name__', what)}{sig}") from None
+    return fn
+
+
+def check_picklable(fn: Callable, what: str = "the objective") -> None:
+    """Workers receive the objective by name: TypeError when it cannot be sent (a lambda, a
+    function defined inside another)."""
+    import pickle
+
+    try:
+        pickle.dumps(fn)
+    except Exception:
+        raise TypeError(f"{what} ({objective_name(fn)}) cannot be sent to the workers: define it "
+                        "at the top level of a module") from None
+
+
+def load_objective(spec: str) -> Callable:
+    """The function named "MODULE:FUNCTION" (the current folder importable, as for `python -m`).
+
+    ValueError, one line, when it cannot be used: not MODULE:FUNCTION, no such module, the module
+    raises on import, no such function, not callable, not taking (norm_act, trial).
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name.strip() or not attr.strip():
+        raise ValueError(f"--objective must be MODULE:FUNCTION, got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name.strip())
+    except ModuleNotFoundError as err:
+        if err.name and module_name.strip().startswith(err.name):
+            raise ValueError(f"--objective {spec}: no module named {err.name!r}") from None
+        raise ValueError(f"--objective {spec}: importing {module_name} failed: "
+                         f"{_first_line(err)}") from None
+    except BaseException as err:  # a module that raises (or exits) on import: its own failure
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        raise ValueError(f"--objective {spec}: importing {module_name} failed: "
+                         f"{_first_line(err)}") from None
+    fn: Any = module
+    for part in attr.strip().split("."):
+        if not hasattr(fn, part):
+            raise ValueError(f"--objective {spec}: {module_name} has no {attr.strip()!r}")
+        fn = getattr(fn, part)
+    try:
+        check_picklable(check_objective(fn, f"--objective {spec}"), f"--objective {spec}")
+        return fn
+    except TypeError as err:
+        raise ValueError(str(err)) from None
+
+
+def _first_line(err: BaseException) -> str:
+    msg = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {msg}" if msg else type(err).__name__
+
+
+def ship_path(fn: Callable) -> str | None:
+    """What a remote worker needs to import `fn`: the folder of its top-level package, or its
+    module's file; None for evonorm's own objectives (the package is shipped anyway) and for
+    functions of a script run as __main__ (Ray sends those by value)."""
+    module = getattr(fn, "__module__", None) or ""
+    top = module.split(".", 1)[0]
+    if not top or top in ("__main__", "evonorm") or top not in sys.modules:
+        return None
+    file = getattr(sys.modules[top], "__file__", None)
+    if not file:
+        return None
+    path = Path(file).resolve()
+    return str(path.parent if path.name == "__init__.py" else path)
+
+
+def layer_identity(graph_json: dict) -> tuple[str, str | None]:
+    """(canonical key, functional fingerprint) of a graph, for the store's cache lookup."""
+    from evonorm.graph import Graph
+    from evonorm.graph.fingerprint import fingerprint_or_none
+
+    g = Graph.from_json(graph_json)
+    return g.key(), fingerprint_or_none(g)

@@ -1,0 +1,61 @@
+"""User-style objectives for the objective-protocol tests (importable by spawned workers)."""
+
+import hashlib
+
+from evonorm.search import Reject
+
+OUTCOMES = {"evonorm_s1": "reject", "evonorm_s2": "nan", "s_top1": "raise"}
+
+
+def _h(trial) -> int:
+    return int(hashlib.sha256(trial.graph.key().encode()).hexdigest()[:8], 16)
+
+
+def _outcome(trial) -> str | None:
+    from evonorm.graph.library import NAMED_GRAPHS
+
+    return next((o for n, o in OUTCOMES.items() if NAMED_GRAPHS[n].key() == trial.graph.key()), None)
+
+
+def mixed(norm_act, trial) -> float:
+    """A float objective that builds the layer, and rejects, returns nan or raises for the seed
+    layers named in OUTCOMES."""
+    import torch
+
+    layer = norm_act(8)
+    layer(torch.randn(2, 8, 4, 4))
+    outcome = _outcome(trial)
+    if outcome == "reject":
+        raise Reject("too slow on my phone")
+    if outcome == "nan":
+        return float("nan")
+    if outcome == "raise":
+        raise RuntimeError("my objective broke")
+    return (_h(trial) % 1000) / 1000
+
+
+def two(norm_act, trial) -> dict:
+    """Two objectives by name."""
+    h = _h(trial)
+    return {"acc": (h % 97) / 100, "speed": ((h >> 8) % 89) / 100}
+
+
+def other(norm_act, trial) -> float:
+    return 0.5
+
+
+def staged(norm_act, trial) -> float:
+    """Reports two stages and stops where the search says."""
+    base = (_h(trial) % 100) / 100
+    for k in range(2):
+        trial.report(base + 0.1 * k, step=k)
+        if trial.should_stop():
+            break
+    return base + 0.1 * k
+
+
+not_callable = 3
+
+
+def wrong_signature(norm_act) -> float:
+    return 0.0

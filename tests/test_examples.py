@@ -1,0 +1,24 @@
+"""The runnable example of a search on one's own task (scikit-learn's digits), at a tiny budget."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_digits_search_finds_layers_that_learn(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `examples` extra)")
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    import digits_search
+
+    result = digits_search.main(["--out", str(tmp_path / "run"), "--budget", "2", "--workers", "1"])
+    assert result.complete and result.done == 2 and result.tally.stopped == 0  # no hurdle yet
+    top = result.top(2)
+    assert top and top[0].fitness > 0.5  # chance is 0.1: the textbook seed layers learn
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == len(top) and printed[0].startswith(f"{top[0].fitness:.3f}")
+    from evonorm.search import load
+
+    assert load(tmp_path / "run").top(2) == top

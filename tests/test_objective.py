@@ -1,0 +1,225 @@
+"""Search on the user's own objective: the protocol (float, dict, Reject, non-finite, an objective
+that raises, hurdles), search / resume / load from Python and the command line, and the engine
+importing neither the trainer, the models nor the data."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import _objectives
+from evonorm.cli import main as cli
+from evonorm.graph.library import NAMED_GRAPHS
+from evonorm.search import Reject, Trial, load, resume, search
+from evonorm.search.objective import load_objective, run_trial
+from evonorm.search.presets import get_preset
+from evonorm.search.store import Store
+
+TESTS = Path(__file__).resolve().parent
+SRC = TESTS.parent / "src"
+
+
+def _payload(graph="evonorm_s0", **cfg):
+    return {"graph": NAMED_GRAPHS[graph].to_json(), "config": get_preset("tiny", **cfg).to_dict()}
+
+
+def test_run_trial_turns_each_kind_of_answer_into_an_evaluation():
+    ok = run_trial(_objectives.mixed, _payload())
+    assert ok.status == "valid" and ok.accuracies == {"objective": ok.fitness} and ok.timings
+    two = run_trial(_objectives.two, _payload())
+    assert two.status == "valid" and set(two.accuracies) == {"acc", "speed"}
+    assert two.fitness == pytest.approx(sum(two.accuracies.values()) / 2)
+    rej = run_trial(_objectives.mixed, _payload("evonorm_s1"))
+    assert (rej.status, rej.reason) == ("rejected", "too slow on my phone")
+    nan = run_trial(_objectives.mixed, _payload("evonorm_s2"))
+    assert (nan.status, nan.reason) == ("rejected", "nonfinite")
+    bad = run_trial(_objectives.mixed, _payload("s_top1"))
+    assert bad.status == "failed"
+    assert bad.reason.startswith("error: RuntimeError: my objective broke")
+    assert "_objectives.py" in bad.reason  # where it raised
+    none = run_trial(lambda n, t: None, _payload())
+    assert none.status == "failed" and "not a number" in none.reason
+    detailed = run_trial(lambda n, t: (_ for _ in ()).throw(
+        Reject("quality:x", step=3, detail={"a": 1}, scores={"x": 0.1})), _payload())
+    assert (detailed.reason, detailed.reason_step, detailed.detail, detailed.accuracies) == (
+        "quality:x", 3, {"a": 1}, {"x": 0.1})
+
+
+def test_trial_hurdles_and_nonfinite_reports():
+    t = Trial(graph=None, config=get_preset("tiny"), hurdles=[0.5, None])
+    assert not t.should_stop()
+    t.report(0.4, step=10)
+    assert t.should_stop()  # below the first stage's hurdle
+    t.report({"a": 0.1, "b": 0.2}, step=20)
+    assert not t.should_stop()  # no hurdle at the second stage yet
+    t.report(float("inf"), step=30)
+    assert t.should_stop()
+
+    def reports_nan(norm_act, trial):
+        trial.report(float("nan"), step=1)
+        return 0.9
+
+    ev = run_trial(reports_nan, _payload(stages=(2,), quality_steps=0))
+    assert (ev.status, ev.reason, ev.reason_step) == ("rejected", "nonfinite", 1)
+
+    def two_stages(norm_act, trial):
+        trial.report(0.3, step=1)
+        trial.report(0.6, step=2)
+        return 0.6
+
+    staged = run_trial(two_stages, _payload(stages=(2,), quality_steps=0))
+    assert staged.stages == [{"objective": 0.3}, {"objective": 0.6}] and staged.stage == 2
+
+    def reports_then_returns(norm_act, trial):
+        trial.report(0.3, step=1)
+        return 0.7 if not trial.should_stop() else 0.3
+
+    on = run_trial(reports_then_returns, _payload(stages=(2,), quality_steps=0))
+    assert on.stages == [{"objective": 0.3}, {"objective": 0.7}] and on.fitness == 0.7
+    payload = {**_payload(stages=(2,), quality_steps=0), "hurdles": [0.5]}
+    stopped = run_trial(reports_then_returns, payload)
+    assert stopped.stages == [{"objective": 0.3}] and stopped.stage == 1
+
+
+def test_search_on_own_objective_stores_every_outcome_and_ranks_distinct_layers(tmp_path):
+    seeds = ("evonorm_s0", "evonorm_s1", "evonorm_s2", "s_top1", "evonorm_s0")
+    res = search(_objectives.mixed, out=tmp_path / "run", preset="tiny", budget=8, workers=1,
+                 seed_layers=seeds, progress=False)
+    assert res.complete and res.done == 8
+    with Store(tmp_path / "run", readonly=True) as store:
+        by_proposal = {c.proposal: c for c in store.candidates()}
+        cfg = store.search_config()
+    assert cfg.objective == "_objectives:mixed" and cfg.archs == ("objective",)
+    assert cfg.dataset is None  # an own objective brings its own data
+    assert by_proposal[0].status == "valid"
+    assert (by_proposal[1].status, by_proposal[1].reason) == ("rejected", "too slow on my phone")
+    assert (by_proposal[2].status, by_proposal[2].reason) == ("rejected", "nonfinite")
+    assert by_proposal[3].status == "failed" and "my objective broke" in by_proposal[3].reason
+    assert by_proposal[4].cache_hit  # the same layer again: answered from the store
+    top = res.top(5)
+    assert top and top == load(tmp_path / "run").top(5)
+    assert [c.fitness for c in top] == sorted((c.fitness for c in top), reverse=True)
+    assert len({c.key for c in top}) == len(top)  # distinct layers
+    assert all(isinstance(c.graph, dict) and math.isfinite(c.fitness) for c in top)
+
+    with pytest.raises(ValueError, match="pass the objective"):
+        resume(tmp_path / "run")  # never falls back to the built-in task
+    with pytest.raises(ValueError, match="is not the run's objective"):
+        resume(tmp_path / "run", _objectives.other)
+
+
+def test_dict_objective_names_the_scores_of_the_pareto_tournament(tmp_path):
+    res = search(_objectives.two, out=tmp_path / "run", preset="tiny", budget=6, workers=1,
+                 initial_population=1, p_random=0.0, progress=False)
+    assert res.done == 6
+    with Store(tmp_path / "run", readonly=True) as store:
+        assert store.search_config().archs == ("acc", "speed")  # named by the first valid result
+        cands = store.candidates()
+    assert all(set(c.accuracies) == {"acc", "speed"} for c in cands if c.status == "valid")
+    assert any(c.origin == "mutation" for c in cands)  # tournaments ran on the named scores
+
+
+def test_own_objective_search_honours_hurdles(tmp_path):
+    search(_objectives.staged, out=tmp_path / "run", preset="tiny", budget=12, workers=1,
+           stages=(1,), quality_steps=0, hurdle_min=2, progress=False)
+    with Store(tmp_path / "run", readonly=True) as store:
+        cands = [c for c in store.candidates() if c.status == "valid"]
+    assert {c.stage for c in cands} == {1, 2}  # some stopped below the hurdle, some went on
+    assert 0 < load(tmp_path / "run").tally.stopped < len(cands)
+
+
+def test_search_engine_imports_neither_trainer_models_nor_data():
+    code = ("import sys, evonorm.search, evonorm.search.driver, evonorm.search.evolution, "
+            "evonorm.search.store, evonorm.search.executors, evonorm.search.objective, "
+            "evonorm.search.api\n"
+            "bad = [m for m in sys.modules if m.split('.')[:2] in "
+            "(['evonorm', 'train'], ['evonorm', 'models'], ['evonorm', 'data'])]\n"
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_driver_of_an_own_objective_search_never_imports_the_trainer(tmp_path):
+    code = ("import sys, _objectives\nfrom evonorm.search import search\n"
+            f"search(_objectives.two, out={str(tmp_path / 'run')!r}, preset='tiny', budget=2, "
+            "workers=1, progress=False)\n"
+            "print([m for m in sys.modules if m.split('.')[:2] in "
+            "(['evonorm', 'train'], ['evonorm', 'models'], ['evonorm', 'data'])])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": f"{SRC}:{TESTS}", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "[]", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("nomodule_xyz:f", "no module named 'nomodule_xyz'"),
+    ("_objectives:nothing", "has no 'nothing'"),
+    ("_objectives:not_callable", "not a function"),
+    ("_objectives:wrong_signature", "must take (norm_act, trial)"),
+    ("_raises_on_import:f", "importing _raises_on_import failed: ZeroDivisionError"),
+    ("justamodule", "must be MODULE:FUNCTION"),
+])
+def test_wrong_objective_is_one_line_exit_2_before_anything_runs(tmp_path, monkeypatch, capsys,
+                                                                 spec, message):
+    (tmp_path / "_raises_on_import.py").write_text("1 / 0\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    assert cli(["search", "--preset", "tiny", "--objective", spec, "--out", "run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="objective"):
+        load_objective(spec)
+
+
+def test_cli_search_and_resume_need_the_same_objective(tmp_path, monkeypatch, capsys):
+    (tmp_path / "myobjective.py").write_text(
+        "def score(norm_act, trial):\n    return len(trial.graph.key()) / 100\n\n"
+        "def other(norm_act, trial):\n    return 0.0\n")
+    monkeypatch.chdir(tmp_path)  # the current folder is importable, as for `python -m`
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    run = ["search", "--preset", "tiny", "--objective", "myobjective:score", "--budget", "2",
+           "--workers", "1", "--quiet", "--out", "run"]
+    assert cli(run) == 0, capsys.readouterr().err
+    with Store(tmp_path / "run", readonly=True) as store:
+        assert store.search_config().objective == "myobjective:score"
+        assert store.get_meta("objective") == "myobjective:score"
+        assert all(c.status == "valid" for c in store.candidates())
+    out = capsys.readouterr().out  # the closing summary names the objective, not a dataset
+    assert "objective myobjective:score" in out and "Searched with the objective" in out
+    assert "dataset" not in out
+    for extra in ([], ["--objective", "myobjective:other"]):
+        assert cli(["resume", "run", "--budget", "3", "--quiet", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "--objective" in err and len(err.strip().splitlines()) == 1, err
+    assert cli(["resume", "run", "--budget", "3", "--quiet", "--objective",
+                "myobjective:score"]) == 0
+    with Store(tmp_path / "run", readonly=True) as store:
+        assert store.num_candidates() == 3
+    capsys.readouterr()
+    assert cli(["rerank", "run"]) == 2
+    assert "built-in proxy task" in capsys.readouterr().err
+    for extra in (["--references"], ["--seeds", "1"]):  # both train the built-in task
+        assert cli(["report", "run", *extra]) == 2
+        assert "built-in proxy task" in capsys.readouterr().err
+    assert cli(["report", "run", "--out", "page"]) == 0  # the report itself only reads
+    assert "Searched with the objective" in (tmp_path / "page" / "report.html").read_text()
+
+
+def test_builtin_task_flags_and_stray_ship_are_refused_with_an_own_objective(tmp_path, monkeypatch,
+                                                                            capsys):
+    monkeypatch.chdir(tmp_path)
+    for extra, message in ((["--objective", "_objectives:two", "--dataset", "synthetic"],
+                            "--dataset applies to the built-in objective only"),
+                           (["--objective", "_objectives:two", "--archs", "resnet50_cifar"],
+                            "--archs applies to the built-in objective only"),
+                           (["--objective", "_objectives:two", "--ship", "nowhere"],
+                            "--ship nowhere: no such file or folder"),
+                           (["--ship", "."], "--ship applies to --objective only")):
+        assert cli(["search", "--preset", "tiny", *extra, "--out", "run"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "run").exists()
