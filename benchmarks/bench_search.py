@@ -18,7 +18,7 @@ budget: as shipped (staged training with hurdles) and as before multi-fidelity (
 and per valid layer. `fidelity` trains the library's named graphs and the textbook norm-ReLU
 layers (36) through the preset's stages without hurdles: Spearman between the first stage's
 fitness and the full fitness, and how many of the full top 5 clear a hurdle at the mean.
-`objective` times the built-in proxy task through the objective protocol (`proxy.evaluate`: the
+`objective` times the built-in proxy task through the objective protocol (`proxy.evaluate_candidate`: the
 search's one evaluation path) against a copy of the evaluator as it was before that protocol, on
 the same candidates in one process, alternating which goes first; by default at shortened
 training settings (`--full` for the preset's own), since the ratio is what counts.
@@ -336,7 +336,7 @@ def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) ->
     from evonorm.graph.library import resolve_graph
     from evonorm.search.evaluator import search_dataset
     from evonorm.search.presets import get_preset
-    from evonorm.search.proxy import evaluate
+    from evonorm.search.proxy import evaluate_candidate
 
     torch.set_num_threads(1)
     cfg = get_preset(preset).with_dataset()
@@ -353,7 +353,7 @@ def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) ->
     payloads = [{"graph": g, "config": cfg.to_dict(), "hurdles": [None] * len(cfg.stages)}
                 for g in graphs]
     search_dataset(cfg)  # loaded once, outside the timings (cached per process)
-    paths = {"before": _evaluate_before_objectives, "objective": evaluate}
+    paths = {"before": _evaluate_before_objectives, "objective": evaluate_candidate}
     spent = {name: 0.0 for name in paths}
     pair_ratios = []  # per candidate and round: before's seconds / objective's (load drifts)
     same = True

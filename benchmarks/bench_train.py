@@ -24,7 +24,7 @@ import time
 import torch
 
 from evonorm.data import default_dataset_name, load_dataset, synthetic_dataset
-from evonorm.train import get_preset, train
+from evonorm.train import get_train_preset, train
 
 PAPER_HOURS = (3, 10)  # appendix C: per proxy model on a 2-core CPU worker
 
@@ -38,7 +38,7 @@ def speed(args) -> list[dict]:
     compile_s: dict[tuple, float] = {}
     for rnd in range(args.rounds):
         for layer, cl, comp in variants:
-            cfg = get_preset("paper-b", steps=args.steps + 3, batch_size=args.batch_size,
+            cfg = get_train_preset("paper-b", steps=args.steps + 3, batch_size=args.batch_size,
                              channels_last=cl, compile=comp, n_test=64, device=args.device)
             torch._dynamo.reset()
             res = train(layer, ds, cfg)
@@ -62,7 +62,7 @@ def accuracy(args) -> list[dict]:
     ds = load_dataset(name)
     rows = []
     for layer in args.layers:
-        cfg = get_preset("small", device=args.device)
+        cfg = get_train_preset("small", device=args.device)
         res = train(layer, ds, cfg)
         rows.append(dict(layer=layer, dataset=name, arch=cfg.arch, width=cfg.resolved_width(),
                          steps=cfg.steps, batch_size=cfg.batch_size, n_train=cfg.n_train,

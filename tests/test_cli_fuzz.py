@@ -216,10 +216,10 @@ def _resume() -> st.SearchStrategy[Case]:
 
 
 def _rerank() -> st.SearchStrategy[Case]:
-    from evonorm.train import PRESETS
+    from evonorm.train import TRAIN_PRESETS
 
     cases = st.one_of(
-        option("--top", bad_int), option("--preset", not_in(PRESETS)),
+        option("--top", bad_int), option("--preset", not_in(TRAIN_PRESETS)),
         option("--steps", bad_int), option("--width", bad_float), option("--n-train", bad_int),
         unknown_flag)
     return st.one_of(
@@ -268,7 +268,7 @@ def _train() -> st.SearchStrategy[Case]:
     from evonorm.graph.library import NAMED_GRAPHS
     from evonorm.layers import list_norm_acts
     from evonorm.models import list_archs
-    from evonorm.train import PRESETS
+    from evonorm.train import TRAIN_PRESETS
 
     known = set(NAMED_GRAPHS) | set(list_norm_acts())
     bad_holdout = st.one_of(st.floats(max_value=0.0, allow_nan=False).map(repr),
@@ -278,7 +278,7 @@ def _train() -> st.SearchStrategy[Case]:
         option("--layer", not_in(known).filter(lambda s: not s.startswith("@"))),
         bad_layer_file.map(lambda f: lambda ws: [f"--layer=@{f(ws)}"]),
         st.just(lambda ws: ["--layer=@" + str(ws / "missing.json")]),
-        option("--arch", not_in(set(list_archs()))), option("--preset", not_in(PRESETS)),
+        option("--arch", not_in(set(list_archs()))), option("--preset", not_in(TRAIN_PRESETS)),
         option("--dataset", not_in(DATASETS)), option("--batch-size", bad_int),
         option("--steps", bad_int), option("--lr", bad_float), option("--width", bad_float),
         option("--n-train", st.one_of(bad_int, st.integers(2049, 10**15).map(str))),

@@ -174,7 +174,7 @@ def test_search_and_rerank_hand_the_device_and_share_to_the_executor(tmp_path, m
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_batches_and_training_on_data_already_on_the_gpu():
     from evonorm.search.rejection import stability
-    from evonorm.train import get_preset as train_preset, train
+    from evonorm.train import get_train_preset as train_preset, train
 
     ds = synthetic_dataset(256, 64)
     gpu = to_device(ds, "cuda")

@@ -36,9 +36,9 @@ def test_the_bar_keeps_the_best_fitness_visible_at_80_columns(tmp_path, monkeypa
 
 def test_train_logs_a_line_per_tenth_of_its_steps():
     from evonorm.data import synthetic_dataset
-    from evonorm.train import get_preset, train
+    from evonorm.train import get_train_preset, train
 
     lines = []
-    train("bn_relu", synthetic_dataset(256, 64, seed=0), get_preset("tiny", steps=20), log=lines.append)
+    train("bn_relu", synthetic_dataset(256, 64, seed=0), get_train_preset("tiny", steps=20), log=lines.append)
     assert len(lines) == 10 and all(re.match(r"\w+: step \d+/20 loss \d", line) for line in lines)
     assert "step 20/20" in lines[-1]

@@ -7,7 +7,7 @@ from evonorm.data import holdout_split, load_dataset
 from evonorm.graph import Graph
 from evonorm.graph.library import get_graph
 from evonorm.search.rejection import precheck, quality, quality_threshold, stability
-from evonorm.train import get_preset
+from evonorm.train import get_train_preset
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +58,7 @@ def test_stability_passes_normalized_layers(data, layer):
 
 
 def test_quality_rejects_zero_layer_at_first_arch(data):
-    cfg = get_preset("tiny", steps=5, batch_size=16, width=0.0625, n_train=None, n_test=None)
+    cfg = get_train_preset("tiny", steps=5, batch_size=16, width=0.0625, n_train=None, n_test=None)
     seen = []
 
     def make(arch):

@@ -9,7 +9,7 @@ from torch import nn
 
 from evonorm.data import load_dataset, synthetic_dataset
 from evonorm.models import build_model
-from evonorm.train import PRESETS, TrainConfig, get_preset, lr_at, param_groups, train
+from evonorm.train import TRAIN_PRESETS, TrainConfig, get_train_preset, lr_at, param_groups, train
 
 
 def bn_relu(num_features, **kw):
@@ -22,16 +22,16 @@ def synthetic():
 
 
 def test_presets_follow_the_paper():
-    b, s = PRESETS["paper-b"], PRESETS["paper-s"]
+    b, s = TRAIN_PRESETS["paper-b"], TRAIN_PRESETS["paper-s"]
     assert (b.steps, b.schedule, s.steps, s.schedule) == (2000, "constant", 5000, "cosine")
     for c in (b, s):
         assert (c.batch_size, c.lr, c.momentum, c.nesterov, c.weight_decay, c.eval_batch_size) == \
             (128, 0.1, 0.9, True, 1e-4, 512)
         assert c.resolved_width() == 0.25 and c.crop is None
-    assert get_preset("paper-b", arch="mobilenetv2_cifar").resolved_width() == 0.5
-    assert get_preset("small", steps=None).steps == PRESETS["small"].steps
+    assert get_train_preset("paper-b", arch="mobilenetv2_cifar").resolved_width() == 0.5
+    assert get_train_preset("small", steps=None).steps == TRAIN_PRESETS["small"].steps
     with pytest.raises(ValueError, match="nope"):
-        get_preset("nope")
+        get_train_preset("nope")
     with pytest.raises(ValueError):
         TrainConfig(schedule="linear")
 
@@ -64,7 +64,7 @@ def test_weight_decay_only_on_conv_and_linear_weights():
 
 
 def test_tiny_training_learns_the_synthetic_task_and_is_deterministic(synthetic):
-    cfg = get_preset("tiny")
+    cfg = get_train_preset("tiny")
     a = train("bn_relu", synthetic, cfg)
     assert a.status == "ok" and a.steps_done == cfg.steps and a.reason is None
     assert a.accuracy > 0.4  # chance is 0.1
@@ -99,7 +99,7 @@ class Scale(nn.Module):
 
 
 def test_nonfinite_loss_stops_with_reason_and_step(synthetic):
-    cfg = get_preset("tiny", steps=20)
+    cfg = get_train_preset("tiny", steps=20)
     # the first layer of the net counts forwards: NaN from step 3 (0-based) on
     res = train(lambda c: NaNAfter(c, k=3), synthetic, cfg)
     assert res.status == "nonfinite" and res.reason == "nonfinite loss"
@@ -117,11 +117,11 @@ def test_layer_exception_propagates(synthetic):
             raise RuntimeError("broken layer")
 
     with pytest.raises(RuntimeError, match="broken layer"):
-        train(Broken, synthetic, get_preset("tiny"))
+        train(Broken, synthetic, get_train_preset("tiny"))
 
 
 def test_channels_last_matches_default(synthetic):
-    cfg = get_preset("tiny", steps=2)  # longer runs diverge chaotically from rounding alone
+    cfg = get_train_preset("tiny", steps=2)  # longer runs diverge chaotically from rounding alone
     a = train(bn_relu, synthetic, cfg)
     b = train(bn_relu, synthetic, cfg.replace(channels_last=True))
     assert a.final_loss == pytest.approx(b.final_loss, rel=1e-3)
@@ -138,7 +138,7 @@ def test_groups_reach_every_layer_with_group_statistics(synthetic):
         return {m.groups for m in model.modules() if isinstance(getattr(m, "groups", None), int)
                 and not isinstance(m, nn.Conv2d)}
 
-    cfg = get_preset("tiny", steps=1, width=0.25)
+    cfg = get_train_preset("tiny", steps=1, width=0.25)
     for layer in ("gn_relu", "evonorm_s0", resolve_graph("evonorm_s0")):
         default = group_counts(Run(layer, synthetic, cfg).model)
         two = group_counts(Run(layer, synthetic, cfg.replace(groups=2)).model)
@@ -202,5 +202,5 @@ def test_fashion_mnist_small_preset_learns_with_bn_relu_and_evonorm_s0():
     """Real data: the `small` preset (about a minute per layer on 2 idle cores; README numbers)."""
     ds = load_dataset("fashion_mnist")
     for layer in ("bn_relu", "evonorm_s0"):
-        res = train(layer, ds, get_preset("small"))
+        res = train(layer, ds, get_train_preset("small"))
         assert res.status == "ok" and res.accuracy > 0.5, (layer, res.accuracy)  # chance 0.1

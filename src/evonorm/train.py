@@ -103,7 +103,7 @@ class TrainConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-PRESETS: dict[str, TrainConfig] = {
+TRAIN_PRESETS: dict[str, TrainConfig] = {
     # the paper's proxy task (appendix C)
     "paper-b": TrainConfig(steps=2000, schedule="constant"),
     "paper-s": TrainConfig(steps=5000, schedule="cosine"),
@@ -116,11 +116,11 @@ PRESETS: dict[str, TrainConfig] = {
 }
 
 
-def get_preset(name: str, **overrides) -> TrainConfig:
-    """A preset by name, with `overrides` (None values ignored)."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r} (choose from {', '.join(PRESETS)})")
-    return PRESETS[name].replace(**overrides)
+def get_train_preset(name: str, **overrides) -> TrainConfig:
+    """A training preset by name, with `overrides` (None values ignored)."""
+    if name not in TRAIN_PRESETS:
+        raise ValueError(f"unknown training preset {name!r} (choose from {', '.join(TRAIN_PRESETS)})")
+    return TRAIN_PRESETS[name].replace(**overrides)
 
 
 @dataclass
@@ -286,7 +286,7 @@ class Run:
         not finite or the loss was)."""
         if not self.ok:
             return None
-        acc, finite = evaluate(self.model, self.ds, self.cfg.eval_batch_size, self.device,
+        acc, finite = held_out_accuracy(self.model, self.ds, self.cfg.eval_batch_size, self.device,
                                self.memory_format)
         if not finite:
             self.result.status, self.result.reason = "nonfinite", "nonfinite eval output"
@@ -312,9 +312,10 @@ def train(norm_act: Any, dataset: Dataset, cfg: TrainConfig, *, progress: bool =
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, ds: Dataset, batch_size: int = 512,
-             device: torch.device | str = "cpu",
-             memory_format: torch.memory_format = torch.contiguous_format) -> tuple[float, bool]:
+def held_out_accuracy(model: nn.Module, ds: Dataset, batch_size: int = 512,
+                      device: torch.device | str = "cpu",
+                      memory_format: torch.memory_format = torch.contiguous_format
+                      ) -> tuple[float, bool]:
     """(top-1 accuracy on the full-size test images, whether every logit was finite)."""
     was_training = model.training
     model.eval()

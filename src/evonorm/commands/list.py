@@ -33,10 +33,10 @@ def _archs() -> list[str]:
 
 
 def _presets() -> list[str]:
-    from evonorm.train import PRESETS
+    from evonorm.train import TRAIN_PRESETS
     return [f"{name}: {c.steps} steps x {c.batch_size}, lr {c.lr:g} {c.schedule}, "
             f"width x{c.width_scale:g}"
-            + (f", {c.n_train} train images" if c.n_train else "") for name, c in PRESETS.items()]
+            + (f", {c.n_train} train images" if c.n_train else "") for name, c in TRAIN_PRESETS.items()]
 
 
 def _search_presets() -> list[str]:

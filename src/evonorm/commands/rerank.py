@@ -53,13 +53,13 @@ def main(argv: list[str]) -> int:
     from evonorm.report.text import rerank_table
     from evonorm.search.rerank import prepare, rerank
     from evonorm.search.store import Store
-    from evonorm.train import PRESETS
+    from evonorm.train import TRAIN_PRESETS
 
     check_store(args.run)
     device = check_device(args.device)
-    if args.preset is not None and args.preset not in PRESETS:
+    if args.preset is not None and args.preset not in TRAIN_PRESETS:
         raise CommandError(f"unknown training preset {args.preset!r} "
-                           f"(choose from {', '.join(PRESETS)})")
+                           f"(choose from {', '.join(TRAIN_PRESETS)})")
     overrides = {k: v for k, v in dict(steps=args.steps, width=args.width,
                                        n_train=args.n_train).items() if v is not None}
     kw = dict(preset=args.preset, overrides=overrides, device=device, workers=args.workers,

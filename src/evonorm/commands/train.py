@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
 
     from evonorm.data import default_dataset_name, holdout_split, load_dataset
     from evonorm.models import is_builtin, probe_arch, resolve_norm_act
-    from evonorm.train import get_preset, train
+    from evonorm.train import get_train_preset, train
 
     from evonorm.commands._common import check_device, check_writable, write_errors
 
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
         check_writable(args.out)
     torch.set_num_threads(args.threads or min(2, os.cpu_count() or 1))
     try:
-        cfg = get_preset(args.preset, arch=args.arch, batch_size=args.batch_size, steps=args.steps,
+        cfg = get_train_preset(args.preset, arch=args.arch, batch_size=args.batch_size, steps=args.steps,
                          lr=args.lr, schedule=args.schedule, width=args.width,
                          n_train=args.n_train, n_test=args.n_test, seed=args.seed,
                          channels_last=args.channels_last, compile=args.compile,

@@ -114,7 +114,7 @@ def measure(payload: dict) -> dict:
 
     from evonorm.graph import Graph
     from evonorm.search.evaluator import quality_config, search_dataset
-    from evonorm.search.proxy import evaluate
+    from evonorm.search.proxy import evaluate_candidate
     from evonorm.search.rejection import quality, quality_threshold
 
     t0 = time.perf_counter()
@@ -122,7 +122,8 @@ def measure(payload: dict) -> dict:
     cfg = SearchConfig.from_dict(payload["config"]).replace(seed=job.seed)
     rec = RunRecord(job.kind, job.name, job.seed, "rejected", None, graph=job.graph)
     if cfg.stages:  # staged: the quality test is the first stage; train on past it, bar at 0
-        res = evaluate({"graph": job.graph, "config": cfg.replace(quality_factor=0.0).to_dict()})
+        res = evaluate_candidate({"graph": job.graph,
+                                  "config": cfg.replace(quality_factor=0.0).to_dict()})
         rec.reason, rec.accuracies = res.reason, dict(res.accuracies)
         if res.status == "valid":
             rec.fitness = res.fitness
@@ -133,13 +134,14 @@ def measure(payload: dict) -> dict:
                     rec.reason = f"quality:{arch}"
         rec.status = "valid" if rec.reason is None else "rejected"
     elif job.kind == "random":
-        res = evaluate({"graph": job.graph, "config": cfg.to_dict()})
+        res = evaluate_candidate({"graph": job.graph, "config": cfg.to_dict()})
         rec.status, rec.reason = res.status, res.reason
         rec.accuracies, rec.fitness = dict(res.accuracies), res.fitness
         if rec.status != "valid":
             rec.accuracies, rec.fitness = {}, None
     else:
-        res = evaluate({"graph": job.graph, "config": cfg.replace(quality_steps=0).to_dict()})
+        res = evaluate_candidate({"graph": job.graph,
+                                  "config": cfg.replace(quality_steps=0).to_dict()})
         rec.reason, rec.accuracies = res.reason, dict(res.accuracies)
         if res.status == "valid":
             rec.fitness = res.fitness

@@ -1,6 +1,6 @@
 """Search settings: the `SearchConfig` dataclass, JSON round-tripped through the run's store so that
 `resume`, `rerank` and the report read back exactly what the search ran with; training settings are a
-`evonorm.train.PRESETS` name plus field overrides (`TrainSetting`). The named presets are in
+`evonorm.train.TRAIN_PRESETS` name plus field overrides (`TrainSetting`). The named presets are in
 `evonorm.search.presets`.
 """
 

@@ -51,13 +51,13 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
     `train_stages`, so a reference or re-training run is the candidates' full run.
     """
     from evonorm.models import is_builtin
-    from evonorm.train import PRESETS
+    from evonorm.train import TRAIN_PRESETS
 
     setting = setting or cfg.training
     staged = setting == cfg.training and steps is None and bool(cfg.stages)
-    if setting.preset not in PRESETS:
+    if setting.preset not in TRAIN_PRESETS:
         raise ValueError(f"unknown training preset {setting.preset!r} "
-                         f"(choose from {', '.join(PRESETS)})")
+                         f"(choose from {', '.join(TRAIN_PRESETS)})")
     over: dict[str, Any] = dict(setting.overrides)
     over.update(cfg.arch_train.get(arch, {}))
     if setting.presized:  # the data is already the run's subset: the preset must not cut it again
@@ -67,7 +67,7 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
         over.pop("width", None)  # a preset's width is for the built-in architectures
     over.update(arch=arch, seed=cfg.seed, device=cfg.device)
     if staged:
-        full = over.get("steps", PRESETS[setting.preset].steps)
+        full = over.get("steps", TRAIN_PRESETS[setting.preset].steps)
         if cfg.stages[-1] >= full:
             raise ValueError(f"stages {list(cfg.stages)} must end before the full training's "
                              f"{full} steps")
@@ -75,7 +75,7 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
     if steps is not None:
         over["steps"] = steps
     over.update(extra)
-    return dataclasses.replace(PRESETS[setting.preset], **over)
+    return dataclasses.replace(TRAIN_PRESETS[setting.preset], **over)
 
 
 def quality_config(cfg, arch: str, schedule: str = "constant"):

@@ -85,7 +85,7 @@ def objective(norm_act, trial: Trial) -> dict[str, float]:
     return dict(result.accuracies)
 
 
-def evaluate(payload: dict) -> Evaluation:
+def evaluate_candidate(payload: dict) -> Evaluation:
     """One candidate through the proxy objective (`run_trial`), as a search's worker runs it."""
     return run_trial(objective, payload)
 
