@@ -28,6 +28,8 @@ from evonorm.graph.graph import NUM_INPUTS, Graph
 AXES = ("layer", "instance", "group")
 _NONNEG_OPS = frozenset({"sigmoid", "exp", "abs", "square", "relu"} | {f"{a}_{s}" for a in AXES for s in ("std", "rms")})
 """Ops whose value is >= 0 or NaN: the division guard b + eps * sign(b) is then b + eps."""
+_OWN_VALUE_UNUSED = frozenset({"norm", "add", "mul", "neg", "swish"})
+"""Steps whose backward does not read their own value (so a consumer may overwrite it)."""
 FAST_DTYPES = (torch.float32, torch.float64)
 
 
@@ -50,6 +52,7 @@ class Plan:
     output: int
     grad_nodes: frozenset[int]
     full: frozenset[int]  # nodes whose value has the input's full shape
+    inplace: frozenset[int]  # relu steps that may overwrite their input (its only use, not needed in backward)
 
 
 def _match_norm(graph: Graph, p: int, s: int, full: set[int]) -> tuple[int, str] | None:
@@ -68,6 +71,22 @@ def _match_norm(graph: Graph, p: int, s: int, full: set[int]) -> tuple[int, str]
             m = graph.node(n)[1]
             if m >= NUM_INPUTS and graph.node(m) == (f"{axes}_mean", h):
                 return h, axes
+    return None
+
+
+def _match_swish(graph: Graph, args) -> tuple[int, ...] | None:
+    """(h,) or (h, v) when mul(args) is h * sigmoid(h) or h * sigmoid(v * h) (either order), v = v0 or v1."""
+    for h, s in (args, args[::-1]):
+        if s < NUM_INPUTS or graph.node(s)[0] != "sigmoid":
+            continue
+        z = graph.node(s)[1]
+        if z == h:
+            return (h,)
+        if z >= NUM_INPUTS and graph.node(z)[0] == "mul":
+            za, zb = graph.node(z)[1:]
+            for a, b in ((za, zb), (zb, za)):
+                if a == h and b in (2, 3) and h != b:
+                    return (h, b)
     return None
 
 
@@ -94,6 +113,10 @@ def make_plan(graph: Graph) -> Plan | None:
                 step = Step(op, nid, tuple(args), nonneg_divisor=nonneg)
         elif op == "max" and 1 in args and args != (1, 1):
             step = Step("relu", nid, (args[0] if args[1] == 1 else args[1],))
+        elif op == "mul":
+            swish = _match_swish(graph, args)
+            if swish is not None:
+                step = Step("swish", nid, swish)
         steps[nid] = step
     needed = {graph.output}
     for nid in sorted(steps, reverse=True):  # fused steps skip the nodes they absorb
@@ -104,7 +127,13 @@ def make_plan(graph: Graph) -> Plan | None:
     for st in order:
         if any(a in grad_nodes for a in st.args):
             grad_nodes.add(st.nid)
-    return Plan(order, graph.output, frozenset(grad_nodes), frozenset(full))
+    uses: dict[int, int] = {graph.output: 1}
+    for st in order:
+        for a in st.args:
+            uses[a] = uses.get(a, 0) + 1
+    inplace = {st.nid for st in order if st.kind == "relu" and st.args[0] in full and uses[st.args[0]] == 1
+               and st.args[0] in steps and steps[st.args[0]].kind in _OWN_VALUE_UNUSED}
+    return Plan(order, graph.output, frozenset(grad_nodes), frozenset(full), frozenset(inplace))
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -147,6 +176,11 @@ def _norm_groups(h: torch.Tensor, axes: str, groups: int) -> int:
     return 1 if axes == "layer" else c if axes == "instance" else groups
 
 
+def _channel_sum(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """A full tensor summed to a per-channel `shape` (1, C, 1, 1)."""
+    return t.sum((0, 2, 3), keepdim=True) if t.dim() == 4 and shape[1] == t.shape[1] else _sum_to(t, shape)
+
+
 def _group_moments(h: torch.Tensor, ng: int, eps: float):
     """torch's group-norm kernel on a full (N, C, H, W) tensor: (normalized h, mean, 1 / sqrt(var + eps)),
     the statistics (N, ng) over each sample's ng channel groups: one fast pass (var_mean is far slower on CPU)."""
@@ -184,9 +218,15 @@ def _forward(plan: Plan, x, v0, v1, groups: int, eps: float) -> tuple[dict, dict
             # (h - mu) / (std + eps) = (h - mu) * rstd * s with s = std / (std + eps) = 1 / (1 + eps * rstd)
             out = y_hat.mul_(_per_channel(rstd.mul(eps).add_(1.0).reciprocal_(), h.shape[1]))
             extra[st.nid] = (mu, rstd, ng)
+        elif k == "swish":  # h * sigmoid(v h)
+            h = a[0]
+            sg = (h * a[1]).sigmoid_() if len(a) == 2 else torch.sigmoid(h)
+            out = h * sg
+            extra[st.nid] = (sg,)
         elif k == "relu":
-            out = torch.relu(a[0])
-            extra[st.nid] = (_all_nonzero(a[0]),)
+            clean = _all_nonzero(a[0])  # then y > 0 exactly where the input is, and backward reads y alone
+            out = a[0].relu_() if clean and st.nid in plan.inplace else torch.relu(a[0])
+            extra[st.nid] = (clean,)
         elif k == "add":
             out = a[0] + a[1]
         elif k == "mul":
@@ -253,16 +293,31 @@ def _numel_kept(view: torch.Tensor, dims: tuple[int, ...]) -> int:
 
 # ---- backward -----------------------------------------------------------------------------------
 
-def _backward(plan: Plan, vals: dict, extra: dict, gy: torch.Tensor, groups: int, eps: float) -> dict[int, torch.Tensor]:
-    """Gradients of the inputs 0 (x), 2 (v0), 3 (v1) from the gradient of the output node, by a reverse sweep."""
-    grads: dict[int, torch.Tensor] = {plan.output: gy}
+def _backward(plan: Plan, vals: dict, extra: dict, gy: torch.Tensor, groups: int, eps: float,
+              start: int, scale: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
+    """Gradients of the inputs 0 (x), 2 (v0), 3 (v1) by a reverse sweep from node `start`'s gradient `gy`
+    (its own tensor), times `scale` per channel when given (folded into the next op where it can be)."""
+    if scale is not None and not any(st.nid == start and st.kind == "norm" for st in plan.steps):
+        gy, scale = gy.mul_(scale.view(1, -1, 1, 1)), None
+    grads: dict[int, torch.Tensor] = {start: gy}
+    owned = {start}  # nodes whose gradient tensor is this sweep's own (may be updated in place)
     need = plan.grad_nodes
 
-    def acc(nid: int, g: torch.Tensor) -> None:
+    def acc(nid: int, g: torch.Tensor, fresh: bool = True) -> None:
         if nid not in need:
             return
-        g = _sum_to(g, vals[nid].shape)
-        grads[nid] = grads[nid] + g if nid in grads else g
+        shape = vals[nid].shape
+        fresh = fresh and g.shape == shape and g.dtype == vals[nid].dtype and g.is_contiguous()
+        g = _sum_to(g, shape)
+        if nid not in grads:
+            grads[nid] = g
+            if fresh:
+                owned.add(nid)
+        elif nid in owned:
+            grads[nid].add_(g)
+        else:
+            grads[nid] = grads[nid] + g
+            owned.add(nid)
 
     for st in reversed(plan.steps):
         g = grads.pop(st.nid, None)
@@ -277,21 +332,32 @@ def _backward(plan: Plan, vals: dict, extra: dict, gy: torch.Tensor, groups: int
             # torch's group-norm backward differentiates (h - mu) * rstd; fed grad * q and rstd * q with
             # q = 1 / sqrt(1 + eps * rstd) it gives d/dh of (h - mu) / (std + eps), std = 1 / rstd
             q = rstd.mul(eps).add_(1.0).rsqrt_()
-            gs = (g * _per_channel(q, c)).contiguous()
+            qc = _per_channel(q, c)
+            if st.nid == start and scale is not None:
+                qc = qc * scale.view(1, -1, 1, 1)
+            gs = g.mul_(qc) if st.nid in owned and g.is_contiguous() else (g * qc).contiguous()
             dh = torch.ops.aten.native_group_norm_backward(gs, h, mu, rstd * q, None, n, c, h[0, 0].numel(), ng,
                                                            [True, False, False])[0]
             acc(ids[0], dh)
+        elif k == "swish":  # f = h s, s = sigmoid(v h): df/dh = s + v h s (1 - s), df/dv = h^2 s (1 - s)
+            (sg,) = extra[st.nid]
+            h = a[0]
+            gz = torch.ops.aten.sigmoid_backward(g * h, sg)  # g h s (1 - s): the gradient of v h
+            if len(ids) == 2 and ids[1] in need:
+                acc(ids[1], _channel_sum(gz * h, a[1].shape))
+            dh = g * sg
+            acc(ids[0], dh.addcmul_(gz, a[1]) if len(ids) == 2 else dh.add_(gz))
         elif k == "relu":
             # autograd's maximum rule: g where y > 0, g / 2 where y == 0, exactly 0 where y < 0 (even for a
             # non-finite g, e.g. sqrt's at 0); a NaN y gets 0 here and g there, with a NaN output either way
             if extra[st.nid][0]:  # no tie, no NaN: torch's relu backward is that rule
-                acc(ids[0], torch.ops.aten.threshold_backward(g, a[0], 0))
+                acc(ids[0], torch.ops.aten.threshold_backward(g, vals[st.nid], 0))
             else:
                 half = torch.heaviside(a[0], a[0].new_tensor(0.5))
                 acc(ids[0], torch.where(a[0] < 0, 0.0, g * half))
         elif k == "add":
-            acc(ids[0], g)
-            acc(ids[1], g)
+            acc(ids[0], g, fresh=False)
+            acc(ids[1], g, fresh=False)
         elif k == "mul":
             if ids[0] in need:
                 acc(ids[0], g * a[1])
@@ -397,17 +463,19 @@ class FastGraphFunction(torch.autograd.Function):
         dy = dy.contiguous()
         y = vals[spec.plan.output]
         c = dy.shape[1]
-        if y.shape == dy.shape:  # gy = dy * weight, sum(dy * y), sum(dy) in one fused kernel (batch-norm
-            # backward in eval mode with mean 0 and 1 / std = 1)
-            ones, zeros = weight.new_ones(c), weight.new_zeros(c)
-            gy, dweight, dbias = torch.ops.aten.native_batch_norm_backward(
-                dy, y, weight, zeros, ones, None, None, False, 0.0, [True, True, True])
+        last = spec.plan.steps[-1]
+        dbias = dy.sum((0, 2, 3))
+        if y.shape == dy.shape:
+            dweight = (dy * y).sum((0, 2, 3))
+            if last.kind == "relu" and extra[last.nid][0]:  # relu(z) * weight: mask dy, weight comes after
+                start, gy, scale = last.args[0], torch.ops.aten.threshold_backward(dy, y, 0), weight
+            else:
+                start, gy, scale = last.nid, dy * weight.view(1, -1, 1, 1), None
         else:
-            gy = _sum_to(dy * weight.view(1, -1, 1, 1), y.shape)
             keep_c = (y.shape[0], c, y.shape[2], y.shape[3])
             dweight = (_sum_to(dy, torch.Size(keep_c)) * y).sum((0, 2, 3))
-            dbias = dy.sum((0, 2, 3))
-        grads = _backward(spec.plan, vals, extra, gy, spec.groups, spec.eps)
+            start, gy, scale = last.nid, _sum_to(dy * weight.view(1, -1, 1, 1), y.shape).contiguous(), None
+        grads = _backward(spec.plan, vals, extra, gy, spec.groups, spec.eps, start, scale)
         ctx.vals = ctx.extra = None
         dx = grads.get(0)
         if dx is not None:
