@@ -53,6 +53,7 @@ class Plan:
     grad_nodes: frozenset[int]
     full: frozenset[int]  # nodes whose value has the input's full shape
     inplace: frozenset[int]  # relu steps that may overwrite their input (its only use, not needed in backward)
+    norm_relu: str | None = None  # the axis set when the layer is max((x - mean(x)) / std(x), 0) exactly
 
 
 def _match_norm(graph: Graph, p: int, s: int, full: set[int]) -> tuple[int, str] | None:
@@ -133,7 +134,10 @@ def make_plan(graph: Graph) -> Plan | None:
             uses[a] = uses.get(a, 0) + 1
     inplace = {st.nid for st in order if st.kind == "relu" and st.args[0] in full and uses[st.args[0]] == 1
                and st.args[0] in steps and steps[st.args[0]].kind in _OWN_VALUE_UNUSED}
-    return Plan(order, graph.output, frozenset(grad_nodes), frozenset(full), frozenset(inplace))
+    norm_relu = None
+    if [st.kind for st in order] == ["norm", "relu"] and order[0].args == (0,):
+        norm_relu = order[0].axes
+    return Plan(order, graph.output, frozenset(grad_nodes), frozenset(full), frozenset(inplace), norm_relu)
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -432,6 +436,36 @@ def plain_formula(x, v0, v1, weight, bias, spec: FastSpec) -> torch.Tensor:
     return P.op_affine(evaluate(spec.graph, x, v0, v1, groups=spec.groups, eps=spec.eps), weight, bias)
 
 
+def _norm_relu_forward(x, weight, bias, ng: int, eps: float):
+    """max((x - mu) / (std + eps), 0) * weight + bias in few passes and allocations, or None when a normalized
+    value is 0 or not finite (the general path then applies maximum's rule at ties). z = x_hat * q with
+    x_hat torch's (x - mu) * rstd and q = std / (std + eps) = 1 / (1 + eps * rstd) > 0, so relu(z) =
+    relu(x_hat) * q, computed in place."""
+    n, c = x.shape[0], x.shape[1]
+    x_hat, mu, rstd = _group_moments(x, ng, eps)
+    if not (bool(torch.isfinite(mu.sum() + rstd.sum())) and int(torch.count_nonzero(x_hat)) == x_hat.numel()):
+        return None
+    q = rstd.mul(eps).add_(1.0).reciprocal_()
+    r = x_hat.relu_().mul_(_per_channel(q, c))
+    out = torch.addcmul(bias.view(1, -1, 1, 1), r, weight.view(1, -1, 1, 1))
+    return out, (mu, rstd, r, ng)
+
+
+def _norm_relu_backward(dy, x, weight, saved, eps: float):
+    """(dx, dweight, dbias) of `_norm_relu_forward`; the normalization's part as in the "norm" step."""
+    mu, rstd, r, ng = saved
+    n, c = x.shape[0], x.shape[1]
+    # sum(dy * r) and sum(dy) per channel in one pass: batch-norm backward in eval mode, mean 0, 1 / std = 1
+    _, dweight, dbias = torch.ops.aten.native_batch_norm_backward(
+        dy, r, weight, weight.new_zeros(c), weight.new_ones(c), None, None, False, 0.0, [False, True, True])
+    g = torch.ops.aten.threshold_backward(dy, r, 0)
+    qq = rstd.mul(eps).add_(1.0).rsqrt_()
+    g.mul_(_per_channel(qq, c) * weight.view(1, -1, 1, 1))
+    dx = torch.ops.aten.native_group_norm_backward(g, x, mu, rstd * qq, None, n, c, x[0, 0].numel(), ng,
+                                                   [True, False, False])[0]
+    return dx, dweight, dbias
+
+
 class FastGraphFunction(torch.autograd.Function):
     """y = graph(x) * weight + bias with a hand-derived backward; x, v0, v1, weight, bias share one dtype."""
 
@@ -439,14 +473,22 @@ class FastGraphFunction(torch.autograd.Function):
     def forward(ctx, x, v0, v1, weight, bias, spec: FastSpec):
         channels_last = x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
         xc = x.contiguous()
-        vals, extra = _forward(spec.plan, xc, v0, v1, spec.groups, spec.eps)
-        y = vals[spec.plan.output]
-        y = y if y.shape == xc.shape else y.expand(xc.shape)
-        out = torch.addcmul(bias.view(1, -1, 1, 1), y, weight.view(1, -1, 1, 1))
+        ctx.spec, ctx.lean = spec, None
+        lean = None
+        if spec.plan.norm_relu is not None:
+            lean = _norm_relu_forward(xc, weight, bias, _norm_groups(xc, spec.plan.norm_relu, spec.groups), spec.eps)
+        if lean is not None:
+            out, ctx.lean = lean
+            ctx.xc = xc
+        else:
+            vals, extra = _forward(spec.plan, xc, v0, v1, spec.groups, spec.eps)
+            y = vals[spec.plan.output]
+            y = y if y.shape == xc.shape else y.expand(xc.shape)
+            out = torch.addcmul(bias.view(1, -1, 1, 1), y, weight.view(1, -1, 1, 1))
+            ctx.vals, ctx.extra = vals, extra
         if channels_last:
             out = out.contiguous(memory_format=torch.channels_last)
         ctx.save_for_backward(x, v0, v1, weight, bias)
-        ctx.vals, ctx.extra, ctx.spec = vals, extra, spec
         return out
 
     @staticmethod
@@ -459,8 +501,12 @@ class FastGraphFunction(torch.autograd.Function):
             y = plain_formula(*tensors, spec)
             grads = iter(torch.autograd.grad(y, wanted, dy, create_graph=True, allow_unused=True))
             return (*(next(grads) if t is not None and t.requires_grad else None for t in tensors), None)
-        vals, extra = ctx.vals, ctx.extra
         dy = dy.contiguous()
+        if ctx.lean is not None:
+            dx, dweight, dbias = _norm_relu_backward(dy, ctx.xc, weight, ctx.lean, spec.eps)
+            ctx.lean = ctx.xc = None
+            return _like_input(dx, x), None, None, dweight, dbias, None
+        vals, extra = ctx.vals, ctx.extra
         y = vals[spec.plan.output]
         c = dy.shape[1]
         last = spec.plan.steps[-1]
@@ -479,12 +525,17 @@ class FastGraphFunction(torch.autograd.Function):
         ctx.vals = ctx.extra = None
         dx = grads.get(0)
         if dx is not None:
-            dx = dx.expand(x.shape) if dx.shape != x.shape else dx
-            if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
-                dx = dx.contiguous(memory_format=torch.channels_last)
+            dx = _like_input(dx.expand(x.shape) if dx.shape != x.shape else dx, x)
         dv0 = grads[2].reshape(-1) if v0 is not None and 2 in grads else None
         dv1 = grads[3].reshape(-1) if v1 is not None and 3 in grads else None
         return dx, dv0, dv1, dweight, dbias, None
+
+
+def _like_input(dx: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The input gradient in the input's memory format (channels_last stays channels_last)."""
+    if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
+        return dx.contiguous(memory_format=torch.channels_last)
+    return dx
 
 
 def fast_applies(plan: Plan | None, x: torch.Tensor, params: list[torch.Tensor]) -> bool:
