@@ -406,8 +406,7 @@ def _backward(plan: Plan, vals: dict, extra: dict, gy: torch.Tensor, groups: int
             if stat == "mean":
                 gv = (gr / kk).expand(view.shape)
             elif stat == "std":  # d std / d h = (h - mu) / (K std)
-                coef = gr / (r * kk)
-                gv = torch.addcmul(-extra[st.nid][1] * coef, view, coef)
+                gv = (view - extra[st.nid][1]).mul_(gr / (r * kk))  # h - mu first: exactly 0 where they are equal
             else:
                 gv = (gr / (r * kk)) * view
             acc(ids[0], gv.reshape(a[0].shape))
@@ -518,8 +517,7 @@ class FastGraphFunction(torch.autograd.Function):
             else:
                 start, gy, scale = last.nid, dy * weight.view(1, -1, 1, 1), None
         else:
-            keep_c = (y.shape[0], c, y.shape[2], y.shape[3])
-            dweight = (_sum_to(dy, torch.Size(keep_c)) * y).sum((0, 2, 3))
+            dweight = (dy * y).sum((0, 2, 3))  # autograd's order, so an infinite y sums to what it sums to there
             start, gy, scale = last.nid, _sum_to(dy * weight.view(1, -1, 1, 1), y.shape).contiguous(), None
         grads = _backward(spec.plan, vals, extra, gy, spec.groups, spec.eps, start, scale)
         ctx.vals = ctx.extra = None
