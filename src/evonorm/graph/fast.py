@@ -503,7 +503,6 @@ class FastGraphFunction(torch.autograd.Function):
         dy = dy.contiguous()
         if ctx.lean is not None:
             dx, dweight, dbias = _norm_relu_backward(dy, ctx.xc, weight, ctx.lean, spec.eps)
-            ctx.lean = ctx.xc = None
             return _like_input(dx, x), None, None, dweight, dbias, None
         vals, extra = ctx.vals, ctx.extra
         y = vals[spec.plan.output]
@@ -520,7 +519,6 @@ class FastGraphFunction(torch.autograd.Function):
             dweight = (dy * y).sum((0, 2, 3))  # autograd's order, so an infinite y sums to what it sums to there
             start, gy, scale = last.nid, _sum_to(dy * weight.view(1, -1, 1, 1), y.shape).contiguous(), None
         grads = _backward(spec.plan, vals, extra, gy, spec.groups, spec.eps, start, scale)
-        ctx.vals = ctx.extra = None
         dx = grads.get(0)
         if dx is not None:
             dx = _like_input(dx.expand(x.shape) if dx.shape != x.shape else dx, x)
