@@ -54,6 +54,7 @@ class Plan:
     full: frozenset[int]  # nodes whose value has the input's full shape
     inplace: frozenset[int]  # relu steps that may overwrite their input (its only use, not needed in backward)
     norm_relu: str | None = None  # the axis set when the layer is max((x - mean(x)) / std(x), 0) exactly
+    scaled_output: bool = False  # the output is div(full, statistic): the division joins the final affine
 
 
 def _match_norm(graph: Graph, p: int, s: int, full: set[int]) -> tuple[int, str] | None:
@@ -137,7 +138,10 @@ def make_plan(graph: Graph) -> Plan | None:
     norm_relu = None
     if [st.kind for st in order] == ["norm", "relu"] and order[0].args == (0,):
         norm_relu = order[0].axes
-    return Plan(order, graph.output, frozenset(grad_nodes), frozenset(full), frozenset(inplace), norm_relu)
+    last = order[-1]
+    scaled = last.kind == "div" and last.args[0] in full and last.args[1] not in full
+    return Plan(order, graph.output, frozenset(grad_nodes), frozenset(full), frozenset(inplace), norm_relu,
+                scaled)
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -244,8 +248,10 @@ def _forward(plan: Plan, x, v0, v1, groups: int, eps: float) -> tuple[dict, dict
             else:  # sign(0) = +1, including -0.0
                 e = b.new_tensor(eps)
                 d = b + torch.where(b >= 0, e, -e)
-            out = a[0] / d
             extra[st.nid] = (d,)
+            if st.nid == plan.output and plan.scaled_output:
+                break  # the caller divides within the affine
+            out = a[0] / d
         elif k == "max":
             out = torch.maximum(a[0], a[1])
         elif k == "neg":
@@ -297,14 +303,16 @@ def _numel_kept(view: torch.Tensor, dims: tuple[int, ...]) -> int:
 
 # ---- backward -----------------------------------------------------------------------------------
 
-def _backward(plan: Plan, vals: dict, extra: dict, gy: torch.Tensor, groups: int, eps: float,
-              start: int, scale: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
-    """Gradients of the inputs 0 (x), 2 (v0), 3 (v1) by a reverse sweep from node `start`'s gradient `gy`
-    (its own tensor), times `scale` per channel when given (folded into the next op where it can be)."""
+def _backward(plan: Plan, vals: dict, extra: dict, init: dict[int, torch.Tensor], groups: int, eps: float,
+              scale: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
+    """Gradients of the inputs 0 (x), 2 (v0), 3 (v1) by a reverse sweep from the gradients `init` (node ->
+    a tensor of its own). `scale`: the single init gradient is still to be multiplied by it per channel
+    (a norm step folds it into its own multiply)."""
+    start = next(iter(init))
     if scale is not None and not any(st.nid == start and st.kind == "norm" for st in plan.steps):
-        gy, scale = gy.mul_(scale.view(1, -1, 1, 1)), None
-    grads: dict[int, torch.Tensor] = {start: gy}
-    owned = {start}  # nodes whose gradient tensor is this sweep's own (may be updated in place)
+        init[start], scale = init[start].mul_(scale.view(1, -1, 1, 1)), None
+    grads: dict[int, torch.Tensor] = dict(init)
+    owned = set(init)  # nodes whose gradient tensor is this sweep's own (may be updated in place)
     need = plan.grad_nodes
 
     def acc(nid: int, g: torch.Tensor, fresh: bool = True) -> None:
@@ -481,10 +489,15 @@ class FastGraphFunction(torch.autograd.Function):
             ctx.xc = xc
         else:
             vals, extra = _forward(spec.plan, xc, v0, v1, spec.groups, spec.eps)
-            y = vals[spec.plan.output]
-            y = y if y.shape == xc.shape else y.expand(xc.shape)
-            out = torch.addcmul(bias.view(1, -1, 1, 1), y, weight.view(1, -1, 1, 1))
             ctx.vals, ctx.extra = vals, extra
+            if spec.plan.scaled_output:  # F / d * weight + bias with 1 / d per (sample, channel) in the weight
+                last = spec.plan.steps[-1]
+                ctx.inv = extra[last.nid][0].reciprocal()
+                out = torch.addcmul(bias.view(1, -1, 1, 1), vals[last.args[0]], ctx.inv * weight.view(1, -1, 1, 1))
+            else:
+                y = vals[spec.plan.output]
+                y = y if y.shape == xc.shape else y.expand(xc.shape)
+                out = torch.addcmul(bias.view(1, -1, 1, 1), y, weight.view(1, -1, 1, 1))
         if channels_last:
             out = out.contiguous(memory_format=torch.channels_last)
         ctx.save_for_backward(x, v0, v1, weight, bias)
@@ -505,20 +518,27 @@ class FastGraphFunction(torch.autograd.Function):
             dx, dweight, dbias = _norm_relu_backward(dy, ctx.xc, weight, ctx.lean, spec.eps)
             return _like_input(dx, x), None, None, dweight, dbias, None
         vals, extra = ctx.vals, ctx.extra
-        y = vals[spec.plan.output]
         c = dy.shape[1]
         last = spec.plan.steps[-1]
         dbias = dy.sum((0, 2, 3))
-        if y.shape == dy.shape:
+        y = None if spec.plan.scaled_output else vals[spec.plan.output]
+        w = weight.view(1, -1, 1, 1)
+        if y is None:  # out = F * inv * weight + bias: every gradient from s = sum_hw(dy * F) per (sample, channel)
+            f, inv = last.args[0], ctx.inv
+            sums = (dy * vals[f]).sum((2, 3), keepdim=True)
+            dweight = (sums * inv).sum((0, 2, 3))
+            init = {f: dy * (w * inv), last.args[1]: _sum_to(sums * w * inv * inv, vals[last.args[1]].shape).neg_()}
+            scale = None
+        elif y.shape == dy.shape:
             dweight = (dy * y).sum((0, 2, 3))
             if last.kind == "relu" and extra[last.nid][0]:  # relu(z) * weight: mask dy, weight comes after
-                start, gy, scale = last.args[0], torch.ops.aten.threshold_backward(dy, y, 0), weight
+                init, scale = {last.args[0]: torch.ops.aten.threshold_backward(dy, y, 0)}, weight
             else:
-                start, gy, scale = last.nid, dy * weight.view(1, -1, 1, 1), None
+                init, scale = {last.nid: dy * w}, None
         else:
             dweight = (dy * y).sum((0, 2, 3))  # autograd's order, so an infinite y sums to what it sums to there
-            start, gy, scale = last.nid, _sum_to(dy * weight.view(1, -1, 1, 1), y.shape).contiguous(), None
-        grads = _backward(spec.plan, vals, extra, gy, spec.groups, spec.eps, start, scale)
+            init, scale = {last.nid: _sum_to(dy * w, y.shape).contiguous()}, None
+        grads = _backward(spec.plan, vals, extra, init, spec.groups, spec.eps, scale)
         dx = grads.get(0)
         if dx is not None:
             dx = _like_input(dx.expand(x.shape) if dx.shape != x.shape else dx, x)
