@@ -447,25 +447,24 @@ def _norm_relu_forward(x, weight, bias, ng: int, eps: float):
     """max((x - mu) / (std + eps), 0) * weight + bias in few passes and allocations, or None when a normalized
     value is 0 or not finite (the general path then applies maximum's rule at ties). z = x_hat * q with
     x_hat torch's (x - mu) * rstd and q = std / (std + eps) = 1 / (1 + eps * rstd) > 0, so relu(z) =
-    relu(x_hat) * q, computed in place."""
+    relu(x_hat) * q: q joins the weight in the final multiply-add."""
     n, c = x.shape[0], x.shape[1]
     x_hat, mu, rstd = _group_moments(x, ng, eps)
     if not (bool(torch.isfinite(mu.sum() + rstd.sum())) and int(torch.count_nonzero(x_hat)) == x_hat.numel()):
         return None
-    q = rstd.mul(eps).add_(1.0).reciprocal_()
-    r = x_hat.relu_().mul_(_per_channel(q, c))
-    out = torch.addcmul(bias.view(1, -1, 1, 1), r, weight.view(1, -1, 1, 1))
-    return out, (mu, rstd, r, ng)
+    q = _per_channel(rstd.mul(eps).add_(1.0).reciprocal_(), c)
+    r = x_hat.relu_()
+    out = torch.addcmul(bias.view(1, -1, 1, 1), r, q * weight.view(1, -1, 1, 1))
+    return out, (mu, rstd, q, r, ng)
 
 
 def _norm_relu_backward(dy, x, weight, saved, eps: float):
     """(dx, dweight, dbias) of `_norm_relu_forward`; the normalization's part as in the "norm" step."""
-    mu, rstd, r, ng = saved
+    mu, rstd, q, r, ng = saved
     n, c = x.shape[0], x.shape[1]
-    # sum(dy * r) and sum(dy) per channel in one pass: batch-norm backward in eval mode, mean 0, 1 / std = 1
-    _, dweight, dbias = torch.ops.aten.native_batch_norm_backward(
-        dy, r, weight, weight.new_zeros(c), weight.new_ones(c), None, None, False, 0.0, [False, True, True])
+    dbias = dy.sum((0, 2, 3))
     g = torch.ops.aten.threshold_backward(dy, r, 0)
+    dweight = (torch.mul(g, r).sum((2, 3), keepdim=True) * q).sum((0, 2, 3))  # sum(dy * relu(z)), relu(z) = r q
     qq = rstd.mul(eps).add_(1.0).rsqrt_()
     g.mul_(_per_channel(qq, c) * weight.view(1, -1, 1, 1))
     dx = torch.ops.aten.native_group_norm_backward(g, x, mu, rstd * qq, None, n, c, x[0, 0].numel(), ng,
