@@ -3,14 +3,16 @@ native GroupNorm-ReLU.
 
 Layers: native BN-ReLU, GN-ReLU and EvoNorm-S0 (the hand-written modules), and graphs compiled by
 `Graph.to_module` on the plain fx path and on the fast path (`impl="plain"` / `impl="fast"`): GroupNorm-ReLU
-as a graph (the `demo` preset's first seed layer), EvoNorm-S0, LayerNorm-ReLU and the paper's s_top1.
+as a graph (the `demo` preset's first seed layer), EvoNorm-S0 and the paper's s_top1 (`--graphs`).
 Every variant runs in one process, interleaved over `--rounds` so that load from other processes hits
 them alike, timed in CPU seconds of this process (with one thread, what the work costs; wall time on a
-shared machine also counts the other processes); the table gives the median seconds per candidate (model built + 60 steps), ms per step, and
-the ratio to native GN-ReLU on the same architecture. The demo's training config (`train_config`), on
-Fashion-MNIST when installed, else the synthetic set; 1 thread by default.
+shared machine also counts the other processes). The table gives the median seconds per candidate (model
+built + 60 steps), ms per step, and the ratio to native GN-ReLU on the same architecture: the median over
+rounds of each round's ratio, with their range. The demo's training config (`train_config`), on
+Fashion-MNIST when installed, else the synthetic set; 1 thread by default. One untimed short run per
+architecture first takes the process's one-off start-up costs out of the first variant.
 
-    python benchmarks/bench_candidate.py                       # the table (about 4 minutes)
+    python benchmarks/bench_candidate.py                       # the table (about 5 minutes idle)
     python benchmarks/bench_candidate.py --layer-only          # one layer, forward + backward, ms
 """
 
@@ -31,16 +33,16 @@ from evonorm.search.presets import PRESETS
 NATIVE = ("bn_relu", "gn_relu", "evonorm_s0")
 
 
-def _graphs() -> dict[str, Graph]:
-    seeds = [Graph.from_json(s) for s in PRESETS["demo"].seed_layers]
-    return {"GN-ReLU graph": seeds[0], "LN-ReLU graph": seeds[1], "S0 graph": get_graph("evonorm_s0"),
-            "s_top1 graph": get_graph("s_top1")}
+def _graphs(names: list[str]) -> dict[str, Graph]:
+    """The graphs by short name: GN/LN/IN-ReLU (the `demo` seed layers) or a named graph of the library."""
+    seeds = dict(zip(("GN-ReLU", "LN-ReLU", "IN-ReLU"), (Graph.from_json(s) for s in PRESETS["demo"].seed_layers)))
+    return {f"{n} graph": seeds[n] if n in seeds else get_graph(n) for n in names}
 
 
-def _variants(impls: list[str]) -> dict[str, object]:
+def _variants(impls: list[str], graphs: list[str]) -> dict[str, object]:
     """Label -> layer (a registry name, or a factory for a graph with its impl)."""
     out: dict[str, object] = {f"native {n}": n for n in NATIVE}
-    for label, g in _graphs().items():
+    for label, g in _graphs(graphs).items():
         for impl in impls:
             out[f"{label} ({impl})"] = lambda c, g=g, impl=impl, **kw: g.to_module(c, impl=impl, **kw)
     return out
@@ -73,9 +75,11 @@ def bench_train(args) -> list[dict]:
 
     cfg = PRESETS["demo"]
     ds, ds_name = _dataset(cfg)
-    variants = {k: v for k, v in _variants(args.impls).items()
+    variants = {k: v for k, v in _variants(args.impls, args.graphs).items()
                 if k == "native gn_relu" or not args.only or any(o in k for o in args.only)}
     times = {(a, v): [] for a in args.archs for v in variants}
+    for arch in args.archs:  # warm-up, untimed
+        candidate_seconds("gn_relu", ds, train_config(cfg, arch, steps=3))
     for rnd in range(args.rounds):
         for arch in args.archs:
             tcfg = train_config(cfg, arch, steps=args.steps)
@@ -86,11 +90,14 @@ def bench_train(args) -> list[dict]:
                       file=sys.stderr, flush=True)
     rows = []
     for arch in args.archs:
-        base = statistics.median(times[(arch, "native gn_relu")])
+        base = times[(arch, "native gn_relu")]
         for label in variants:
-            med = statistics.median(times[(arch, label)])
+            ts = times[(arch, label)]
+            ratios = sorted(t / b for t, b in zip(ts, base))  # each round against its own GN-ReLU run
+            med = statistics.median(ts)
             rows.append(dict(arch=arch, layer=label, seconds=med, ms_per_step=1e3 * med / args.steps,
-                             ratio_to_gn_relu=med / base, dataset=ds_name))
+                             ratio_to_gn_relu=statistics.median(ratios), ratio_range=(ratios[0], ratios[-1]),
+                             dataset=ds_name))
     return rows
 
 
@@ -101,7 +108,7 @@ def bench_layer(args) -> list[dict]:
     n, c, h, w = args.shape
     x = torch.randn(n, c, h, w, requires_grad=True)
     mods = {f"native {n_}": create_norm_act(n_, c) for n_ in NATIVE}
-    for label, g in _graphs().items():
+    for label, g in _graphs(args.graphs).items():
         for impl in args.impls:
             mods[f"{label} ({impl})"] = g.to_module(c, impl=impl)
     times: dict[str, list[float]] = {k: [] for k in mods}
@@ -124,6 +131,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--archs", nargs="+", default=["resnet50_cifar", "mobilenetv2_cifar"])
+    p.add_argument("--graphs", nargs="+", default=["GN-ReLU", "evonorm_s0", "s_top1"],
+                   help="graph layers: GN-ReLU, LN-ReLU, IN-ReLU (the demo's seed layers) or named graphs")
     p.add_argument("--impls", nargs="+", default=["plain", "fast"], choices=["plain", "fast", "auto"])
     p.add_argument("--layer-only", action="store_true", help="time one layer's forward + backward instead")
     p.add_argument("--shape", type=int, nargs=4, default=[32, 16, 24, 24], metavar=("N", "C", "H", "W"))
@@ -138,10 +147,12 @@ def main() -> int:
         for r in rows:
             print(f"| {r['layer']} | {r['ms']:.2f} | {r['ratio_to_gn_relu']:.2f} |")
     else:
-        print(f"| layer | arch | s (build + {args.steps} steps) | ms/step | x native GN-ReLU |\n|---|---|---|---|---|")
+        print(f"| layer | arch | CPU s (build + {args.steps} steps) | ms/step | x native GN-ReLU (rounds' range) |\n"
+              "|---|---|---|---|---|")
         for r in rows:
+            lo, hi = r["ratio_range"]
             print(f"| {r['layer']} | {r['arch']} | {r['seconds']:.2f} | {r['ms_per_step']:.1f} | "
-                  f"{r['ratio_to_gn_relu']:.2f} |")
+                  f"{r['ratio_to_gn_relu']:.2f} ({lo:.2f}-{hi:.2f}) |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

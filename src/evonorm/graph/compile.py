@@ -4,6 +4,11 @@ The generated code only ever names functions from the fixed primitive table (`pr
 submodules `batch<id>` and parameters `v0`/`v1`/`weight`/`bias`; node ids are integers checked by
 `Graph`, so no text from the JSON reaches fx's code generator. `evaluate` is the same semantics
 as a plain interpreter (no module), used for fingerprints and as a test oracle.
+
+In eager mode a layer built with impl="auto" (the default) runs the fast path of `evonorm.graph.fast`
+(the same function in a few fused ops with a hand-derived backward) when it applies, and this fx
+module otherwise: under tracing, export and torch.compile, for float16/bfloat16 input, and for graphs
+with batch statistics.
 """
 
 from __future__ import annotations
