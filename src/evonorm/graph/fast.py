@@ -450,11 +450,12 @@ def _norm_relu_forward(x, weight, bias, ng: int, eps: float):
     relu(x_hat) * q: q joins the weight in the final multiply-add."""
     n, c = x.shape[0], x.shape[1]
     x_hat, mu, rstd = _group_moments(x, ng, eps)
-    if not (bool(torch.isfinite(mu.sum() + rstd.sum())) and int(torch.count_nonzero(x_hat)) == x_hat.numel()):
+    out = torch.empty_like(x_hat)  # first the check's |x_hat|, then the output: no extra allocation
+    if not bool(torch.abs(x_hat, out=out).amin() > 0):  # a 0 (a tie) or a NaN (amin propagates it)
         return None
     q = _per_channel(rstd.mul(eps).add_(1.0).reciprocal_(), c)
     r = x_hat.relu_()
-    out = torch.addcmul(bias.view(1, -1, 1, 1), r, q * weight.view(1, -1, 1, 1))
+    torch.addcmul(bias.view(1, -1, 1, 1), r, q * weight.view(1, -1, 1, 1), out=out)
     return out, (mu, rstd, q, r, ng)
 
 
