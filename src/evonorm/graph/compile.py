@@ -117,12 +117,11 @@ class GraphLayer(fx.GraphModule):
         if leaf is not None:
             return leaf
         if self.fast_spec is not None and len(args) == 1 and not kwargs:
-            x = args[0]
-            params = [self.weight, self.bias] + [getattr(self, n) for n in ("v0", "v1") if hasattr(self, n)]
+            x, p = args[0], self._parameters  # (plain dict look-ups: this runs once per layer per step)
+            w, b, v0, v1 = p["weight"], p["bias"], p.get("v0"), p.get("v1")
             if (isinstance(x, torch.Tensor) and x.shape[1:2] == (self.num_features,) and not exporting(x)
-                    and fast_applies(self.fast_spec.plan, x, params)):
-                return FastGraphFunction.apply(x, getattr(self, "v0", None), getattr(self, "v1", None),
-                                               self.weight, self.bias, self.fast_spec)
+                    and fast_applies(x, (w, b, v0, v1))):
+                return FastGraphFunction.apply(x, v0, v1, w, b, self.fast_spec)
         return super().__call__(*args, **kwargs)
 
     def _settings(self) -> dict:

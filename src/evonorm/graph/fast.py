@@ -193,7 +193,7 @@ def _group_moments(h: torch.Tensor, ng: int, eps: float):
     """torch's group-norm kernel on a full (N, C, H, W) tensor: (normalized h, mean, 1 / sqrt(var + eps)),
     the statistics (N, ng) over each sample's ng channel groups: one fast pass (var_mean is far slower on CPU)."""
     n, c = h.shape[0], h.shape[1]
-    return torch.ops.aten.native_group_norm(h, None, None, n, c, h[0, 0].numel(), ng, eps)
+    return torch.ops.aten.native_group_norm(h, None, None, n, c, h.shape[2] * h.shape[3], ng, eps)
 
 
 def _all_nonzero(t: torch.Tensor) -> bool:
@@ -204,7 +204,7 @@ def _all_nonzero(t: torch.Tensor) -> bool:
 def _per_channel(t: torch.Tensor, c: int) -> torch.Tensor:
     """Per-(sample, group) values (N, G) as (N, C, 1, 1)."""
     n, g = t.shape
-    return t.view(n, g, 1).expand(n, g, c // g).reshape(n, c, 1, 1)
+    return (t if g == c else t.repeat_interleave(c // g, dim=1)).view(n, c, 1, 1)
 
 
 # ---- forward ------------------------------------------------------------------------------------
@@ -451,11 +451,11 @@ def _norm_relu_forward(x, weight, bias, ng: int, eps: float):
     n, c = x.shape[0], x.shape[1]
     x_hat, mu, rstd = _group_moments(x, ng, eps)
     out = torch.empty_like(x_hat)  # first the check's |x_hat|, then the output: no extra allocation
-    if not bool(torch.abs(x_hat, out=out).amin() > 0):  # a 0 (a tie) or a NaN (amin propagates it)
+    if not torch.abs(x_hat, out=out).amin().item() > 0:  # a 0 (a tie) or a NaN (amin propagates it)
         return None
     q = _per_channel(rstd.mul(eps).add_(1.0).reciprocal_(), c)
     r = x_hat.relu_()
-    torch.addcmul(bias.view(1, -1, 1, 1), r, q * weight.view(1, -1, 1, 1), out=out)
+    torch.addcmul(bias.view(1, c, 1, 1), r, q * weight.view(1, c, 1, 1), out=out)
     return out, (mu, rstd, q, r, ng)
 
 
@@ -466,9 +466,10 @@ def _norm_relu_backward(dy, x, weight, saved, eps: float):
     dbias = dy.sum((0, 2, 3))
     g = torch.ops.aten.threshold_backward(dy, r, 0)
     dweight = (torch.mul(g, r).sum((2, 3), keepdim=True) * q).sum((0, 2, 3))  # sum(dy * relu(z)), relu(z) = r q
-    qq = rstd.mul(eps).add_(1.0).rsqrt_()
-    g.mul_(_per_channel(qq, c) * weight.view(1, -1, 1, 1))
-    dx = torch.ops.aten.native_group_norm_backward(g, x, mu, rstd * qq, None, n, c, x[0, 0].numel(), ng,
+    qq = q.sqrt()  # 1 / sqrt(1 + eps * rstd), per channel; per group below
+    g.mul_(qq * weight.view(1, c, 1, 1))
+    rq = rstd * qq.view(n, ng, -1)[:, :, 0]
+    dx = torch.ops.aten.native_group_norm_backward(g, x, mu, rq, None, n, c, x.shape[2] * x.shape[3], ng,
                                                    [True, False, False])[0]
     return dx, dweight, dbias
 
@@ -554,7 +555,8 @@ def _like_input(dx: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return dx
 
 
-def fast_applies(plan: Plan | None, x: torch.Tensor, params: list[torch.Tensor]) -> bool:
-    """Whether `x` can take the fast path: a plan, a 4-d float32/float64 input, parameters of its dtype."""
-    return (plan is not None and x.dim() == 4 and x.dtype in FAST_DTYPES
-            and all(p.dtype == x.dtype and p.device == x.device for p in params))
+def fast_applies(x: torch.Tensor, params) -> bool:
+    """Whether `x` can take the fast path: a 4-d float32/float64 input, the parameters (None: absent) in its
+    dtype and on its device."""
+    return (x.dim() == 4 and x.dtype in FAST_DTYPES
+            and all(p is None or (p.dtype == x.dtype and p.device == x.device) for p in params))
