@@ -2,14 +2,19 @@
 
 On a CPU the plain fx layer costs what its ops cost: each primitive is a few aten ops, each op is a full
 pass over the tensor plus dispatch and autograd bookkeeping, and a six-node layer runs about 190 of them
-per forward + backward. Here the live nodes run under no_grad with few ops each (one-pass statistics,
-the division guard as `+ eps` where the divisor cannot be negative), and backward is a hand-derived reverse
-sweep (one vector-Jacobian product per node, each a few full-size ops). Two subgraphs become one op:
+per forward + backward. Here the live nodes run under no_grad with few ops each (statistics of full
+tensors from torch's one-pass group-norm kernel: `var` is far slower on CPU; the division guard as
+`+ eps` where the divisor cannot be negative), and backward is a hand-derived reverse sweep (one
+vector-Jacobian product per node, each a few full-size ops, gradients updated in place where the sweep
+owns them). Some subgraphs become one step:
 
 - norm: `(h - mean_I(h)) / std_I(h)` over one axis set I (layer, instance or group), i.e. the div guard's
-  (h - mu) / (sqrt(var + eps) + eps); forward is one var_mean and one multiply-add, backward torch's
-  fused group-norm backward with its inputs rescaled so that it differentiates the guarded divisor exactly;
-- relu: `max(y, zero)`, with autograd's rule for `maximum` at ties (half the gradient where y == 0).
+  (h - mu) / (sqrt(var + eps) + eps); forward is torch's group-norm kernel and one multiply, backward its
+  fused backward with inputs rescaled so that it differentiates the guarded divisor exactly;
+- relu: `max(y, zero)`, with autograd's rule for `maximum` at ties (half the gradient where y == 0);
+- swish: `h * sigmoid(v * h)` (v = v0 or v1) and `h * sigmoid(h)`;
+- a whole layer `max((x - mean_I(x)) / std_I(x), 0)` (the `demo` seed layers) in two passes each way;
+- an output `div(F, statistic)`: the division joins the final affine.
 
 The function is the plain path's (tests compare them in float64). Where the plain path is needed the
 layer uses it: batch statistics (running buffers, cross-rank sync), float16/bfloat16 input, tracing,
@@ -26,7 +31,8 @@ from evonorm.graph import primitives as P
 from evonorm.graph.graph import NUM_INPUTS, Graph
 
 AXES = ("layer", "instance", "group")
-_NONNEG_OPS = frozenset({"sigmoid", "exp", "abs", "square", "relu"} | {f"{a}_{s}" for a in AXES for s in ("std", "rms")})
+_NONNEG_OPS = frozenset({"sigmoid", "exp", "abs", "square", "relu"}
+                        | {f"{a}_{s}" for a in AXES for s in ("std", "rms")})
 """Ops whose value is >= 0 or NaN: the division guard b + eps * sign(b) is then b + eps."""
 _OWN_VALUE_UNUSED = frozenset({"norm", "add", "mul", "neg", "swish"})
 """Steps whose backward does not read their own value (so a consumer may overwrite it)."""
