@@ -4,6 +4,11 @@ The generated code only ever names functions from the fixed primitive table (`pr
 submodules `batch<id>` and parameters `v0`/`v1`/`weight`/`bias`; node ids are integers checked by
 `Graph`, so no text from the JSON reaches fx's code generator. `evaluate` is the same semantics
 as a plain interpreter (no module), used for fingerprints and as a test oracle.
+
+In eager mode a layer built with impl="auto" (the default) runs the fast path of `evonorm.graph.fast`
+(the same function in a few fused ops with a hand-derived backward) when it applies, and this fx
+module otherwise: under tracing, export and torch.compile, for float16/bfloat16 input, and for graphs
+with batch statistics.
 """
 
 from __future__ import annotations
@@ -14,9 +19,14 @@ from torch import nn
 
 from evonorm.graph import primitives as P
 from evonorm.graph.batch import BatchStat, batch_stat_eval, batch_stat_train
+from evonorm.graph.fast import FastGraphFunction, FastSpec, fast_applies, make_plan
 from evonorm.graph.graph import INPUTS, NUM_INPUTS, Graph
-from evonorm.layers.tracing import fx_leaf
 from evonorm.layers import resolve_groups
+from evonorm.layers.tracing import exporting, fx_leaf
+
+IMPLS = ("auto", "plain", "fast")
+"""How a compiled layer runs in eager mode: "plain" the fx module (one autograd op per primitive op), "fast"
+one autograd function with a hand-derived backward (`evonorm.graph.fast`), "auto" fast where it applies."""
 
 
 def full_shape_nodes(graph: Graph) -> set[int]:
@@ -36,13 +46,20 @@ def _extra_args(prim: P.Primitive, groups: int, eps: float) -> tuple:
 
 
 def to_module(graph: Graph, num_features: int, *, apply_act: bool = True, groups: int = 32,
-              eps: float = 1e-5, momentum: float = 0.1, **kwargs) -> GraphLayer:
+              eps: float = 1e-5, momentum: float = 0.1, impl: str = "auto", **kwargs) -> GraphLayer:
     """The layer as a module: y = graph(x) * weight + bias per channel (weight = 1, bias = 0 at init).
 
     Parameters `v0` (init 0) and `v1` (init 1) exist when a live node uses them; each live batch node
     i is a submodule `batch<i>` with its running buffer. apply_act=False gives the plain per-channel
-    affine (the paper's `nonlinearity=False`). Unknown keyword arguments are ignored.
+    affine (the paper's `nonlinearity=False`). `impl` picks the eager path (`IMPLS`): "fast" is refused
+    for a graph with a live batch op, which always runs the plain path. Unknown keyword arguments are ignored.
     """
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
+    plan = make_plan(graph) if apply_act and impl != "plain" else None
+    if impl == "fast" and apply_act and plan is None:
+        raise ValueError("impl='fast' does not take layers with batch statistics (batch_mean/std/rms): "
+                         "use impl='auto' or 'plain'")
     groups = resolve_groups(num_features, groups)
     root = nn.Module()
     root.weight = nn.Parameter(torch.ones(num_features))
@@ -79,7 +96,8 @@ def to_module(graph: Graph, num_features: int, *, apply_act: bool = True, groups
     module = GraphLayer(root, g, class_name="GraphLayer")
     module.layer_graph = graph
     module.num_features, module.groups, module.eps, module.momentum = num_features, groups, eps, momentum
-    module.apply_act = apply_act
+    module.apply_act, module.impl = apply_act, impl
+    module.fast_spec = None if plan is None else FastSpec(plan, graph, groups, eps)
     return module
 
 
@@ -96,10 +114,19 @@ class GraphLayer(fx.GraphModule):
         # inside a model traced by torch.fx: one call_module node, as for torch.nn's layers (fx would otherwise
         # trace into the generated code, whose input check and dtype rules are Python control flow)
         leaf = fx_leaf(self, args[0]) if args else None
-        return leaf if leaf is not None else super().__call__(*args, **kwargs)
+        if leaf is not None:
+            return leaf
+        if self.fast_spec is not None and len(args) == 1 and not kwargs:
+            x, p = args[0], self._parameters  # (plain dict look-ups: this runs once per layer per step)
+            w, b, v0, v1 = p["weight"], p["bias"], p.get("v0"), p.get("v1")
+            if (isinstance(x, torch.Tensor) and x.shape[1:2] == (self.num_features,) and not exporting(x)
+                    and fast_applies(x, (w, b, v0, v1))):
+                return FastGraphFunction.apply(x, v0, v1, w, b, self.fast_spec)
+        return super().__call__(*args, **kwargs)
 
     def _settings(self) -> dict:
-        return dict(apply_act=self.apply_act, groups=self.groups, eps=self.eps, momentum=self.momentum)
+        return dict(apply_act=self.apply_act, groups=self.groups, eps=self.eps, momentum=self.momentum,
+                    impl=self.impl)
 
     def __reduce__(self):
         return _rebuild, (self.layer_graph.to_json(), self.num_features, self._settings(), self.state_dict(),

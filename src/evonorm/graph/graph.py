@@ -181,10 +181,11 @@ class Graph:
         return to_python(self, class_name)
 
     def to_module(self, num_features: int, *, apply_act: bool = True, groups: int = 32, eps: float = 1e-5,
-                  momentum: float = 0.1, **kwargs):
+                  momentum: float = 0.1, impl: str = "auto", **kwargs):
+        """The layer as an nn.Module (`evonorm.graph.compile.to_module`); impl "auto" | "plain" | "fast"."""
         from evonorm.graph.compile import to_module
         return to_module(self, num_features, apply_act=apply_act, groups=groups, eps=eps,
-                         momentum=momentum, **kwargs)
+                         momentum=momentum, impl=impl, **kwargs)
 
     def __str__(self) -> str:
         return self.to_text()

@@ -1,0 +1,163 @@
+"""What a search candidate costs: build a `demo` model and train it 60 steps, per layer, as a ratio to
+native GroupNorm-ReLU.
+
+Layers: native BN-ReLU, GN-ReLU and EvoNorm-S0 (the hand-written modules), and graphs compiled by
+`Graph.to_module` on the plain fx path and on the fast path (`impl="plain"` / `impl="fast"`): GroupNorm-ReLU
+as a graph (the `demo` preset's first seed layer), EvoNorm-S0 and the paper's s_top1 (`--graphs`).
+Every variant runs in one process, interleaved over `--rounds` so that load from other processes hits
+them alike, timed in CPU seconds of this process (with one thread, what the work costs; wall time on a
+shared machine also counts the other processes). The table gives the median seconds per candidate (model
+built + 60 steps), ms per step, and the ratio to native GN-ReLU on the same architecture: the median over
+rounds of each round's ratio, with their range. The demo's training config (`train_config`), on
+Fashion-MNIST when installed, else the synthetic set; 1 thread by default. One untimed short run per
+architecture first takes the process's one-off start-up costs out of the first variant.
+
+    python benchmarks/bench_candidate.py                       # the table (about 5 minutes idle)
+    python benchmarks/bench_candidate.py --layer-only          # one layer, forward + backward, ms
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from evonorm.graph import Graph
+from evonorm.graph.library import get_graph
+from evonorm.search.presets import PRESETS
+
+NATIVE = ("bn_relu", "gn_relu", "evonorm_s0")
+
+
+def _graphs(names: list[str]) -> dict[str, Graph]:
+    """The graphs by short name: GN/LN/IN-ReLU (the `demo` seed layers) or a named graph of the library."""
+    seeds = dict(zip(("GN-ReLU", "LN-ReLU", "IN-ReLU"), (Graph.from_json(s) for s in PRESETS["demo"].seed_layers)))
+    return {f"{n} graph": seeds[n] if n in seeds else get_graph(n) for n in names}
+
+
+def _variants(impls: list[str], graphs: list[str]) -> dict[str, object]:
+    """Label -> layer (a registry name, or a factory for a graph with its impl)."""
+    out: dict[str, object] = {f"native {n}": n for n in NATIVE}
+    for label, g in _graphs(graphs).items():
+        for impl in impls:
+            out[f"{label} ({impl})"] = lambda c, g=g, impl=impl, **kw: g.to_module(c, impl=impl, **kw)
+    return out
+
+
+def _dataset(cfg):
+    from evonorm.data import default_dataset_name, synthetic_dataset
+    from evonorm.search.evaluator import search_dataset
+
+    try:
+        default_dataset_name(fallback=False)
+    except FileNotFoundError:
+        return synthetic_dataset(2048, 256, channels=1, size=28, seed=0), "synthetic"
+    return search_dataset(cfg.with_dataset()), "fashion_mnist"
+
+
+def candidate_seconds(layer, ds, tcfg) -> tuple[float, float]:
+    """(seconds to build the model and train `tcfg.steps`, seconds per step after the warm-up)."""
+    from evonorm.train import Run
+
+    t0 = time.process_time()
+    run = Run(layer, ds, tcfg)
+    run.advance()
+    total = time.process_time() - t0
+    return total, total / tcfg.steps
+
+
+def bench_train(args) -> list[dict]:
+    from evonorm.search.evaluator import train_config
+
+    cfg = PRESETS["demo"]
+    ds, ds_name = _dataset(cfg)
+    variants = {k: v for k, v in _variants(args.impls, args.graphs).items()
+                if k == "native gn_relu" or not args.only or any(o in k for o in args.only)}
+    times = {(a, v): [] for a in args.archs for v in variants}
+    for arch in args.archs:  # warm-up, untimed
+        candidate_seconds("gn_relu", ds, train_config(cfg, arch, steps=3))
+    for rnd in range(args.rounds):
+        for arch in args.archs:
+            tcfg = train_config(cfg, arch, steps=args.steps)
+            for label, layer in variants.items():
+                total, per_step = candidate_seconds(layer, ds, tcfg)
+                times[(arch, label)].append(total)
+                print(f"  round {rnd} {arch:18s} {label:26s} {total:6.2f} s  {1e3 * per_step:6.1f} ms/step",
+                      file=sys.stderr, flush=True)
+    rows = []
+    for arch in args.archs:
+        base = times[(arch, "native gn_relu")]
+        for label in variants:
+            ts = times[(arch, label)]
+            ratios = sorted(t / b for t, b in zip(ts, base))  # each round against its own GN-ReLU run
+            med = statistics.median(ts)
+            rows.append(dict(arch=arch, layer=label, seconds=med, ms_per_step=1e3 * med / args.steps,
+                             ratio_to_gn_relu=statistics.median(ratios), ratio_range=(ratios[0], ratios[-1]),
+                             dataset=ds_name))
+    return rows
+
+
+def bench_layer(args) -> list[dict]:
+    """One layer at (batch, channels, 24, 24), forward + backward in training mode, ms (median of rounds)."""
+    from evonorm.layers import create_norm_act
+
+    n, c, h, w = args.shape
+    x = torch.randn(n, c, h, w, requires_grad=True)
+    mods = {f"native {n_}": create_norm_act(n_, c) for n_ in NATIVE}
+    for label, g in _graphs(args.graphs).items():
+        for impl in args.impls:
+            mods[f"{label} ({impl})"] = g.to_module(c, impl=impl)
+    times: dict[str, list[float]] = {k: [] for k in mods}
+    for _ in range(args.rounds):
+        for label, m in mods.items():
+            for _ in range(3):
+                m(x).sum().backward()
+            t0 = time.process_time()
+            for _ in range(args.reps):
+                m(x).sum().backward()
+            times[label].append((time.process_time() - t0) / args.reps)
+    base = statistics.median(times["native gn_relu"])
+    return [dict(layer=k, ms=1e3 * statistics.median(v), ratio_to_gn_relu=statistics.median(v) / base)
+            for k, v in times.items()]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--archs", nargs="+", default=["resnet50_cifar", "mobilenetv2_cifar"])
+    p.add_argument("--graphs", nargs="+", default=["GN-ReLU", "evonorm_s0", "s_top1"],
+                   help="graph layers: GN-ReLU, LN-ReLU, IN-ReLU (the demo's seed layers) or named graphs")
+    p.add_argument("--impls", nargs="+", default=["plain", "fast"], choices=["plain", "fast", "auto"])
+    p.add_argument("--layer-only", action="store_true", help="time one layer's forward + backward instead")
+    p.add_argument("--shape", type=int, nargs=4, default=[32, 16, 24, 24], metavar=("N", "C", "H", "W"))
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--only", nargs="+", help="only the variants whose label contains one of these (and GN-ReLU)")
+    p.add_argument("--json", help="also write the rows to this file")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = bench_layer(args) if args.layer_only else bench_train(args)
+    if args.layer_only:
+        print("| layer | ms (fwd + bwd) | x native GN-ReLU |\n|---|---|---|")
+        for r in rows:
+            print(f"| {r['layer']} | {r['ms']:.2f} | {r['ratio_to_gn_relu']:.2f} |")
+    else:
+        print(f"| layer | arch | CPU s (build + {args.steps} steps) | ms/step | x native GN-ReLU (rounds' range) |\n"
+              "|---|---|---|---|---|")
+        for r in rows:
+            lo, hi = r["ratio_range"]
+            print(f"| {r['layer']} | {r['arch']} | {r['seconds']:.2f} | {r['ms_per_step']:.1f} | "
+                  f"{r['ratio_to_gn_relu']:.2f} ({lo:.2f}-{hi:.2f}) |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
