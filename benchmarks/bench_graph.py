@@ -69,7 +69,7 @@ def bench_speed(shape: tuple[int, ...], rounds: int, reps: int, compile_: bool) 
 def bench_collisions(count: int, seed: int) -> dict:
     """Fingerprint collisions among distinct canonical keys of `count` random graphs."""
     from evonorm.graph import random_graph
-    from evonorm.graph.compile import evaluate
+    from evonorm.graph.interpret import interpret
 
     rng = random.Random(seed)
     by_key = {}
@@ -92,8 +92,8 @@ def bench_collisions(count: int, seed: int) -> dict:
     def check(g):
         running = {}
         with torch.no_grad():
-            return torch.stack([evaluate(g, x1, v0, v1, groups=4, training=True, running=running),
-                                evaluate(g, x2, v0, v1, groups=4, training=False, running=running)])
+            return torch.stack([interpret(g, x1, v0, v1, groups=4, training=True, running=running),
+                                interpret(g, x2, v0, v1, groups=4, training=False, running=running)])
 
     false_groups, false_keys = 0, 0
     constant = 0

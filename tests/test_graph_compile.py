@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from evonorm.graph import Graph, random_graph
-from evonorm.graph.compile import evaluate
+from evonorm.graph.interpret import interpret
 from evonorm.graph.library import NAMED_GRAPHS, get_graph
 
 
@@ -30,11 +30,11 @@ def test_compiled_module_matches_the_interpreter_in_train_and_eval():
         v0, v1 = _params(m)
         running = {}
         x = torch.randn(4, c, 3, 3, dtype=torch.float64)
-        want = evaluate(g, x, v0.detach(), v1.detach(), groups=m.groups, training=True, running=running)
+        want = interpret(g, x, v0.detach(), v1.detach(), groups=m.groups, training=True, running=running)
         want = want * m.weight.view(1, -1, 1, 1) + m.bias.view(1, -1, 1, 1)
         torch.testing.assert_close(m(x), want, equal_nan=True)
         m.eval()
-        want = evaluate(g, x, v0.detach(), v1.detach(), groups=m.groups, training=False, running=running)
+        want = interpret(g, x, v0.detach(), v1.detach(), groups=m.groups, training=False, running=running)
         want = want * m.weight.view(1, -1, 1, 1) + m.bias.view(1, -1, 1, 1)
         torch.testing.assert_close(m(x), want, equal_nan=True)
 

@@ -2,7 +2,8 @@
 merging by two fingerprints."""
 
 from evonorm.graph import Graph
-from evonorm.graph.fingerprint import fingerprint, function_key
+from evonorm.graph.fingerprint import fingerprint
+from evonorm.search.candidates import function_key
 from evonorm.search.candidates import top_layers
 
 # x - tanh(0), x - sign(0)*ln|0|, x*exp(0) and x are one function; x + 1 is another
@@ -51,7 +52,7 @@ def test_layers_equal_at_init_that_trained_identically_are_one_row():
     """x - v0^2 and x - sign(v0)*ln|v0| differ as functions of v0, but v0 starts at 0 where
     neither has a gradient, so both train as x: a main-job run listed them as two layers with
     the same accuracies. x - sqrt(var(v0)) (= x - sqrt(eps) there) is another layer."""
-    from evonorm.graph.fingerprint import init_key
+    from evonorm.search.candidates import init_key
     from evonorm.search.candidates import same_layer_keys
 
     square, log, std = _over_layer_std("square"), _over_layer_std("log"), _over_layer_std("group_std")

@@ -2,8 +2,8 @@
 
 The generated code only ever names functions from the fixed primitive table (`primitives.op_*`),
 submodules `batch<id>` and parameters `v0`/`v1`/`weight`/`bias`; node ids are integers checked by
-`Graph`, so no text from the JSON reaches fx's code generator. `evaluate` is the same semantics
-as a plain interpreter (no module), used for fingerprints and as a test oracle.
+`Graph`, so no text from the JSON reaches fx's code generator. The same semantics without a module
+is `evonorm.graph.interpret`, for fingerprints and as a test oracle.
 
 In eager mode a layer built with impl="auto" (the default) runs the fast path of `evonorm.graph.fast`
 (the same function in a few fused ops with a hand-derived backward) when it applies, and this fx
@@ -18,9 +18,9 @@ import torch.fx as fx
 from torch import nn
 
 from evonorm.graph import primitives as P
-from evonorm.graph.batch import BatchStat, batch_stat_eval, batch_stat_train
+from evonorm.graph.batch import BatchStat
 from evonorm.graph.fast import FastGraphFunction, FastSpec, fast_applies, make_plan
-from evonorm.graph.graph import INPUTS, NUM_INPUTS, Graph
+from evonorm.graph.primitives import INPUTS, NUM_INPUTS, LayerGraph
 from evonorm.layers import resolve_groups
 from evonorm.layers.tracing import exporting, fx_leaf
 
@@ -29,23 +29,7 @@ IMPLS = ("auto", "plain", "fast")
 one autograd function with a hand-derived backward (`evonorm.graph.fast`), "auto" fast where it applies."""
 
 
-def full_shape_nodes(graph: Graph) -> set[int]:
-    """Live node ids whose value has the input's full shape (the others are statistics or constants
-    that broadcast): x is full, element-wise ops are full when an input is, aggregations are not."""
-    full = {0}
-    for nid in graph.live_nodes():
-        if nid >= NUM_INPUTS:
-            op, *args = graph.node(nid)
-            if not P.PRIMITIVES[op].aggregation and any(a in full for a in args):
-                full.add(nid)
-    return full
-
-
-def _extra_args(prim: P.Primitive, groups: int, eps: float) -> tuple:
-    return tuple(groups if name == "groups" else eps for name in prim.extra)
-
-
-def to_module(graph: Graph, num_features: int, *, apply_act: bool = True, groups: int = 32,
+def to_module(graph: LayerGraph, num_features: int, *, apply_act: bool = True, groups: int = 32,
               eps: float = 1e-5, momentum: float = 0.1, impl: str = "auto", **kwargs) -> GraphLayer:
     """The layer as a module: y = graph(x) * weight + bias per channel (weight = 1, bias = 0 at init).
 
@@ -86,9 +70,9 @@ def to_module(graph: Graph, num_features: int, *, apply_act: bool = True, groups
                 root.add_module(f"batch{nid}", BatchStat(num_features, prim.statistic, eps=eps, momentum=momentum))
                 env[nid] = g.call_module(f"batch{nid}", inputs + (x,))
             else:
-                env[nid] = g.call_function(prim.fn, inputs + _extra_args(prim, groups, eps))
+                env[nid] = g.call_function(prim.fn, inputs + prim.extra_args(groups, eps))
         w, b = g.get_attr("weight"), g.get_attr("bias")
-        if graph.output in full_shape_nodes(graph):
+        if graph.output in graph.full_shape_nodes():
             out = g.call_function(P.op_affine, (env[graph.output], w, b))
         else:
             out = g.call_function(P.op_affine_expand, (env[graph.output], w, b, x))
@@ -108,7 +92,7 @@ class GraphLayer(fx.GraphModule):
     re-traces the generated code, which the primitives' shape checks do not allow, and fx's deepcopy
     would drop the attributes."""
 
-    layer_graph: Graph
+    layer_graph: LayerGraph
 
     def __call__(self, *args, **kwargs):
         # inside a model traced by torch.fx: one call_module node, as for torch.nn's layers (fx would otherwise
@@ -129,51 +113,19 @@ class GraphLayer(fx.GraphModule):
                     impl=self.impl)
 
     def __reduce__(self):
-        return _rebuild, (self.layer_graph.to_json(), self.num_features, self._settings(), self.state_dict(),
+        return _rebuild, (self.layer_graph, self.num_features, self._settings(), self.state_dict(),
                           self.training)
 
     def __deepcopy__(self, memo):
         import copy
 
         state = copy.deepcopy(self.state_dict(), memo)
-        res = _rebuild(self.layer_graph.to_json(), self.num_features, self._settings(), state, self.training)
+        res = _rebuild(self.layer_graph, self.num_features, self._settings(), state, self.training)
         memo[id(self)] = res
         return res
 
 
-def _rebuild(graph_json: dict, num_features: int, settings: dict, state: dict, training: bool) -> GraphLayer:
-    module = to_module(Graph.from_json(graph_json), num_features, **settings)
+def _rebuild(graph: LayerGraph, num_features: int, settings: dict, state: dict, training: bool) -> GraphLayer:
+    module = to_module(graph, num_features, **settings)
     module.load_state_dict(state)
     return module.train(training)
-
-
-def evaluate(graph: Graph, x: torch.Tensor, v0: torch.Tensor, v1: torch.Tensor, *, groups: int,
-             eps: float = 1e-5, training: bool = True, running: dict | None = None,
-             momentum: float = 0.1) -> torch.Tensor:
-    """The graph's raw output (no affine) broadcast to x's shape, by interpreting the node list.
-
-    `running` maps batch node ids to their running buffers (created at their initial values when
-    missing; updated in place in training, read in eval)."""
-    from evonorm.graph.batch import RUNNING
-
-    running = {} if running is None else running
-    vals: dict[int, torch.Tensor] = {0: x, 1: P.op_zeros(x), 2: P.op_channel(v0, x), 3: P.op_channel(v1, x)}
-    count = x.numel() // x.shape[1]
-    for nid in graph.live_nodes():
-        if nid < NUM_INPUTS:
-            continue
-        op, *args = graph.node(nid)
-        prim = P.PRIMITIVES[op]
-        inputs = [vals[a] for a in args]
-        if prim.batch_dependent:
-            buf = running.setdefault(nid, torch.full((x.shape[1],), RUNNING[prim.statistic][1], dtype=x.dtype))
-            if training:
-                r, update = batch_stat_train(inputs[0], prim.statistic, eps, count)
-                with torch.no_grad():
-                    buf.mul_(1.0 - momentum).add_(update.to(buf.dtype), alpha=momentum)
-                vals[nid] = r
-            else:
-                vals[nid] = batch_stat_eval(buf, prim.statistic, eps, x.dtype)
-        else:
-            vals[nid] = prim.fn(*inputs, *_extra_args(prim, groups, eps))
-    return vals[graph.output].expand(x.shape)

@@ -12,11 +12,9 @@ import ast
 import inspect
 import json
 import keyword
-
 from evonorm.graph import batch as B
 from evonorm.graph import primitives as P
-from evonorm.graph.compile import full_shape_nodes
-from evonorm.graph.graph import INPUTS, NUM_INPUTS, Graph
+from evonorm.graph.primitives import INPUTS, NUM_INPUTS, LayerGraph
 from evonorm.layers import resolve_groups
 
 _HELPER_ORDER = ("_compute_dtype", "_reduce", "_group")
@@ -26,7 +24,7 @@ def _source(obj) -> str:
     return inspect.getsource(obj).rstrip() + "\n"
 
 
-def to_python(graph: Graph, class_name: str = "EvoLayer") -> str:
+def to_python(graph: LayerGraph, class_name: str = "EvoLayer") -> str:
     """Source of a module file defining `class_name(num_features, *, apply_act=True, groups=32,
     eps=1e-5, momentum=0.1, **kwargs)`, equal to `graph.to_module(...)`."""
     if not class_name.isidentifier() or keyword.iskeyword(class_name):
@@ -56,11 +54,11 @@ def _names_used(source: str) -> set[str]:
     return names
 
 
-def _module_source(graph: Graph, class_name: str) -> str:
+def _module_source(graph: LayerGraph, class_name: str) -> str:
     live = [n for n in graph.live_nodes()]
     ops = [graph.node(n)[0] for n in live if n >= NUM_INPUTS]
     prims = [P.PRIMITIVES[op] for op in dict.fromkeys(ops)]
-    full = graph.output in full_shape_nodes(graph)
+    full = graph.output in graph.full_shape_nodes()
 
     funcs: list[str] = []
     helpers = {h for p in prims for h in p.requires}

@@ -24,11 +24,11 @@ export and torch.compile, and double backward (create_graph=True differentiates 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 import torch
 
 from evonorm.graph import primitives as P
-from evonorm.graph.graph import NUM_INPUTS, Graph
+from evonorm.graph.interpret import interpret
+from evonorm.graph.primitives import NUM_INPUTS, LayerGraph
 
 AXES = ("layer", "instance", "group")
 _NONNEG_OPS = frozenset({"sigmoid", "exp", "abs", "square", "relu"}
@@ -63,7 +63,7 @@ class Plan:
     scaled_output: bool = False  # the output is div(full, statistic): the division joins the final affine
 
 
-def _match_norm(graph: Graph, p: int, s: int, full: set[int]) -> tuple[int, str] | None:
+def _match_norm(graph: LayerGraph, p: int, s: int, full: set[int]) -> tuple[int, str] | None:
     """(h, axes) when p = h - mean_I(h) (as add(h, neg(mean)) either way round) and s = std_I(h), h full."""
     if p < NUM_INPUTS or s < NUM_INPUTS:
         return None
@@ -82,7 +82,7 @@ def _match_norm(graph: Graph, p: int, s: int, full: set[int]) -> tuple[int, str]
     return None
 
 
-def _match_swish(graph: Graph, args) -> tuple[int, ...] | None:
+def _match_swish(graph: LayerGraph, args) -> tuple[int, ...] | None:
     """(h,) or (h, v) when mul(args) is h * sigmoid(h) or h * sigmoid(v * h) (either order), v = v0 or v1."""
     for h, s in (args, args[::-1]):
         if s < NUM_INPUTS or graph.node(s)[0] != "sigmoid":
@@ -98,13 +98,12 @@ def _match_swish(graph: Graph, args) -> tuple[int, ...] | None:
     return None
 
 
-def make_plan(graph: Graph) -> Plan | None:
+def make_plan(graph: LayerGraph) -> Plan | None:
     """The fast plan of a graph, or None when it must run on the plain path (a live batch op)."""
     if graph.uses_batch_stats:
         return None
-    from evonorm.graph.compile import full_shape_nodes
 
-    full = full_shape_nodes(graph)
+    full = graph.full_shape_nodes()
     steps: dict[int, Step] = {}
     for nid in graph.live_nodes():
         if nid < NUM_INPUTS:
@@ -434,19 +433,17 @@ class FastSpec:
     """What the autograd function needs besides tensors: the plan, and the graph for double backward."""
 
     plan: Plan
-    graph: Graph
+    graph: LayerGraph
     groups: int
     eps: float
 
 
 def plain_formula(x, v0, v1, weight, bias, spec: FastSpec) -> torch.Tensor:
     """The layer as the plain primitives compute it (autograd differentiates this for double backward)."""
-    from evonorm.graph.compile import evaluate
-
     c = x.shape[1]
     v0 = v0 if v0 is not None else x.new_zeros(c)
     v1 = v1 if v1 is not None else x.new_ones(c)
-    return P.op_affine(evaluate(spec.graph, x, v0, v1, groups=spec.groups, eps=spec.eps), weight, bias)
+    return P.op_affine(interpret(spec.graph, x, v0, v1, groups=spec.groups, eps=spec.eps), weight, bias)
 
 
 def _norm_relu_forward(x, weight, bias, ng: int, eps: float):

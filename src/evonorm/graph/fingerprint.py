@@ -1,4 +1,5 @@
-"""Functional fingerprint of a graph (AutoML-Zero's trick, SPEC "Equality and caching").
+"""Functional fingerprint of a graph (AutoML-Zero's trick: layers written differently that
+compute the same function share their evaluation).
 
 The graph runs in float64 on a fixed random input (N=4, C=8, H=W=3, 4 groups of 2 channels, so
 batch / layer / instance / group statistics all differ; heavy-tailed values with per-channel
@@ -18,10 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-
 import torch
 
-from evonorm.graph.graph import Graph
+from evonorm.graph.interpret import interpret
+from evonorm.graph.primitives import LayerGraph
 
 SHAPE = (4, 8, 3, 3)
 GROUPS = 4
@@ -65,50 +66,26 @@ def _round(v: float) -> str:
     return f"{v:.{DIGITS - 1}e}"
 
 
-def fingerprint_values(graph: Graph, probe: int | tuple = 0) -> torch.Tensor:
+def fingerprint_values(graph: LayerGraph, probe: int | tuple = 0) -> torch.Tensor:
     """The (2, *SHAPE) float64 outputs that the fingerprint hashes: train mode on x1, eval on x2."""
-    from evonorm.graph.compile import evaluate
-
     x1, x2, v0, v1 = _inputs(probe)
     running: dict = {}
     with torch.no_grad():
-        y1 = evaluate(graph, x1, v0, v1, groups=GROUPS, training=True, running=running)
-        y2 = evaluate(graph, x2, v0, v1, groups=GROUPS, training=False, running=running)
+        y1 = interpret(graph, x1, v0, v1, groups=GROUPS, training=True, running=running)
+        y2 = interpret(graph, x2, v0, v1, groups=GROUPS, training=False, running=running)
     return torch.stack([y1, y2])
 
 
-def fingerprint(graph: Graph, probe: int | tuple = 0) -> str:
+def fingerprint(graph: LayerGraph, probe: int | tuple = 0) -> str:
     """16 hex digits; equal for graphs that compute the same function (up to rounding)."""
     text = ",".join(_round(v) for v in fingerprint_values(graph, probe).flatten().tolist())
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def fingerprint_or_none(graph: Graph, probe: int | tuple = 0) -> str | None:
+def fingerprint_or_none(graph: LayerGraph, probe: int | tuple = 0) -> str | None:
     """`fingerprint`, or None for a layer that cannot even run on the probe input (the search
     then knows it by its structure only)."""
     try:
         return fingerprint(graph, probe)
     except Exception:
         return None
-
-
-def function_key(graph_json: object) -> str | None:
-    """Both fingerprints of a graph (its JSON or a Graph) as one key; None when it does not parse."""
-    try:
-        g = Graph.from_json(graph_json)
-    except (ValueError, TypeError, KeyError):
-        return None
-    return fingerprint(g) + fingerprint(g, probe=1)
-
-
-def init_key(graph_json: object) -> str | None:
-    """The fingerprint with v0 = 0 and v1 = 1, their initial values; None when it does not run.
-
-    Layers equal there compute the same function at the start of training, though not
-    necessarily after (x - v0^2 and x agree at v0 = 0, and stay equal only because v0 gets no
-    gradient at 0): readers pair it with equal training outcomes."""
-    try:
-        g = Graph.from_json(graph_json)
-    except (ValueError, TypeError, KeyError):
-        return None
-    return fingerprint_or_none(g, INIT_PROBE)

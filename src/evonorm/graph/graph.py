@@ -1,8 +1,13 @@
-"""`Graph`: a normalization-activation layer as a DAG over the 24 primitives (SPEC "Search space").
+"""`Graph`: a normalization-activation layer as a DAG over the 24 primitives.
 
 Nodes 0..3 are the inputs x, zero, v0, v1; node i + 4 is the i-th entry of `nodes`, an op name and
 the ids of earlier nodes; the last node is the output. JSON: {"nodes": [["op", id, ...], ...]}.
 A Graph is immutable and always valid: the constructor checks every node.
+
+The views of a graph (`to_module`, `to_text`, `to_latex`, `to_python`, `fingerprint`) are functions
+of the compiler, renderer, exporter and fingerprint modules, which read a graph through its
+structure (`nodes`, `node`, `live_nodes`, `output`) and never import this module; the methods here
+only hand the graph to them.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from evonorm.graph.primitives import COMMUTATIVE, PRIMITIVES
-
-INPUTS: tuple[str, ...] = ("x", "zero", "v0", "v1")
-NUM_INPUTS = len(INPUTS)
+from evonorm.graph.compile import to_module as compile_module
+from evonorm.graph.export import to_python as export_python
+from evonorm.graph.fingerprint import fingerprint as functional_fingerprint
+from evonorm.graph.primitives import COMMUTATIVE, INPUTS, NUM_INPUTS, PRIMITIVES
+from evonorm.graph.render import to_latex as render_latex, to_text as render_text
 MAX_NODES = 10
 MAX_JSON_CHARS = 100_000  # far above any graph; bounds parsing time and memory for junk input
 
@@ -124,6 +130,18 @@ class Graph:
                 live.update(self.node(nid)[1:])
         return sorted(live)
 
+    def full_shape_nodes(self) -> set[int]:
+        """Live node ids whose value has the input's full shape (the others are statistics or
+        constants that broadcast): x is full, element-wise ops are full when an input is,
+        aggregations are not."""
+        full = {0}
+        for nid in self.live_nodes():
+            if nid >= NUM_INPUTS:
+                op, *args = self.node(nid)
+                if not PRIMITIVES[op].aggregation and any(a in full for a in args):
+                    full.add(nid)
+        return full
+
     @property
     def uses_batch_stats(self) -> bool:
         """True for a "B" layer: a live node is a batch_* op (dead genes do not count)."""
@@ -164,27 +182,22 @@ class Graph:
 
     def fingerprint(self) -> str:
         """Functional hash: graphs computing the same function collide (see fingerprint.py)."""
-        from evonorm.graph.fingerprint import fingerprint
-        return fingerprint(self)
+        return functional_fingerprint(self)
 
     # ---- views ----------------------------------------------------------------------------------
     def to_text(self, *, affine: bool = True) -> str:
-        from evonorm.graph.render import to_text
-        return to_text(self, affine=affine)
+        return render_text(self, affine=affine)
 
     def to_latex(self, *, affine: bool = True) -> str:
-        from evonorm.graph.render import to_latex
-        return to_latex(self, affine=affine)
+        return render_latex(self, affine=affine)
 
     def to_python(self, class_name: str = "EvoLayer") -> str:
-        from evonorm.graph.export import to_python
-        return to_python(self, class_name)
+        return export_python(self, class_name)
 
     def to_module(self, num_features: int, *, apply_act: bool = True, groups: int = 32, eps: float = 1e-5,
                   momentum: float = 0.1, impl: str = "auto", **kwargs):
         """The layer as an nn.Module (`evonorm.graph.compile.to_module`); impl "auto" | "plain" | "fast"."""
-        from evonorm.graph.compile import to_module
-        return to_module(self, num_features, apply_act=apply_act, groups=groups, eps=eps,
+        return compile_module(self, num_features, apply_act=apply_act, groups=groups, eps=eps,
                          momentum=momentum, impl=impl, **kwargs)
 
     def __str__(self) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Protocol
 
 import torch
 
@@ -186,6 +186,10 @@ class Primitive:
     def aggregation(self) -> bool:
         return self.statistic is not None
 
+    def extra_args(self, groups: int, eps: float) -> tuple:
+        """The trailing arguments the op takes after its inputs, in order (`extra`)."""
+        return tuple(groups if name == "groups" else eps for name in self.extra)
+
     @property
     def batch_dependent(self) -> bool:
         """True for the batch_* ops: their value depends on the other samples (running stats in eval)."""
@@ -214,5 +218,35 @@ PRIMITIVES: Mapping[str, Primitive] = MappingProxyType(_table())
 """All 24 primitives by name, in Table 1 order (12 element-wise, then mean/std/rms x batch/layer/instance/group)."""
 
 OP_NAMES: tuple[str, ...] = tuple(PRIMITIVES)
+
+INPUTS: tuple[str, ...] = ("x", "zero", "v0", "v1")
+"""The graph's four input nodes, ids 0..3: the layer input, constant zeros, and two per-channel vectors
+(initialised to 0 and 1)."""
+NUM_INPUTS = len(INPUTS)
+
+
+class LayerGraph(Protocol):
+    """What the compiler, interpreter, renderer, exporter and fingerprint read of a graph: its
+    structure. `evonorm.graph.Graph` is the one implementation; typing against this shape keeps
+    those modules from importing the Graph module, whose views call them."""
+
+    nodes: tuple[tuple, ...]
+    max_nodes: int
+
+    @property
+    def output(self) -> int: ...
+
+    @property
+    def uses_batch_stats(self) -> bool: ...
+
+    def node(self, nid: int) -> tuple: ...
+
+    def live_nodes(self) -> list[int]: ...
+
+    def full_shape_nodes(self) -> set[int]: ...
+
+    def dumps(self) -> str: ...
+
+    def to_text(self, *, affine: bool = True) -> str: ...
 BATCH_OPS: frozenset[str] = frozenset(n for n, p in PRIMITIVES.items() if p.batch_dependent)
 COMMUTATIVE: frozenset[str] = frozenset({"add", "mul", "max"})

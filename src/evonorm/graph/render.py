@@ -11,16 +11,15 @@ x, v0, v1 (`tanh(0)`, `sign(0)*ln|0|`, `exp(0)`) is a constant and shown as its 
 from __future__ import annotations
 
 import math
-
-from evonorm.graph.graph import NUM_INPUTS, Graph
-from evonorm.graph.primitives import PRIMITIVES
+from evonorm.graph.interpret import interpret
+from evonorm.graph.primitives import NUM_INPUTS, PRIMITIVES, LayerGraph
 
 ADD, MUL, UNARY, POW, ATOM = 1, 2, 3, 4, 5  # precedence of a rendered expression
 AXES = {"batch": "b,w,h", "layer": "w,h,c", "instance": "w,h", "group": "w,h,c/g"}
 
 
 class _Renderer:
-    def __init__(self, graph: Graph, latex: bool):
+    def __init__(self, graph: LayerGraph, latex: bool):
         self.g, self.latex = graph, latex
         live = graph.live_nodes()
         self.const = constants(graph)
@@ -148,23 +147,22 @@ class _Renderer:
         return ", ".join([s, *defs])
 
 
-def to_text(graph: Graph, *, affine: bool = True) -> str:
+def to_text(graph: LayerGraph, *, affine: bool = True) -> str:
     """Plain-text formula (ASCII; `affine` appends the per-channel *gamma + beta)."""
     return _Renderer(graph, latex=False).formula(affine)
 
 
-def to_latex(graph: Graph, *, affine: bool = True) -> str:
+def to_latex(graph: LayerGraph, *, affine: bool = True) -> str:
     """LaTeX formula in the paper's notation."""
     return _Renderer(graph, latex=True).formula(affine)
 
 
-def constants(graph: Graph) -> dict[int, float]:
+def constants(graph: LayerGraph) -> dict[int, float]:
     """The live nodes that depend on none of x, v0, v1 (node 1, zero, included), with their value:
     each is evaluated as the output of the graph cut after it. A constant whose value is not finite
     or not the same everywhere is left out (it is then written out as an expression)."""
     import torch
 
-    from evonorm.graph.compile import evaluate
 
     varying = {0, 2, 3}
     out: dict[int, float] = {1: 0.0}
@@ -178,7 +176,8 @@ def constants(graph: Graph) -> dict[int, float]:
             varying.add(nid)
             continue
         with torch.no_grad():
-            y = evaluate(Graph(graph.nodes[:nid - NUM_INPUTS + 1], graph.max_nodes), x, v, -v, groups=2)
+            y = interpret(type(graph)(graph.nodes[:nid - NUM_INPUTS + 1], graph.max_nodes), x, v, -v,
+                          groups=2)
         value = float(y.flatten()[0])
         if math.isfinite(value) and bool((y == y.flatten()[0]).all()):
             out[nid] = value + 0.0  # -0.0 -> 0.0

@@ -140,8 +140,6 @@ def same_layer_keys() -> tuple[KeyFn, KeyFn]:
     v0 = 0 and v1 = 1, their initial values (`init_key`), and trained to exactly the same
     accuracies at the same stage (x - v0^2 and x - sign(v0)*ln|v0| both leave v0 at 0, where
     neither has a gradient). Each key is computed once per candidate."""
-    from evonorm.graph.fingerprint import function_key, init_key
-
     memo: dict[tuple[str, int], str | None] = {}
 
     def function(c: Candidate) -> str | None:
@@ -158,6 +156,34 @@ def same_layer_keys() -> tuple[KeyFn, KeyFn]:
         return f"{k}|{c.stage}|" + ",".join(f"{a}={v!r}" for a, v in sorted(c.accuracies.items()))
 
     return function, training
+
+
+def function_key(graph_json: object) -> str | None:
+    """Both fingerprints of a graph (its JSON or a Graph) as one key; None when it does not parse."""
+    from evonorm.graph import Graph
+    from evonorm.graph.fingerprint import fingerprint
+
+    try:
+        g = Graph.from_json(graph_json)
+    except (ValueError, TypeError, KeyError):
+        return None
+    return fingerprint(g) + fingerprint(g, probe=1)
+
+
+def init_key(graph_json: object) -> str | None:
+    """The fingerprint with v0 = 0 and v1 = 1, their initial values; None when it does not run.
+
+    Layers equal there compute the same function at the start of training, though not
+    necessarily after (x - v0^2 and x agree at v0 = 0, and stay equal only because v0 gets no
+    gradient at 0): readers pair it with equal training outcomes."""
+    from evonorm.graph import Graph
+    from evonorm.graph.fingerprint import INIT_PROBE, fingerprint_or_none
+
+    try:
+        g = Graph.from_json(graph_json)
+    except (ValueError, TypeError, KeyError):
+        return None
+    return fingerprint_or_none(g, INIT_PROBE)
 
 
 def reason_group(reason: str | None, *, fine: bool = False) -> str:
