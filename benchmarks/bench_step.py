@@ -1,7 +1,7 @@
 """Seconds per full training step (forward, backward, SGD) of a model built with each layer, side by side.
 
 Every layer's model is built once; steps run in interleaved rounds whose order rotates, and a layer's ratio is
-the median over rounds of its step time over BN-ReLU's step time in the same round (issue 15, part 3).
+the median over rounds of its step time over BN-ReLU's step time in the same round.
 
     python benchmarks/bench_step.py --device cuda                          # ResNet-50, 224x224, batch 64
     python benchmarks/bench_step.py --device cuda --dtype bfloat16 --channels-last

@@ -1,4 +1,4 @@
-"""Experiment 2: evolution vs random search at equal compute (SPEC finding 3, paper Fig. 10).
+"""Experiment 2: evolution vs random search at equal compute (the paper's Fig. 10).
 
 Protocol, fixed before the runs (README, "Evolution vs random search"):
 - Preset `scratch`: S space from random graphs only (no seed layers), Fashion-MNIST, staged

@@ -1,4 +1,4 @@
-"""Experiment 1: most random layers do not learn (SPEC finding 1, paper Fig. 2) and a layer that
+"""Experiment 1: most random layers do not learn (paper Fig. 2) and a layer that
 works on one architecture may fail on another (finding 2, Fig. 4).
 
 Draws --graphs random graphs from the search space and puts each through the search's quality

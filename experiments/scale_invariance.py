@@ -1,4 +1,4 @@
-"""Experiment 4: which layers are scale invariant? (SPEC finding 5, paper Sec. 5.6)
+"""Experiment 4: which layers are scale invariant? (paper Sec. 5.6)
 
 For every named graph in `evonorm.graph.library` and every layer in the `evonorm.layers` registry,
 measure the relative output change ||f(a*x) - f(x)|| / ||f(x)|| for a in --scales, in training mode

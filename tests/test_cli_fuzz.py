@@ -1,4 +1,4 @@
-"""Property-based test of the command line (issue 13): malformed arguments and files thrown at every
+"""Property-based test of the command line: malformed arguments and files thrown at every
 command exit 2 with one line on stderr, no traceback, nothing on stdout and nothing written.
 
 Each example runs `evonorm.cli.main` in-process in a fresh temporary folder (the working

@@ -1,4 +1,4 @@
-"""Issue 13: the holes a careful user or an attacker found, each with the test that failed before.
+"""The holes a careful user or an attacker found, each with the test that failed before.
 
 Every CLI check: exit 2, one line on stderr, no traceback, nothing written.
 """

@@ -52,7 +52,7 @@ def _group_moments(x, groups):
 
 
 def reference(name: str, layer: nn.Module, x: torch.Tensor, training: bool) -> torch.Tensor:
-    """The SPEC's formulas, one line each, with plain torch ops."""
+    """The paper's formulas, one line each, with plain torch ops."""
     w, b = _c(layer.weight), _c(layer.bias)
     if name.startswith("evonorm_s"):
         _, gvar, gsq = _group_moments(x, resolve_groups(x.shape[1], 32))

@@ -203,7 +203,7 @@ def test_cli_search_and_resume_need_the_same_objective(tmp_path, monkeypatch, ca
     assert cli(["rerank", "run"]) == 2
     assert "built-in proxy task" in capsys.readouterr().err
     for extra in (["--references"], ["--seeds", "1"]):  # both train the built-in task
-        assert cli(["report", "run", *extra]) == 2
+        assert cli(["retrain", "run", *extra]) == 2
         assert "built-in proxy task" in capsys.readouterr().err
     assert cli(["report", "run", "--out", "page"]) == 0  # the report itself only reads
     assert "Searched with the objective" in (tmp_path / "page" / "report.html").read_text()

@@ -1,4 +1,4 @@
-"""Each of the 24 primitives against its formula (SPEC "Search space"), and the batch ops' running stats."""
+"""Each of the 24 primitives against its formula in the paper's Table 1, and the batch ops' running stats."""
 
 import numpy as np
 import pytest

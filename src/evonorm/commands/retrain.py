@@ -48,9 +48,14 @@ def main(argv: list[str]) -> int:
 
     try:
         with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
-            archs = store.search_config().archs
+            cfg = store.search_config()
     except (ValueError, TypeError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
+    if cfg.objective:
+        raise CommandError(f"re-training runs the built-in proxy task, and this run was searched with "
+                           f"the objective {cfg.objective}: retrain its top layers in your own task "
+                           "(evonorm.search.load(RUN).top(k))")
+    archs = cfg.archs
     user_archs = check_run_archs(args.run, archs, args.arch)
     if args.references is not None:
         from evonorm.models import resolve_norm_act

@@ -24,9 +24,9 @@ def _b(z: list) -> list:
 
 
 _SPECS: dict[str, list] = {
-    # Table 2 / 3 and SPEC.
+    # The paper's Tables 2 and 3.
     "evonorm_b0": [["instance_std", 0], ["mul", 3, 0], ["add", 5, 4], ["batch_std", 0], ["max", 7, 6],
-                   ["div", 0, 8]],  # x / max(sqrt(s2_bwh), v1 x + sqrt(s2_wh)); the SPEC's JSON verbatim
+                   ["div", 0, 8]],  # x / max(sqrt(s2_bwh), v1 x + sqrt(s2_wh))
     "evonorm_b1": _b([["exp", 1], ["add", 0, 4], ["instance_rms", 0], ["mul", 5, 6]]),  # (x + 1) sqrt(mu_wh(x^2))
     "evonorm_b2": _b([["instance_rms", 0], ["neg", 0], ["add", 4, 5]]),  # sqrt(mu_wh(x^2)) - x
     "evonorm_s0": [["mul", 3, 0], ["sigmoid", 4], ["mul", 0, 5], ["group_std", 0], ["div", 6, 7]],
@@ -62,7 +62,7 @@ _SPECS: dict[str, list] = {
     "random": [["sigmoid", 0], ["instance_std", 4], ["sqrt", 5]],
     "random_rej": [["tanh", 0], ["max", 0, 4], ["tanh", 5]],  # tanh(max(x, tanh(x)))
     "rs_rej": [["max", 0, 1], ["batch_rms", 0], ["div", 4, 5]],  # max(x, 0) / sqrt(mu_bwh(x^2))
-    # Known-bad layers (SPEC "Rejection").
+    # Known-bad layers: what the quality and stability tests exist to catch.
     "zero": [["mul", 0, 1]],  # x * 0: passes stability (no gradient), fails quality
     "tanh_minus_batch_mean_relu": [["tanh", 0], ["max", 0, 1], ["batch_mean", 5], ["neg", 6], ["add", 4, 7]],
     "exp_exp": [["exp", 0], ["exp", 4]],

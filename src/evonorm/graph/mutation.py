@@ -1,4 +1,4 @@
-"""Random graphs and mutation (paper Sec. 3.1 and 4.3, SPEC "Evolution").
+"""Random graphs and mutation (paper Sec. 3.1 and 4.3).
 
 Both draw only from the stdlib `random.Random` they are given (ops in the fixed table order), so a
 seed, or a saved `rng.getstate()`, reproduces a search exactly.

@@ -1,4 +1,4 @@
-"""The 24 primitives of the search space (paper Table 1, SPEC "Search space").
+"""The 24 primitives of the search space (paper Table 1), and the graph's four inputs.
 
 Every op maps NCHW tensors to tensors that broadcast to the input's shape. Aggregations return
 their statistic with the reduced axes kept as size 1 (keepdim) instead of materialising the

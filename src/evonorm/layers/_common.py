@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Statistics and arithmetic run in float32 for half/bfloat16 inputs (SPEC), else in the input dtype."""
+    """Statistics and arithmetic run in float32 for half/bfloat16 inputs (their variance would lose
+    precision), else in the input dtype."""
     return torch.float32 if dtype == torch.float16 or dtype == torch.bfloat16 else dtype
 
 

@@ -1,4 +1,5 @@
-"""Per-channel affine: what a BatchNorm with no activation becomes in the searched architectures (SPEC)."""
+"""Per-channel affine: what a BatchNorm with no activation becomes in the searched architectures (as in the
+paper's search: only normalization-activation pairs are candidates)."""
 
 from __future__ import annotations
 

@@ -152,7 +152,7 @@ class _AffineNormAct(_NormAct):
 
 
 class GroupNormReLU(_AffineNormAct):
-    """GN-ReLU (groups by the SPEC's rule: the largest divisor of C that is <= `groups`)."""
+    """GN-ReLU (groups: the largest divisor of C that is <= `groups`, so any channel count works)."""
 
     def normalize(self, x):
         return F.group_norm(x, self.groups, self.weight.to(x.dtype), self.bias.to(x.dtype), self.eps)

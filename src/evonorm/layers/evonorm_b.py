@@ -31,7 +31,8 @@ class _EvoNormB(EvoNormBase):
         self.register_buffer("running_var", running_var)
 
     def _apply(self, fn, recurse=True):
-        # .half()/.to(bfloat16) must not lower the running variance's precision (SPEC: float32).
+        # .half()/.to(bfloat16) must not lower the running variance's precision: it stays float32,
+        # since a bfloat16 running average loses the small updates of late training
         super()._apply(fn, recurse)
         if self.running_var is not None and self.running_var.dtype in (torch.float16, torch.bfloat16):
             self.running_var = self.running_var.float()

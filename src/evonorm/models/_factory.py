@@ -1,7 +1,7 @@
 """Turn a layer description (registry name, graph, graph JSON, or factory) into a norm-act factory.
 
 Every model takes a factory `(num_features) -> nn.Module` and calls it once per BN-activation pair,
-so the same architecture code builds any candidate layer (SPEC, "Anchor architectures").
+so the same architecture code builds any candidate layer (the paper's anchor architectures take a norm-act factory).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def resolve_norm_act(norm_act: Any, **layer_kw) -> NormActFactory:
 
 
 def affine(num_features: int) -> nn.Module:
-    """What a BN without an activation becomes: a per-channel affine (SPEC)."""
+    """What a BN without an activation becomes: a per-channel affine (as in the paper's search,
+    where only normalization-activation pairs are candidates)."""
     from evonorm.layers import Affine2d
     return Affine2d(num_features)
 

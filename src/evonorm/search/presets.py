@@ -50,7 +50,7 @@ PRESETS: dict[str, SearchConfig] = {
         timeout=1800.0, rerank_preset="tiny",  # a loaded machine took > 600 s per seed layer
         rerank_train={"steps": 300, "batch_size": 64, "width": 0.0625, "n_train": 10000,
                       "n_test": None, "lr_warmup": 10}, rerank_top=3),  # the whole test split
-    # From scratch (issue 12): `demo`'s proxy, random graphs only (no textbook seed layers).
+    # From scratch: `demo`'s proxy, random graphs only (no textbook seed layers).
     # Evolution mutates a tournament winner once found; until then (and with p_random) it
     # draws random graphs like random search. Valid layers are rare from random graphs (1 in
     # ~1,500 distinct ones), so near misses of the quality test (learned on ResNet50, not on
