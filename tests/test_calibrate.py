@@ -149,7 +149,7 @@ def test_a_calibration_depends_on_the_proxy_not_on_the_search_strategy():
 def test_demo_references_pass_the_quality_test_on_fashion_mnist():
     """The calibrated `demo` preset's quality test (what a search runs: its first training
     stage, the mean of its `train_seeds` runs per architecture, scored against the bar) passes
-    every S reference on every architecture, search seed 0 (README, "Calibration")."""
+    every S reference on every architecture, search seed 0 (docs/calibration.md)."""
     import torch
 
     from evonorm.graph import Graph

@@ -199,7 +199,7 @@ def test_list_command(capsys):
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
 def test_fashion_mnist_small_preset_learns_with_bn_relu_and_evonorm_s0():
-    """Real data: the `small` preset (about a minute per layer on 2 idle cores; README numbers)."""
+    """Real data: the `small` preset (about a minute per layer on 2 idle cores; docs/proxy-task.md)."""
     ds = load_dataset("fashion_mnist")
     for layer in ("bn_relu", "evonorm_s0"):
         res = train(layer, ds, get_train_preset("small"))

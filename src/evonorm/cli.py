@@ -11,6 +11,8 @@ import importlib
 import sys
 from typing import NoReturn, Sequence
 
+from evonorm import __version__
+
 COMMANDS: dict[str, str] = {
     "search": "run a layer search (regularized evolution or random search) into a run folder",
     "resume": "continue a stopped or killed search from its run folder",
@@ -49,7 +51,6 @@ def main(argv: Sequence[str] | None = None) -> int:
               + "\n\n`evonorm COMMAND --help` describes each command.")
         return 0 if argv else 2
     if argv[0] in ("-V", "--version"):
-        from evonorm import __version__
         print(__version__)
         return 0
     name, rest = argv[0], argv[1:]

@@ -2,6 +2,9 @@
 the executor check, and the closing summary of `search` / `resume`.
 
 Each check turns a bad input into a one-line CommandError (exit 2) before anything is written.
+
+The data and models modules are imported in the checks that use them: they load torch, which
+`--help` does not need.
 """
 
 from __future__ import annotations
@@ -13,6 +16,10 @@ from pathlib import Path
 from typing import Iterator
 
 from evonorm.cli import CommandError
+from evonorm.report.text import summary_table
+from evonorm.search import store
+from evonorm.search.evaluator import train_config
+from evonorm.search.lock import RunLock, RunLocked
 
 LOCAL_WORKERS_PER_CORE = 4
 MAX_RAY_WORKERS = 256
@@ -76,7 +83,6 @@ def check_writable(path: Path) -> None:
 def run_lock(run: Path) -> Iterator[None]:
     """Hold the run folder's lock (search, resume, rerank): a second driver exits 2 naming the
     holder; a lock left by a killed process is taken over."""
-    from evonorm.search.lock import RunLock, RunLocked
 
     lock = RunLock(run)
     try:
@@ -104,8 +110,6 @@ def check_run(run: Path) -> None:
 
 def check_store(run: Path) -> None:
     """The run's store must exist and be an intact store of a known schema (read-only check)."""
-    from evonorm.search import store
-
     try:
         path = store.resolve_path(run)
         if not path.is_file():
@@ -144,8 +148,6 @@ def check_executor(cfg) -> None:
 
 def report_result(result, run: Path, top: int) -> None:
     """The search's closing lines: how far it got, its counts, and its top layers."""
-    from evonorm.report.text import summary_table
-
     t = result.tally
     print(f"search {'complete' if result.complete else 'stopped'}: {result.done}/{result.budget} "
           f"candidates in {run} | {t.line()}")
@@ -204,7 +206,6 @@ def check_archs(archs) -> None:
 def probe_archs(cfg, ds) -> None:
     """Build each external architecture of `cfg` once for the data `ds` (ValueError in one line)."""
     from evonorm.models import is_builtin, probe_arch
-    from evonorm.search.evaluator import train_config
 
     for arch in cfg.archs:
         if not is_builtin(arch):

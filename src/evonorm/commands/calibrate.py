@@ -8,12 +8,15 @@ from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import ARCHS_HELP, DATA_HELP, dataset_arg
+from evonorm.commands.search import check_setup
+from evonorm.search.calibrate import calibration_setup, format_summary, load_runs, plan, prepare_out, progress_line, run_jobs, summarize
+from evonorm.search.config import SPACES
+from evonorm.search.evaluator import search_dataset
+from evonorm.search.presets import PRESETS, get_preset
+from evonorm.search.rejection import quality_threshold
 
 
 def build_parser() -> ArgumentParser:
-    from evonorm.search.config import SPACES
-    from evonorm.search.presets import PRESETS
-
     p = ArgumentParser(prog="evonorm calibrate", description=(
         "Run the reference layers (S: BN-ReLU, GN-ReLU, EvoNorm-S0; B: EvoNorm-B0 and top appendix "
         "B layers) with several training seeds, and random graphs of the space, through a preset's "
@@ -43,12 +46,6 @@ def main(argv: list[str]) -> int:
         raise CommandError(f"--random must be >= 0, got {args.random}")
     if args.workers is not None and args.workers < 0:
         raise CommandError(f"--workers must be >= 0, got {args.workers}")
-    from evonorm.commands.search import check_setup
-    from evonorm.search.calibrate import (calibration_setup, format_summary, load_runs, plan,
-                                          prepare_out, progress_line, run_jobs, summarize)
-    from evonorm.search.evaluator import search_dataset
-    from evonorm.search.presets import get_preset
-    from evonorm.search.rejection import quality_threshold
 
     try:
         cfg = get_preset(args.preset, space=args.space,

@@ -2,6 +2,8 @@
 
 Each section comes from its own module; a section whose module is not importable is reported as
 such instead of failing the whole listing.
+
+Each section imports its module when listed: they load torch, which `--help` does not need.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
+from evonorm.commands._common import check_run, write_errors
+from evonorm.report import write_report
 
 
 def build_parser() -> ArgumentParser:
@@ -33,9 +35,6 @@ def main(argv: list[str]) -> int:
         import matplotlib  # noqa: F401  (optional extra; fail before any work)
     except ImportError:
         raise CommandError("reports need matplotlib: pip install 'evonorm[plots]'") from None
-    from evonorm.report import write_report
-
-    from evonorm.commands._common import check_run, write_errors
 
     runs = [args.run, *args.compare]
     for r in runs:

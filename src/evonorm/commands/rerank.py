@@ -1,4 +1,7 @@
-"""`evonorm rerank`: retrain a search's top layers in a larger setting and rank them (Sec. 5.2)."""
+"""`evonorm rerank`: retrain a search's top layers in a larger setting and rank them (Sec. 5.2).
+
+The trainer and models are imported where they are used: they load torch, which `--help` does not need.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,10 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import RUN_ARCH_HELP, dataset_arg
+from evonorm.commands._common import RUN_ARCH_HELP, check_device, check_executor, check_run_archs, check_store, check_workers, dataset_arg, run_lock, write_errors
+from evonorm.report.text import rerank_table
+from evonorm.search.rerank import prepare, rerank
+from evonorm.search.store import Store
 
 
 def build_parser() -> ArgumentParser:
@@ -47,12 +53,7 @@ def main(argv: list[str]) -> int:
         raise CommandError("--top must be >= 1")
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise CommandError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
-    from evonorm.commands._common import (check_device, check_executor, check_run_archs,
-                                          check_store, check_workers, run_lock, write_errors)
     from evonorm.models import is_builtin
-    from evonorm.report.text import rerank_table
-    from evonorm.search.rerank import prepare, rerank
-    from evonorm.search.store import Store
     from evonorm.train import TRAIN_PRESETS
 
     check_store(args.run)

@@ -9,11 +9,16 @@ from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import (RUN_ARCH_HELP, check_device, check_executor, check_run_archs,
                                       check_store, check_workers, dataset_arg, report_result,
                                       run_lock, write_errors)
+from evonorm.commands.search import load_objective_arg, run_facts
+from evonorm.report.text import summary_table
+from evonorm.search.api import check_resume_objective
+from evonorm.search.config import EXECUTORS
+from evonorm.search.driver import run_search
+from evonorm.search.evaluator import search_dataset
+from evonorm.search.store import Store
 
 
 def build_parser() -> ArgumentParser:
-    from evonorm.search.config import EXECUTORS
-
     p = ArgumentParser(prog="evonorm resume", description=(
         "Continue a search from RUN/store.sqlite: finished candidates are kept, the ones in flight "
         "when it stopped are evaluated again, and the random stream continues where it was. With "
@@ -44,7 +49,6 @@ def build_parser() -> ArgumentParser:
 def _plan(args):
     """(config with the command's changes, candidates done, proposals re-queued), read-only;
     CommandError on anything wrong with the run or the arguments."""
-    from evonorm.search.store import Store
 
     check_store(args.run)
     device = check_device(args.device)
@@ -74,15 +78,10 @@ def _plan(args):
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from evonorm.commands.search import run_facts
-    from evonorm.search.evaluator import search_dataset
-    from evonorm.search.store import Store
 
     if args.top < 0:
         raise CommandError("--top must be >= 0")
     cfg, done, _ = _plan(args)  # every check before the lock file or the store is touched
-    from evonorm.commands.search import load_objective_arg
-    from evonorm.search.api import check_resume_objective
 
     objective = load_objective_arg(args.objective, args.ship)
     try:
@@ -92,7 +91,6 @@ def main(argv: list[str]) -> int:
     if done >= cfg.budget:
         print(f"search in {args.run} is already complete ({done}/{cfg.budget} candidates); "
               "nothing to do")
-        from evonorm.report.text import summary_table
         print(summary_table(args.run, top=args.top))
         return 0
     try:  # the built-in objective's data must still be there
@@ -112,7 +110,6 @@ def main(argv: list[str]) -> int:
             print(f"resume: {done}/{cfg.budget} candidates done, {pending} re-queued "
                   f"(in flight when it stopped), {cfg.num_workers} {cfg.executor} worker(s) on "
                   f"{cfg.device}", file=sys.stderr)
-        from evonorm.search.driver import run_search
 
         result = run_search(args.run, objective=objective, progress=not args.quiet,
                             ship=args.ship)

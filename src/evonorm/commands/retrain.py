@@ -3,6 +3,9 @@ first sentence, trained into the run folder.
 
 Re-training writes RUN/retrain.jsonl (and RUN/references.json with --references), so it holds the
 run lock like `resume`: beside a live search it exits 2 at once. `evonorm report` then only reads.
+
+The models module is imported where a reference layer is checked: it loads torch, which `--help`
+does not need.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import RUN_ARCH_HELP, check_run, check_run_archs, run_lock, write_errors
+from evonorm.search.references import DEFAULT_REFERENCES, train_references
+from evonorm.search.retrain import retrain
+from evonorm.search.store import Store, run_folder
 
 
 def build_parser() -> ArgumentParser:
@@ -44,7 +50,6 @@ def main(argv: list[str]) -> int:
     if args.seeds == 0 and args.references is None:
         raise CommandError("nothing to train: --seeds 0 without --references")
     check_run(args.run)
-    from evonorm.search.store import Store
 
     try:
         with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
@@ -65,18 +70,15 @@ def main(argv: list[str]) -> int:
                 resolve_norm_act(name)
             except (ValueError, TypeError) as err:
                 raise CommandError(str(err).splitlines()[0]) from None
-    from evonorm.search.store import run_folder
 
     log = lambda s: print(s, flush=True)  # noqa: E731  (a line per finished run, also without a TTY)
     with run_lock(run_folder(args.run)), write_errors(f"re-training into {args.run}"):
         try:
             if args.references is not None:
-                from evonorm.search.references import DEFAULT_REFERENCES, train_references
 
                 train_references(args.run, args.references or DEFAULT_REFERENCES, log=log,
                                  user_archs=user_archs)
             if args.seeds:
-                from evonorm.search.retrain import retrain
 
                 rows = retrain(args.run, top=args.top, seeds=args.seeds, log=log,
                                user_archs=user_archs)

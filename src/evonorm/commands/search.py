@@ -1,4 +1,7 @@
-"""`evonorm search`: run a layer search into a run folder (store, progress, top layers at the end)."""
+"""`evonorm search`: run a layer search into a run folder (store, progress, top layers at the end).
+
+Graph imports are made where a seed layer is checked: they load torch, which `--help` does not need.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +12,18 @@ from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import (ARCHS_HELP, DATA_HELP, check_archs, check_device,
                                       check_executor, check_workers, dataset_arg, probe_archs,
                                       report_result, run_lock, write_errors)
+from evonorm.search.api import own_objective_config
+from evonorm.search.config import EXECUTORS, SPACES
+from evonorm.search.driver import init_run, run_search
+from evonorm.search.evaluator import search_dataset, train_config
+from evonorm.search.evolution import ALGORITHMS, CRITERIA
+from evonorm.search.lock import LOCK_NAME
+from evonorm.search.objective import load_objective
+from evonorm.search.presets import PRESETS, calibration_note, get_preset
+from evonorm.search.store import Store
 
 
 def build_parser() -> ArgumentParser:
-    from evonorm.search.evolution import ALGORITHMS, CRITERIA
-    from evonorm.search.config import EXECUTORS, SPACES
-    from evonorm.search.presets import PRESETS
-
     p = ArgumentParser(prog="evonorm search", description=(
         "Search normalization-activation layers: regularized evolution (or random search) over "
         "several anchor architectures with quality and stability rejection. Every candidate is "
@@ -73,8 +81,6 @@ def build_parser() -> ArgumentParser:
 
 
 def config_from_args(args):
-    from evonorm.search.presets import get_preset
-
     archs = tuple(a.strip() for a in args.archs.split(",") if a.strip()) if args.archs else None
     seeds = (tuple(a.strip() for a in args.seed_layers.split(",") if a.strip())
              if args.seed_layers else None)
@@ -113,7 +119,6 @@ def load_objective_arg(spec: str | None, ship: list[str] | None):
             raise CommandError("--ship applies to --objective only (the built-in objective is "
                                "shipped with evonorm)")
         return None
-    from evonorm.search.objective import load_objective
 
     try:
         return load_objective(spec)
@@ -132,7 +137,6 @@ def check_setup(cfg):
         except ValueError as err:
             raise CommandError(str(err).splitlines()[0]) from None
         return cfg
-    from evonorm.search.evaluator import search_dataset, train_config
 
     check_archs(cfg.archs)
     try:
@@ -165,7 +169,6 @@ def run_facts(cfg) -> dict:
         return {"preset": cfg.preset, "objective": cfg.objective,
                 "device": {"type": cfg.device, "workers": cfg.num_workers,
                            "executor": cfg.executor}}
-    from evonorm.search.evaluator import search_dataset, train_config
 
     ds = search_dataset(cfg)
     return {"preset": cfg.preset,
@@ -177,7 +180,6 @@ def run_facts(cfg) -> dict:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from evonorm.search.lock import LOCK_NAME
 
     if args.top < 0:
         raise CommandError("--top must be >= 0")
@@ -190,7 +192,6 @@ def main(argv: list[str]) -> int:
         if given:
             raise CommandError(f"{given[0]} applies to the built-in objective only (your "
                                "--objective brings its own data and models)")
-        from evonorm.search.api import own_objective_config
 
         cfg = own_objective_config(cfg, objective)
     check_executor(cfg)
@@ -207,8 +208,6 @@ def main(argv: list[str]) -> int:
                            f" or `evonorm resume {run}`)")
     cfg = check_setup(cfg)
 
-    from evonorm.search.driver import init_run, run_search
-
     with write_errors(f"run folder {run}"):
         run.mkdir(parents=True, exist_ok=True)
     with run_lock(run):
@@ -218,7 +217,6 @@ def main(argv: list[str]) -> int:
             except FileExistsError as err:
                 raise CommandError(str(err)) from None
             facts = run_facts(cfg)
-            from evonorm.search.store import Store
 
             with Store(run) as store:
                 for key, value in facts.items():
@@ -236,7 +234,6 @@ def main(argv: list[str]) -> int:
                   + (f" ({cfg.train_seeds} training runs each, scored by their mean)"
                      if cfg.train_seeds > 1 else "") + f", budget {cfg.budget}, "
                   f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
-            from evonorm.search.presets import calibration_note
 
             print(calibration_note(cfg.preset, cfg.space), file=sys.stderr)
         result = run_search(run, objective=objective, progress=not args.quiet, ship=args.ship)

@@ -1,4 +1,7 @@
-"""`evonorm show`: a layer (library name, JSON file or JSON text) as formula, properties and code."""
+"""`evonorm show`: a layer (library name, JSON file or JSON text) as formula, properties and code.
+
+The graph library is imported where the layer is read: it loads torch, which `--help` does not need.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""`evonorm train`: train one layer on one architecture, print its accuracy, write a JSON result."""
+"""`evonorm train`: train one layer on one architecture, print its accuracy, write a JSON result.
+
+The trainer, models, data and graph modules are imported when training starts: they load torch,
+which `--help` does not need.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import ARCH_HELP, DATA_HELP, dataset_arg
+from evonorm.commands._common import ARCH_HELP, DATA_HELP, check_device, check_writable, dataset_arg, write_errors
 
 
 def build_parser() -> ArgumentParser:
@@ -78,8 +82,6 @@ def main(argv: list[str]) -> int:
     from evonorm.data import default_dataset_name, holdout_split, load_dataset
     from evonorm.models import is_builtin, probe_arch, resolve_norm_act
     from evonorm.train import get_train_preset, train
-
-    from evonorm.commands._common import check_device, check_writable, write_errors
 
     for flag, value in (("--threads", args.threads), ("--groups", args.groups)):
         if value is not None and value < 1:

@@ -1,7 +1,7 @@
 """Turn a layer description (registry name, graph, graph JSON, or factory) into a norm-act factory.
 
 Every model takes a factory `(num_features) -> nn.Module` and calls it once per BN-activation pair,
-so the same architecture code builds any candidate layer (the paper's anchor architectures take a norm-act factory).
+so the same architecture code builds any candidate layer.
 """
 
 from __future__ import annotations
@@ -10,6 +10,9 @@ from functools import partial
 from typing import Any, Callable
 
 from torch import nn
+
+from evonorm.graph.library import NAMED_GRAPHS, resolve_graph
+from evonorm.layers import Affine2d, create_norm_act, list_norm_acts
 
 NormActFactory = Callable[..., nn.Module]
 
@@ -22,9 +25,6 @@ def resolve_norm_act(norm_act: Any, **layer_kw) -> NormActFactory:
     string starting with "{", a `Graph`), or a callable. `layer_kw` (groups, eps, momentum, ...)
     are bound into the factory.
     """
-    from evonorm.graph.library import NAMED_GRAPHS, resolve_graph
-    from evonorm.layers import create_norm_act, list_norm_acts
-
     if isinstance(norm_act, str) and norm_act.strip() in list_norm_acts():
         return partial(create_norm_act, norm_act.strip(), **layer_kw)
     if isinstance(norm_act, (str, dict)):
@@ -48,7 +48,6 @@ def resolve_norm_act(norm_act: Any, **layer_kw) -> NormActFactory:
 def affine(num_features: int) -> nn.Module:
     """What a BN without an activation becomes: a per-channel affine (as in the paper's search,
     where only normalization-activation pairs are candidates)."""
-    from evonorm.layers import Affine2d
     return Affine2d(num_features)
 
 

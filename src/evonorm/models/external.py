@@ -5,6 +5,8 @@ A name's form is checked without importing anything (`arch_kind`), so a config n
 stored and compared safely; the code behind it is imported only by `check_arch` and `build_external`,
 which callers reach only for a name the user gave (a run folder's stored names are never imported
 unless the user passes them again).
+
+`build_model` is imported where an architecture is probed: `evonorm.models` imports this module.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 from typing import Any, Callable, Sequence
 
 from torch import nn
+
+from evonorm.layers import convert_norm_act
 
 _DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 _MODULE_FUNCTION = re.compile(rf"^({_DOTTED}):({_DOTTED})$")
@@ -147,7 +151,6 @@ def build_external(arch: str, factory: Callable[..., nn.Module], *, num_classes:
     becomes a per-channel affine). MODULE:FUNCTION: `fn(factory, num_classes=, in_chans=, **model_kw)`,
     which must return an nn.Module."""
     if arch_kind(arch) == "timm":
-        from evonorm.layers import convert_norm_act
 
         timm, name = _timm(arch)
         model = timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans,

@@ -3,6 +3,8 @@
 `write_report([RUN, RUN2, ...])` reads each run's store read-only (a search may still be writing)
 and writes `RUN/report/*.png` and `RUN/report.html` (or into `out_dir`); the first run is the
 subject, the others are overlaid where a figure compares runs (search progress, outcomes).
+
+The figures module is imported where the figures are drawn: it loads matplotlib, which reading a run does not need.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from evonorm.report.data import RunData, load_run, run_folder
+from evonorm.report.html import render_page
 
 __all__ = ["RunData", "build_report", "load_run", "make_figures", "write_report"]
 
@@ -52,7 +55,6 @@ def make_figures(runs: Sequence[RunData]) -> list[tuple[str, str, bytes]]:
 def build_report(runs: Sequence[RunData], out_dir: Path) -> Path:
     """Write `out_dir/report/*.png` and `out_dir/report.html` from loaded runs; returns the page.
     Files are written to a temporary name and renamed, so a reader never sees half a file."""
-    from evonorm.report.html import render_page
 
     if not runs:
         raise ValueError("no run to report")

@@ -4,6 +4,8 @@ The figures and tables take plain data (`RunData`, candidate records or dicts) s
 built and tested without a store; `load_run` is the only place that opens one, read-only, and it
 tolerates a search that is still writing (a locked database is retried, unknown statuses count as
 pending, a candidate whose graph cannot be parsed is kept with its JSON shown instead of a formula).
+
+Graph imports are made where a layer is read: they load torch, which reading a store does not need.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from evonorm.report.data import FINISHED, RunData, formula, reason_category
 from evonorm.report.verdict import layer_stats, search_fitness_text, verdict
 from evonorm.search.candidates import same_layer_keys, top_layers
 from evonorm.search.evaluation import finite
+from evonorm.report.figures import formula_png
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;
@@ -66,8 +67,6 @@ class Markup(str):
 
 def formula_cell(graph_json: Any) -> Markup:
     """The formula typeset as an embedded PNG (mathtext) above its plain text; LaTeX on demand."""
-    from evonorm.report.figures import formula_png
-
     text = formula(graph_json)
     latex = formula(graph_json, latex=True)
     if latex == text:  # the graph could not be parsed: its JSON only

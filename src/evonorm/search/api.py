@@ -17,6 +17,7 @@ from evonorm.search.objective import (SCORE_NAME, Objective, check_objective, ch
                                       objective_name)
 from evonorm.search.presets import get_preset
 from evonorm.search.store import Store
+from evonorm.search.proxy import check_data
 
 
 def search(objective: Objective | None = None, *, out: str | Path, preset: str = "demo",
@@ -34,7 +35,6 @@ def search(objective: Objective | None = None, *, out: str | Path, preset: str =
         check_picklable(check_objective(objective))
         cfg = own_objective_config(cfg, objective)
     else:
-        from evonorm.search.proxy import check_data
 
         cfg = cfg.with_dataset()
         check_data(cfg)
@@ -60,7 +60,6 @@ def resume(out: str | Path, objective: Objective | None = None, *, progress: boo
         cfg = store.search_config()
     check_resume_objective(cfg.objective, objective, "the objective")
     if objective is None:
-        from evonorm.search.proxy import check_data
 
         check_data(cfg)
     with RunLock(out):

@@ -6,6 +6,9 @@ pre-checks, stability test and full training, and the rejection module's quality
 preset's bar. References take the quality test on every architecture (not stopping at the first
 failure) so the table shows each one. Every finished run is one line of `runs.jsonl`, so a killed
 calibration resumes where it stopped.
+
+Graph imports are made where a layer is built: they load torch, which this module's tables do
+not need.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ from typing import Callable, Iterable
 
 from evonorm.search.config import SearchConfig
 from evonorm.stats import mean_std
+from evonorm.search.evaluator import quality_config, search_dataset
+from evonorm.search.executors import OK, LocalExecutor
+from evonorm.search.proxy import evaluate_candidate
+from evonorm.search.references import REFERENCES_BY_SPACE
+from evonorm.search.rejection import quality, quality_threshold
 
 RUNS_NAME = "runs.jsonl"
 SETUP_NAME = "calibration.json"
@@ -40,7 +48,6 @@ def reference_graphs(space: str) -> dict[str, dict]:
     the B space EvoNorm-B0 and the appendix's top B candidates, b_top1 being EvoNorm-B1):
     name -> graph JSON, BN-ReLU and GN-ReLU written as graphs, as a search would meet them."""
     from evonorm.graph.library import NAMED_GRAPHS
-    from evonorm.search.references import REFERENCES_BY_SPACE
 
     textbook = {"bn_relu": norm_relu_graph("batch"), "gn_relu": norm_relu_graph("group")}
     return {name: textbook[name] if name in textbook else NAMED_GRAPHS[name].to_json()
@@ -50,7 +57,6 @@ def reference_graphs(space: str) -> dict[str, dict]:
 @dataclass(frozen=True)
 class Job:
     """One calibration run: a reference at a training seed, or the i-th random graph."""
-
     kind: str  # "reference" | "random"
     name: str
     seed: int
@@ -64,7 +70,6 @@ class Job:
 @dataclass
 class RunRecord:
     """What one run measured (a line of runs.jsonl)."""
-
     kind: str
     name: str
     seed: int
@@ -113,9 +118,6 @@ def measure(payload: dict) -> dict:
     import time
 
     from evonorm.graph import Graph
-    from evonorm.search.evaluator import quality_config, search_dataset
-    from evonorm.search.proxy import evaluate_candidate
-    from evonorm.search.rejection import quality, quality_threshold
 
     t0 = time.perf_counter()
     job = Job(**payload["job"])
@@ -242,7 +244,6 @@ def run_jobs(jobs: Iterable[Job], cfg: SearchConfig, out: Path, *, workers: int,
              threads: int | None = None) -> list[RunRecord]:
     """Run the jobs not yet in `out` on a local pool (`threads` torch threads per worker, default
     the cores split among the workers); each result is saved as it arrives."""
-    from evonorm.search.executors import OK, LocalExecutor
 
     done = {r.key for r in load_runs(out)}
     todo = [j for j in jobs if j.key not in done]
@@ -279,7 +280,6 @@ def run_jobs(jobs: Iterable[Job], cfg: SearchConfig, out: Path, *, workers: int,
 @dataclass
 class Summary:
     """The numbers a calibration is judged by (fitness = mean held-out accuracy over archs)."""
-
     archs: list[str]
     references: dict[str, dict]  # name -> {seeds, quality_pass {arch: [bool]}, fitness list...}
     random_n: int

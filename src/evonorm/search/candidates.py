@@ -1,5 +1,8 @@
 """A run's candidates as read back from its store, and the two ways every reader looks at them:
 the best distinct valid layers, and rejections grouped by reason (stdlib only).
+
+Graph and fingerprint imports are made where a layer's key is computed: they load torch, which
+reading candidates does not need.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 `resume`, `rerank` and the report read back exactly what the search ran with; training settings are a
 `evonorm.train.TRAIN_PRESETS` name plus field overrides (`TrainSetting`). The named presets are in
 `evonorm.search.presets`.
+
+The data module is imported where a dataset is resolved: it loads torch, which reading a config
+does not need.
 """
 
 from __future__ import annotations

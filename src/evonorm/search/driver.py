@@ -4,6 +4,9 @@ Up to N candidates are in flight; each result is committed and folded into the p
 moment it arrives, and a new proposal takes its slot. Proposals are committed (with the rng state
 after them) before they are handed out, so after a crash or SIGKILL `resume` re-queues exactly the
 in-flight ones and continues the random stream: nothing finished is lost or repeated.
+
+The graph library is imported where a seed layer is resolved: it loads torch, which the driver
+itself does not need.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from evonorm.search.candidates import Candidate, reason_group
+from evonorm.search.candidates import Candidate, reason_group, same_layer_keys, top_layers
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
@@ -40,7 +43,6 @@ def rng_from_state(state: Any, seed: int) -> random.Random:
 @dataclass
 class Tally:
     """Running counts for the progress line and the end-of-run summary."""
-
     done: int = 0
     valid: int = 0
     failed: int = 0
@@ -82,7 +84,6 @@ class Tally:
 @dataclass
 class SearchResult:
     """How far a search got (`run_search`, `evonorm.search.search` / `resume` / `load`)."""
-
     run_dir: Path
     budget: int
     done: int
@@ -93,7 +94,6 @@ class SearchResult:
         """The best `k` distinct valid layers, best first (as the report ranks them: one row per
         layer however often it was proposed or spelled), each its best `Candidate` (`.graph` JSON,
         `.fitness`, `.accuracies` per objective)."""
-        from evonorm.search.candidates import same_layer_keys, top_layers
 
         with Store(self.run_dir, readonly=True) as store:
             return [row.best for row in top_layers(store.candidates(), k, same=same_layer_keys())]
@@ -145,7 +145,6 @@ class InFlight:
 
 class _Search:
     """State of one driver session over a store."""
-
     def __init__(self, store: Store, cfg: SearchConfig, executor: Executor,
                  bar=None, log: Callable[[str], None] | None = None, every: float = 10.0):
         self.store, self.cfg, self.executor = store, cfg, executor

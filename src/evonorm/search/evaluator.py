@@ -2,6 +2,9 @@
 (`train_config`) and the staged full training on each anchor architecture (`train_stages`).
 The objective that runs them for each candidate is `evonorm.search.proxy.objective`. Fitness is the
 vector of held-out accuracies, one per architecture; the search never sees the dataset's test split.
+
+The trainer, models and data are imported in the functions that train: they load torch, which
+the search engine's processes need only where candidates are trained.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 from evonorm.search.config import SearchConfig, TrainSetting
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.objective import Trial
-from evonorm.search.rejection import Rejection
+from evonorm.search.rejection import Rejection, quality_threshold
 
 
 def search_dataset(cfg: SearchConfig):
@@ -114,7 +117,6 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
 
     import torch
 
-    from evonorm.search.rejection import quality_threshold
     from evonorm.train import Run
 
     ends = [*cfg.stages, train_config(cfg, cfg.archs[0]).steps]

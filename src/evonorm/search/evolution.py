@@ -2,6 +2,9 @@
 
 Everything random goes through one stdlib `random.Random` so the driver can save its state with each
 proposal and a resumed search continues the same stream. Scores are maximised (accuracies).
+
+Graph and fingerprint imports are made where a layer is proposed: they load torch, which the
+engine's other modules do not need.
 """
 
 from __future__ import annotations

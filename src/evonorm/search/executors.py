@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait as mp_wait
 from typing import Any, Callable, Literal, Protocol
 
+import evonorm
+
 OutcomeKind = Literal["ok", "error", "died", "timeout"]
 OK: OutcomeKind = "ok"
 ERROR: OutcomeKind = "error"
@@ -245,8 +247,6 @@ def ray_runtime_env(data_root: str | None = None, ship: list[str] | tuple[str, .
     objective's own package or module file (`ship`; py_modules, so every node runs the driver's
     code) and, when given, the data folder (working_dir: uploaded once per run, the worker's
     current directory). Ray limits an upload to about 500 MiB."""
-    import evonorm
-
     mods = [os.path.dirname(os.path.abspath(evonorm.__file__))]
     for path in ship:
         if not os.path.exists(path):

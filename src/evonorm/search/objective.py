@@ -18,6 +18,9 @@ exception makes the candidate failed, its reason ("error: ...") stored, and the 
 This module is the search engine's side of the protocol (stdlib at import): it imports neither
 the trainer, the models nor the data. The built-in proxy task is one objective on it
 (`evonorm.search.proxy`).
+
+Graph and fingerprint imports are made where a candidate is built or identified: they load
+torch, which this module does not need at import.
 """
 
 from __future__ import annotations

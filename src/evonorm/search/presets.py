@@ -15,7 +15,7 @@ def _norm_relu(kind: str) -> dict:
                       ["div", 6, 7], ["max", 8, 1]]}
 
 
-# Settings are measured on the 2-core reference machine (README, "Search").
+# Settings are measured on the 2-core reference machine (docs/search.md).
 PRESETS: dict[str, SearchConfig] = {
     # Seconds: synthetic data, two archs at a sliver of width, a handful of steps. For tests.
     "tiny": SearchConfig(
@@ -25,8 +25,8 @@ PRESETS: dict[str, SearchConfig] = {
         stability_steps=3, stability_batch=4, quality_steps=2, quality_factor=0.0,
         timeout=300.0, rerank_preset="tiny", rerank_train={"steps": 6, "batch_size": 16,
                                                           "width": 0.0625}, rerank_top=3),
-    # The README's main job: about 10 minutes on 2 cores with Fashion-MNIST. Calibrated with
-    # `evonorm calibrate --preset demo` (README, "Calibration"): 1000 held-out images (a 300-image
+    # The main job (scripts/main.sh): minutes on 2 cores with Fashion-MNIST. Calibrated with
+    # `evonorm calibrate --preset demo` (docs/calibration.md): 1000 held-out images (a 300-image
     # score has a 2.9-point standard error); 10 warm-up steps; MobileNetV2 at width 0.0625 at lr
     # 0.03 (0.02 leaves BN-ReLU at chance, 0.05 leaves GN-ReLU there). Training is staged
     # (multi-fidelity): 75 steps, each architecture scored annealed (a cosine cycle ends there),
@@ -83,7 +83,7 @@ PRESETS: dict[str, SearchConfig] = {
 
 # `demo` for the B space: EvoNorm-B0 stays at chance in 2 of 3 seeds on MobileNetV2 at `demo`'s
 # lr 0.03, and the seed spread is larger than the gaps between the B references there; at lr 0.03
-# on ResNet50 and 0.01 on MobileNetV2 it learns in every seed (README, "Calibration"). It starts
+# on ResNet50 and 0.01 on MobileNetV2 it learns in every seed (docs/calibration.md). It starts
 # from BN-ReLU written as a graph (GN-ReLU fails the quality test on ResNet50 at lr 0.03).
 PRESETS["demo-b"] = PRESETS["demo"].replace(
     preset="demo-b", space="b",
@@ -93,8 +93,8 @@ PRESETS["demo-b"] = PRESETS["demo"].replace(
     rerank_train={**PRESETS["demo"].rerank_train, "lr": 0.03})
 
 
-# What `evonorm calibrate` measured for a preset's proxy, per search space (README,
-# "Calibration"); a search prints it when it starts, and says where nothing was measured.
+# What `evonorm calibrate` measured for a preset's proxy, per search space (docs/calibration.md);
+# a search prints it when it starts, and says where nothing was measured.
 CALIBRATION = {
     ("demo", "s"): "36 of 36 reference quality tests pass (6 seeds, 2 training runs each), "
                    "references 15 points above random layers, seed spread 4.4 points: 0.67 of "
@@ -115,7 +115,7 @@ def calibration_note(preset: str, space: str) -> str:
     """One line on how far a preset's proxy task can tell layers apart in a space."""
     found = CALIBRATION.get((preset, space))
     if found:
-        return f"calibration of {preset} ({space.upper()} space): {found} (README, Calibration)"
+        return f"calibration of {preset} ({space.upper()} space): {found} (docs/calibration.md)"
     return (f"calibration of {preset} ({space.upper()} space): not measured; its fitness may be "
             f"training-seed noise (`evonorm calibrate --preset {preset} --space {space}`)")
 

@@ -4,6 +4,8 @@ The report's Pareto and progress figures place them beside the search's layers. 
 not evaluate them itself, so `evonorm retrain RUN --references` trains them once, with the run's
 own data split and full-training settings on each anchor architecture, and keeps the result in
 `RUN/references.json`, which later reports read without training again.
+
+The trainer and models are imported where references train: they load torch.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from evonorm.search.store import Store, run_folder
+from evonorm.search.evaluator import search_dataset, train_config
 
 # The one list of reference layers per search space: what a calibration must rank above random
 # layers, what a run's found layers are re-trained against, and what the report draws.
@@ -31,7 +34,6 @@ def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
     the run's references file are kept, not retrained. A run's MODULE:FUNCTION architectures are
     built only when named again in `user_archs` (ValueError otherwise)."""
     from evonorm.models import check_named_again
-    from evonorm.search.evaluator import search_dataset, train_config
     from evonorm.train import train
 
     with Store(run, readonly=True) as store:

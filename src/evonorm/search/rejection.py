@@ -3,6 +3,8 @@
 Each check returns None when the layer passes, or a `Rejection(reason, step)` saying why and where.
 Order in a search: pre-checks (milliseconds) -> stability (one small batch, one architecture) ->
 quality (a short training per architecture, stopping at the first failure) -> full training.
+
+The trainer, models and data are imported in the checks that train: they load torch.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ training images, no narrower a model): a smaller one is refused unless the calle
 Each layer is one task on the search's kind of executor (local pool or Ray) and workers; each
 result is committed to the run's store as it arrives, so a rerank that is stopped or killed
 continues where it stopped, skipping the layers already reranked in the same setting and split.
+
+The trainer, models, data and graph modules are imported where layers are trained: they load
+torch, which planning a rerank does not need.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import Any, Callable, Sequence
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
 from evonorm.search.store import Store
+from evonorm.search.evaluator import search_dataset, train_config
+from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor
 
 # a worker that died or hung (after the config's retries): the row says so, and the next rerank
 # trains the layer again (rows "ok" and "failed", the layer's own outcome, are final)
@@ -32,7 +37,6 @@ LOST = "lost"
 @dataclass(frozen=True)
 class Setting:
     """How one architecture is trained, on the search's side or the rerank's."""
-
     steps: int
     batch_size: int
     images: int  # training images
@@ -147,7 +151,6 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
     larger than the search's (unless `allow_smaller`), or if the run was searched on an objective
     of one's own: the rerank retrains on the built-in proxy task's architectures and data, which
     such a run never used."""
-    from evonorm.search.evaluator import search_dataset, train_config
 
     if cfg.objective:
         raise ValueError(f"rerank retrains on the built-in proxy task, and this run was searched "
@@ -192,7 +195,6 @@ def train_layer(payload: dict) -> dict:
     Returns {"status", "reason", "accuracies"}: "failed" with the reason at the first
     architecture where the loss goes non-finite or the layer raises."""
     from evonorm.graph import Graph
-    from evonorm.search.evaluator import train_config
     from evonorm.train import train
 
     cfg = SearchConfig.from_dict(payload["config"])
@@ -233,7 +235,6 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
     setting and split, best first. `fn` stands in for `train_layer` (tests; picklable by name).
     A run's MODULE:FUNCTION architectures are built only when named again in `user_archs`.
     Logs the settings, then a line per finished layer and a status line every `every` seconds."""
-    from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     from evonorm.models import check_named_again

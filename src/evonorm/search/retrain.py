@@ -5,6 +5,8 @@ are trained again with several fresh training seeds, each with the run's own dat
 full-training setting (the evaluator's `train_config` and the trainer's `train`, as the search and
 `references.py` do). Each finished (layer, seed) is one JSON line appended to `RUN/retrain.jsonl`,
 so a later report reads them without training again and an interrupted re-training resumes.
+
+The trainer and models are imported where layers train: they load torch.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any, Callable, Sequence
 
 from evonorm.search.references import REFERENCES_BY_SPACE
 from evonorm.search.store import Store, run_folder
+from evonorm.search.candidates import same_layer_keys, top_layers
+from evonorm.search.evaluator import search_dataset, train_config
 
 RETRAIN_FILE = "retrain.jsonl"
 SEED_OFFSET = 1000  # training seeds cfg.seed + 1000 + i: fresh, not the search's own seed
@@ -55,8 +59,6 @@ def read_rows(run: str | Path) -> list[RetrainRow]:
 
 def plan(run: str | Path, top: int) -> tuple[Any, list[tuple[str, str, Any, int | None]]]:
     """The run's config and the layers to re-train: (label, kind, graph or name, candidate id)."""
-    from evonorm.search.candidates import same_layer_keys, top_layers
-
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
         cands = list(store.candidates())
@@ -84,7 +86,6 @@ def retrain(run: str | Path, *, top: int = 3, seeds: int = 3,
     Logs one line per finished (layer, seed) with the count done, so it shows progress anywhere.
     A run's MODULE:FUNCTION architectures are built only when named again in `user_archs`."""
     from evonorm.models import check_named_again
-    from evonorm.search.evaluator import search_dataset, train_config
     from evonorm.train import train
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))

@@ -13,13 +13,11 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from evonorm.search.candidates import Candidate, Origin
+from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
-
-if TYPE_CHECKING:
-    from evonorm.search.config import SearchConfig
 
 STORE_NAME = "store.sqlite"
 SCHEMA_VERSION = 4  # 2: candidates.detail (what a rejection measured); 3: candidates.stages;
@@ -80,7 +78,6 @@ CREATE TABLE IF NOT EXISTS reranks (
 @dataclass(frozen=True)
 class PendingProposal:
     """A proposal committed to the store and not yet evaluated."""
-
     idx: int
     graph: dict
     parent_id: int | None
@@ -221,7 +218,6 @@ class Store:
 
     def search_config(self) -> "SearchConfig":
         """The run's config as a SearchConfig; FileNotFoundError when the store holds no search."""
-        from evonorm.search.config import SearchConfig
 
         raw = self.config()
         if not raw:
