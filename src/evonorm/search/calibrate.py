@@ -57,6 +57,7 @@ def reference_graphs(space: str) -> dict[str, dict]:
 @dataclass(frozen=True)
 class Job:
     """One calibration run: a reference at a training seed, or the i-th random graph."""
+
     kind: str  # "reference" | "random"
     name: str
     seed: int
@@ -70,6 +71,7 @@ class Job:
 @dataclass
 class RunRecord:
     """What one run measured (a line of runs.jsonl)."""
+
     kind: str
     name: str
     seed: int
@@ -280,6 +282,7 @@ def run_jobs(jobs: Iterable[Job], cfg: SearchConfig, out: Path, *, workers: int,
 @dataclass
 class Summary:
     """The numbers a calibration is judged by (fitness = mean held-out accuracy over archs)."""
+
     archs: list[str]
     references: dict[str, dict]  # name -> {seeds, quality_pass {arch: [bool]}, fitness list...}
     random_n: int

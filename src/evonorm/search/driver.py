@@ -43,6 +43,7 @@ def rng_from_state(state: Any, seed: int) -> random.Random:
 @dataclass
 class Tally:
     """Running counts for the progress line and the end-of-run summary."""
+
     done: int = 0
     valid: int = 0
     failed: int = 0
@@ -84,6 +85,7 @@ class Tally:
 @dataclass
 class SearchResult:
     """How far a search got (`run_search`, `evonorm.search.search` / `resume` / `load`)."""
+
     run_dir: Path
     budget: int
     done: int
@@ -145,6 +147,7 @@ class InFlight:
 
 class _Search:
     """State of one driver session over a store."""
+
     def __init__(self, store: Store, cfg: SearchConfig, executor: Executor,
                  bar=None, log: Callable[[str], None] | None = None, every: float = 10.0):
         self.store, self.cfg, self.executor = store, cfg, executor

@@ -37,6 +37,7 @@ LOST = "lost"
 @dataclass(frozen=True)
 class Setting:
     """How one architecture is trained, on the search's side or the rerank's."""
+
     steps: int
     batch_size: int
     images: int  # training images

@@ -78,6 +78,7 @@ CREATE TABLE IF NOT EXISTS reranks (
 @dataclass(frozen=True)
 class PendingProposal:
     """A proposal committed to the store and not yet evaluated."""
+
     idx: int
     graph: dict
     parent_id: int | None
