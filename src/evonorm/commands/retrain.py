@@ -14,6 +14,7 @@ from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import RUN_ARCH_HELP, check_run, check_run_archs, run_lock, write_errors
+from evonorm.search.evaluator import require_builtin
 from evonorm.search.references import DEFAULT_REFERENCES, train_references
 from evonorm.search.retrain import retrain
 from evonorm.search.store import Store, run_folder
@@ -54,14 +55,10 @@ def main(argv: list[str]) -> int:
     try:
         with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
             cfg = store.search_config()
+        require_builtin(cfg, "re-training")  # before the lock is taken
     except (ValueError, TypeError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
-    if cfg.objective:
-        raise CommandError(f"re-training runs the built-in proxy task, and this run was searched with "
-                           f"the objective {cfg.objective}: retrain its top layers in your own task "
-                           "(evonorm.search.load(RUN).top(k))")
-    archs = cfg.archs
-    user_archs = check_run_archs(args.run, archs, args.arch)
+    user_archs = check_run_archs(args.run, cfg.archs, args.arch)
     if args.references is not None:
         from evonorm.models import resolve_norm_act
 
@@ -75,11 +72,9 @@ def main(argv: list[str]) -> int:
     with run_lock(run_folder(args.run)), write_errors(f"re-training into {args.run}"):
         try:
             if args.references is not None:
-
                 train_references(args.run, args.references or DEFAULT_REFERENCES, log=log,
                                  user_archs=user_archs)
             if args.seeds:
-
                 rows = retrain(args.run, top=args.top, seeds=args.seeds, log=log,
                                user_archs=user_archs)
                 print(f"retrain: {len(rows)} (layer, seed) runs in "

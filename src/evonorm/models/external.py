@@ -151,7 +151,6 @@ def build_external(arch: str, factory: Callable[..., nn.Module], *, num_classes:
     becomes a per-channel affine). MODULE:FUNCTION: `fn(factory, num_classes=, in_chans=, **model_kw)`,
     which must return an nn.Module."""
     if arch_kind(arch) == "timm":
-
         timm, name = _timm(arch)
         model = timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans,
                                   **model_kw)

@@ -35,7 +35,6 @@ def search(objective: Objective | None = None, *, out: str | Path, preset: str =
         check_picklable(check_objective(objective))
         cfg = own_objective_config(cfg, objective)
     else:
-
         cfg = cfg.with_dataset()
         check_data(cfg)
     Path(out).mkdir(parents=True, exist_ok=True)
@@ -60,7 +59,6 @@ def resume(out: str | Path, objective: Objective | None = None, *, progress: boo
         cfg = store.search_config()
     check_resume_objective(cfg.objective, objective, "the objective")
     if objective is None:
-
         check_data(cfg)
     with RunLock(out):
         return run_search(out, objective=objective, progress=progress, ship=ship)

@@ -42,6 +42,16 @@ def _load_split(name: str, root: str | None, n_train: int | None, holdout: float
     return to_device(holdout_split(ds, frac=holdout, seed=seed), device)
 
 
+def require_builtin(cfg: SearchConfig, what: str) -> None:
+    """ValueError unless the run was searched on the built-in proxy task: `what` (a rerank, a
+    re-training, the reference layers) trains that task's architectures on its data, which a run
+    on an objective of one's own never used."""
+    if cfg.objective:
+        raise ValueError(f"{what} trains on the built-in proxy task, and this run was searched with "
+                         f"the objective {cfg.objective}: retrain its top layers in your own task "
+                         "(evonorm.search.load(RUN).top(k))")
+
+
 def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = None, *,
                  steps: int | None = None, **extra):
     """The TrainConfig for `arch` in a training setting (default: the search's, `cfg.training`;

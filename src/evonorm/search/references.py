@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence
 
+from evonorm.search.evaluator import require_builtin, search_dataset, train_config
 from evonorm.search.store import Store, run_folder
-from evonorm.search.evaluator import search_dataset, train_config
 
 # The one list of reference layers per search space: what a calibration must rank above random
 # layers, what a run's found layers are re-trained against, and what the report draws.
@@ -38,9 +38,7 @@ def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
 
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
-    if cfg.objective:
-        raise ValueError(f"reference layers train on the built-in proxy task, and this run was "
-                         f"searched with the objective {cfg.objective}")
+    require_builtin(cfg, "training the reference layers")
     check_named_again(run, cfg.archs, user_archs)
     ds = search_dataset(cfg)
     path = run_folder(run) / REFERENCES_FILE

@@ -25,9 +25,9 @@ from typing import Any, Callable, Sequence
 
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
-from evonorm.search.store import Store
-from evonorm.search.evaluator import search_dataset, train_config
+from evonorm.search.evaluator import require_builtin, search_dataset, train_config
 from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor
+from evonorm.search.store import Store
 
 # a worker that died or hung (after the config's retries): the row says so, and the next rerank
 # trains the layer again (rows "ok" and "failed", the layer's own outcome, are final)
@@ -152,11 +152,7 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
     larger than the search's (unless `allow_smaller`), or if the run was searched on an objective
     of one's own: the rerank retrains on the built-in proxy task's architectures and data, which
     such a run never used."""
-
-    if cfg.objective:
-        raise ValueError(f"rerank retrains on the built-in proxy task, and this run was searched "
-                         f"with the objective {cfg.objective}: retrain its top layers in your own "
-                         f"task (evonorm.search.load(RUN).top(k))")
+    require_builtin(cfg, "a rerank")
     if data is not None:
         if cfg.data_sha256 is None:
             raise ValueError(f"--data gives a moved data file, and this run trained on "

@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from evonorm.search.candidates import same_layer_keys, top_layers
+from evonorm.search.evaluator import require_builtin, search_dataset, train_config
 from evonorm.search.references import REFERENCES_BY_SPACE
 from evonorm.search.store import Store, run_folder
-from evonorm.search.candidates import same_layer_keys, top_layers
-from evonorm.search.evaluator import search_dataset, train_config
 
 RETRAIN_FILE = "retrain.jsonl"
 SEED_OFFSET = 1000  # training seeds cfg.seed + 1000 + i: fresh, not the search's own seed
@@ -92,10 +92,7 @@ def retrain(run: str | Path, *, top: int = 3, seeds: int = 3,
     if top < 0 or seeds < 1:
         raise ValueError(f"re-training needs top >= 0 and seeds >= 1, got {top} and {seeds}")
     cfg, layers = plan(run, top)
-    if cfg.objective:
-        raise ValueError(f"re-training runs the built-in proxy task, and this run was searched "
-                         f"with the objective {cfg.objective}: retrain its top layers in your own "
-                         f"task (evonorm.search.load(RUN).top(k))")
+    require_builtin(cfg, "re-training")
     check_named_again(run, cfg.archs, user_archs)
     path = run_folder(Path(run)) / RETRAIN_FILE
     done = {(r.layer, r.seed) for r in read_rows(run)}
