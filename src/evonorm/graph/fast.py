@@ -261,7 +261,11 @@ def _forward(plan: Plan, x, v0, v1, groups: int, eps: float) -> tuple[dict, dict
             out = torch.maximum(a[0], a[1])
         elif k == "neg":
             out = -a[0]
-        elif k in ("sigmoid", "tanh", "exp"):
+        elif k == "tanh" and a[0].device.type == "cpu":  # torch's CPU tanh costs 4-9x its sigmoid
+            out = torch.mul(a[0], 2).sigmoid_().mul_(2).sub_(1)  # tanh x = 2 sigmoid(2x) - 1
+        elif k == "tanh":
+            out = torch.tanh(a[0])
+        elif k in ("sigmoid", "exp"):
             out = getattr(torch, k)(a[0])
         elif k == "abs":
             out = a[0].abs()
