@@ -1,7 +1,7 @@
 """Experiment 2: evolution vs random search at equal compute (the paper's Fig. 10).
 
 Protocol, fixed before the runs (README, "Evolution vs random search"):
-- Preset `scratch`: S space from random graphs only (no seed layers), Fashion-MNIST, staged
+- Preset `scratch` (`--preset`): S space from random graphs only (no seed layers), Fashion-MNIST, staged
   training with progressive dynamic hurdles, the preset's rejection. Both arms run the same
   driver, evaluator, rejection and hurdles; only the proposals differ (`evolution`: tournament
   winners mutated, where near misses of the quality test count as parents below every valid
@@ -13,13 +13,17 @@ Protocol, fixed before the runs (README, "Evolution vs random search"):
 - Metric per run: the best fitness (mean held-out accuracy over the architectures) of a layer
   trained to the end, among the candidates finished within the budget; chance (1 / classes)
   when there is none.
-- Test: one-sided exact Mann-Whitney U, evolution > random, over `--seeds` seeds per arm.
+- Test: one-sided exact Mann-Whitney U, evolution > random, over `--seeds` seeds per arm; with
+  `--test paired`, an exact paired permutation test of the per-seed differences instead. It is
+  the right one for a preset with seed layers (`demo`): the two arms of a seed then evaluate the
+  same seed layers with the same data split and training seeds, so they differ only by what each
+  algorithm proposed after them. Both tests are always reported; `--test` names the one fixed
+  before the runs.
 Every run is reported (`runs.json`), and `summary.json` holds the numbers and the test.
-Runs so far (README): 450 worker-s without near misses (`first_run_450s/`); 900 worker-s with
-near misses but no redraw, stopped after seed 0 (evolution spent 1,528 of its 2,569 proposals on
-re-proposing one near miss); 600 worker-s with both (the summary beside this script's results).
+Runs so far: docs/findings.md, each with its protocol, in results/evolution_vs_random/.
 
-    python experiments/evolution_vs_random.py                      # 5 seeds x 2 arms
+    python experiments/evolution_vs_random.py                      # 5 seeds x 2 arms, scratch
+    python experiments/evolution_vs_random.py --preset demo --test paired
     python experiments/evolution_vs_random.py --summarize-only     # tables from the runs so far
 """
 
@@ -39,6 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, log, out_dir, save_png  # noqa: E402
 
 ARMS = ("evolution", "random")
+TESTS = {"mann-whitney": "one-sided exact Mann-Whitney U (evolution > random)",
+         "paired": "one-sided exact paired permutation (sign-flip) test of evolution - random over "
+                   "the seeds (the two arms of a seed share their seed layers' evaluations, data "
+                   "split and training seeds)"}
 
 
 def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float):
@@ -113,6 +121,21 @@ def mann_whitney_greater(a: list[float], b: list[float]) -> tuple[float, float]:
     return u, count / len(splits)
 
 
+def paired_sign_flip_greater(a: list[float], b: list[float]) -> float:
+    """Exact one-sided p of a paired permutation test, H1: a[i] - b[i] tends to be positive.
+
+    Under H0 each pair's difference is as likely negative as positive; the null distribution
+    flips the signs of the differences in every one of the 2^n ways (32 for 5 pairs). A zero
+    difference counts as no evidence either way, so 5 pairs reach p < 0.05 only when a wins all
+    of them (p = 1/32)."""
+    if len(a) != len(b) or not a:
+        raise ValueError("paired test needs two equal-length non-empty lists")
+    diffs = [x - y for x, y in zip(a, b)]
+    observed = sum(diffs)
+    flips = list(itertools.product((1, -1), repeat=len(diffs)))
+    return sum(sum(s * d for s, d in zip(f, diffs)) >= observed - 1e-12 for f in flips) / len(flips)
+
+
 def summarize(runs_dir: Path, args, d: Path) -> dict:
     from evonorm.search.config import SearchConfig
     from evonorm.search.evaluator import search_dataset
@@ -143,6 +166,11 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
                 values[arm].append(metric)
     u, p = (mann_whitney_greater(values["evolution"], values["random"])
             if values["evolution"] and values["random"] else (None, None))
+    both = [s for s in args.seeds if all(r["status"] == "complete" for r in rows
+                                         if r["seed"] == s) and sum(r["seed"] == s for r in rows) == 2]
+    pairs = {arm: [r["best_fitness"] for s in both for r in rows if r["seed"] == s and r["arm"] == arm]
+             for arm in ARMS}
+    p_paired = paired_sign_flip_greater(pairs["evolution"], pairs["random"]) if both else None
     summary = {
         "metric": ("best fitness (mean held-out accuracy over resnet50_cifar and "
                    "mobilenetv2_cifar, Fashion-MNIST, search split) of a layer trained through "
@@ -151,8 +179,9 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
         "budget_worker_seconds": args.budget_seconds,
         "preset": args.preset,
         "evolution": values["evolution"], "random": values["random"],
-        "test": "one-sided exact Mann-Whitney U (evolution > random)",
-        "u": u, "p_value": p,
+        "test": TESTS[args.test],
+        "p_value": p_paired if args.test == "paired" else p,
+        "paired_seeds": both, "paired_p_value": p_paired, "u": u, "mann_whitney_p_value": p,
         "mean_std": {arm: [statistics.fmean(v), statistics.stdev(v) if len(v) > 1 else 0.0]
                      for arm, v in values.items() if v},
     }
@@ -195,12 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-seconds", type=float, default=600.0,
                    help="worker-seconds per run (equal for both arms)")
     p.add_argument("--preset", default="scratch")
-    p.add_argument("--runs", default=str(ROOT / "runs" / "evolution_vs_random"),
-                   help="folder for the run stores (not committed)")
+    p.add_argument("--test", choices=sorted(TESTS), default="mann-whitney",
+                   help="the test behind summary.json's p_value, fixed before the runs "
+                        "(paired: for presets with seed layers, which both arms evaluate alike)")
+    p.add_argument("--runs", default=None,
+                   help="folder for the run stores (not committed; default "
+                        "runs/evolution_vs_random/PRESET_BUDGETs)")
     p.add_argument("--out", default=None, help="default results/evolution_vs_random")
     p.add_argument("--summarize-only", action="store_true")
     args = p.parse_args(argv)
-    runs_dir = Path(args.runs)
+    runs_dir = Path(args.runs or ROOT / "runs" / "evolution_vs_random"
+                    / f"{args.preset}_{args.budget_seconds:g}s")
     d = out_dir("evolution_vs_random", args.out)
     if not args.summarize_only:
         t0 = time.time()
@@ -218,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"seed {seed} done ({(time.time() - t0) / 60:.1f} min)")
             summarize(runs_dir, args, d)
     s = summarize(runs_dir, args, d)
-    log(f"evolution {s['evolution']} random {s['random']} U {s['u']} p {s['p_value']}")
+    log(f"evolution {s['evolution']} random {s['random']} U {s['u']} (p {s['mann_whitney_p_value']}), "
+        f"paired p {s['paired_p_value']}; {args.test} p {s['p_value']}")
     log(f"wrote {d}")
     return 0
 

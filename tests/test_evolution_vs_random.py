@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from evolution_vs_random import (first_full_at, mann_whitney_greater, run_config,  # noqa: E402
-                                 run_metric, within_budget)
+from evolution_vs_random import (first_full_at, mann_whitney_greater,  # noqa: E402
+                                 paired_sign_flip_greater, run_config, run_metric, within_budget)
 
 from evonorm.search.candidates import Candidate  # noqa: E402
 
@@ -24,6 +24,17 @@ def test_exact_mann_whitney_one_sided():
     assert u == 0 and p == 1.0
     _, p = mann_whitney_greater([1, 1, 1], [1, 1, 1])  # all tied: no evidence
     assert p == 1.0
+
+
+def test_exact_paired_sign_flip_one_sided():
+    # five wins: only the observed signs reach the observed sum, 1 of 32
+    assert paired_sign_flip_greater([1, 2, 3, 4, 5], [0, 1, 2, 3, 4]) == pytest.approx(1 / 32)
+    # one tie: flipping its zero changes nothing, so two of 32 reach the sum
+    assert paired_sign_flip_greater([1, 2, 3, 4, 4], [0, 1, 2, 3, 4]) == pytest.approx(2 / 32)
+    # a loss as large as the wins: little evidence
+    assert paired_sign_flip_greater([1, 1, 1, 0], [0, 0, 0, 3]) > 0.5
+    with pytest.raises(ValueError):
+        paired_sign_flip_greater([1, 2], [1])
 
 
 def test_budget_cut_and_metric():
