@@ -184,7 +184,7 @@ def _search() -> st.SearchStrategy[Case]:
         option("--workers", st.one_of(bad_count, too_many_workers)),
         option("--timeout", bad_float), option("--window", bad_int),
         option("--top", bad_count), option("--seed", not_a_number),
-        option("--archs", bad_archs), option("--dataset", not_in(DATASETS)),
+        option("--data-seed", not_a_number), option("--archs", bad_archs), option("--dataset", not_in(DATASETS)),
         option("--seed-layers", bad_seeds), option("--address", junk),
         option("--seed-layers", st.integers(1000, 60_000).map(lambda n: '{"nodes": ' + "[" * n)),
         bad_cifar.map(lambda root: lambda ws: ["--dataset", "cifar10", "--data-root", root(ws)]),

@@ -66,6 +66,20 @@ def test_rerank_dataset_against_the_real_search_dataset():
     assert torch.equal(data.test_x, load_dataset("synthetic", seed=1).test_x)
 
 
+def test_data_seed_fixes_the_split_across_search_seeds():
+    def held(cfg):
+        return {bytes(x.flatten().tolist()) for x in search_dataset(cfg).test_x}
+
+    base = get_preset("tiny", holdout=0.2).replace(n_train=None)
+    assert held(base.replace(seed=1)) != held(base.replace(seed=2))  # None: the split follows seed
+    fixed = base.replace(data_seed=5)
+    assert held(fixed.replace(seed=1)) == held(fixed.replace(seed=2)) == held(base.replace(seed=5))
+    assert torch.equal(rerank_dataset(fixed.replace(seed=1)).train_x,
+                       rerank_dataset(base.replace(seed=5)).train_x)
+    assert SearchConfig.from_dict({k: v for k, v in base.to_dict().items()
+                                   if k != "data_seed"}).data_seed is None  # runs stored before it
+
+
 def test_a_setting_not_larger_than_the_searchs_is_refused_unless_allowed():
     cfg = get_preset("tiny")  # search: 4 steps of 16 on 288 images; rerank: 6 steps, 1024 images
     plan = prepare(cfg)

@@ -67,6 +67,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seed-layers", default=None, metavar="NAMES",
                    help="comma-separated named graphs (e.g. evonorm_s0) evaluated first, as seeds")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--data-seed", type=int, default=None,
+                   help="seed of the training subset and held-out split (default: the preset's, "
+                   "else --seed), so that several search seeds can share one task")
     p.add_argument("--objective", default=None, metavar="MODULE:FUNCTION",
                    help="score candidates with your own objective(norm_act, trial) instead of the "
                    "built-in proxy task (the current folder is importable); the run records the "
@@ -98,8 +101,9 @@ def config_from_args(args):
                   else {"stages": (), "quality_steps": 50, "train_seeds": 1})
     try:
         return get_preset(args.preset, space=args.space, algorithm=args.algorithm,
-                          budget=args.budget, budget_seconds=args.budget_seconds, **staged, dataset=dataset_arg(args.dataset, args.data), data_root=args.data_root,
-                          n_train=args.n_train, archs=archs, workers=args.workers,
+                          budget=args.budget, budget_seconds=args.budget_seconds, **staged,
+                          dataset=dataset_arg(args.dataset, args.data), data_root=args.data_root,
+                          n_train=args.n_train, data_seed=args.data_seed, archs=archs, workers=args.workers,
                           executor=args.executor, address=args.address, timeout=args.timeout,
                           window=args.window, criterion=args.criterion, seed=args.seed,
                           seed_layers=seeds, device=device, gpus_per_worker=args.gpus_per_worker)

@@ -61,6 +61,10 @@ class SearchConfig:
     data_sha256: str | None = None
     n_train: int | None = None
     holdout: float = 0.1
+    # the seed of the training subset and the held-out split (None: `seed`). Every candidate of a
+    # run shares the split, so only training noise moves one layer's fitness against another's;
+    # a preset fixes it so that search seeds vary the search, not the task
+    data_seed: int | None = None
     # search space and algorithm
     space: str = "s"
     algorithm: str = "evolution"
@@ -190,6 +194,11 @@ class SearchConfig:
     def rerank_training(self) -> TrainSetting:
         """The larger setting the top layers are retrained in (paper Sec. 5.2)."""
         return TrainSetting(self.rerank_preset, self.rerank_train, presized=False)
+
+    @property
+    def split_seed(self) -> int:
+        """The seed of the run's data subset and held-out split (`data_seed`, else `seed`)."""
+        return self.seed if self.data_seed is None else self.data_seed
 
     @property
     def num_stages(self) -> int:

@@ -29,8 +29,8 @@ def search_dataset(cfg: SearchConfig):
     if cfg.dataset is None:
         raise ValueError("the search config names no dataset (SearchConfig.with_dataset() "
                          "resolves the default when a run starts)")
-    return _load_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed, cfg.device,
-                       cfg.data_sha256)
+    return _load_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.split_seed,
+                       cfg.device, cfg.data_sha256)
 
 
 @lru_cache(maxsize=4)

@@ -124,8 +124,8 @@ def rerank_dataset(cfg: SearchConfig):
     cached per process and device, so a worker loads it once for all the layers it trains."""
     if cfg.dataset is None:
         raise ValueError("the search config names no dataset")
-    return _load_rerank_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.seed,
-                              cfg.device, cfg.data_sha256)
+    return _load_rerank_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout,
+                              cfg.split_seed, cfg.device, cfg.data_sha256)
 
 
 @lru_cache(maxsize=2)
