@@ -19,6 +19,14 @@ def test_without_a_terminal_status_lines_come_every_few_seconds(tmp_path, capsys
     assert len(re.findall(r"^\[\d+/8\] #\d+ ", err, re.M)) == 8  # and a line per candidate
 
 
+def test_the_eta_counts_the_worker_seconds_budget_too(tmp_path, capsys):
+    # a huge candidate budget stopped by a few worker-seconds: the ETA is that of the seconds
+    init_run(tmp_path, fake_config(budget=100_000, budget_seconds=2.0))
+    run_search(tmp_path, objective=slow_fake, progress=True, progress_every=0.05)
+    etas = [int(e) for e in re.findall(r"elapsed, ETA (\d+)s", capsys.readouterr().err)]
+    assert etas and max(etas) < 60, etas  # by count alone, thousands of seconds
+
+
 class FakeTTY(io.StringIO):
     def isatty(self):
         return True

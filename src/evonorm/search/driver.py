@@ -167,6 +167,7 @@ class _Search:
             if self._joins(c.evaluation):
                 valid.append(self._member(c))
         self.population = AgingPopulation(cfg.window, valid[-cfg.window:])
+        self.spent_before = self.spent
         self.pending: deque[PendingProposal] = deque(store.pending_proposals())
         self.in_flight: dict[int, InFlight] = {}  # by proposal idx
         self.waiting: dict[str, list[PendingProposal]] = {}  # behind an in-flight key
@@ -250,7 +251,11 @@ class _Search:
         elapsed = time.perf_counter() - self.started
         done, now_done = self.tally.done, self.tally.done - self.done_before  # all, this session's
         left = max(0, self.cfg.budget - done)
-        eta = f"{elapsed / now_done * left:.0f}s" if now_done else "?"
+        etas = [elapsed / now_done * left] if now_done else []
+        spent = self.spent - self.spent_before  # and the worker-seconds budget, at this pace
+        if self.cfg.budget_seconds is not None and spent > 0:
+            etas.append(elapsed / spent * max(0.0, self.cfg.budget_seconds - self.spent))
+        eta = f"{min(etas):.0f}s" if etas else "?"
         return (f"search: {done}/{self.cfg.budget} done | valid {self.tally.valid} | best "
                 f"{self.tally.best_text()} | {len(self.in_flight)} training | {elapsed:.0f}s elapsed, ETA {eta}")
 
