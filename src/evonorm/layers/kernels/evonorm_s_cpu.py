@@ -22,8 +22,10 @@ _MIN_V = 1e-3  # below this |v|, S0's forward takes x * sigmoid(v x) rather than
 
 
 def _to_channels(t: torch.Tensor, channels: int) -> torch.Tensor:
-    """Per-group (N, G) values expanded to per-channel (N, C)."""
-    return t.repeat_interleave(channels // t.shape[1], dim=1)
+    """Per-group (N, G) values expanded to per-channel (N, C) (expand + reshape: repeat_interleave
+    costs about 0.1 ms a call on CPU, much of a small layer's time)."""
+    n, g = t.shape
+    return t if g == channels else t.view(n, g, 1).expand(n, g, channels // g).reshape(n, channels)
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor, buf: torch.Tensor, out: torch.Tensor) -> None:
