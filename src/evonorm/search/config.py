@@ -61,9 +61,9 @@ class SearchConfig:
     data_sha256: str | None = None
     n_train: int | None = None
     holdout: float = 0.1
-    # the seed of the training subset and the held-out split (None: `seed`). Every candidate of a
-    # run shares the split, so only training noise moves one layer's fitness against another's;
-    # a preset fixes it so that search seeds vary the search, not the task
+    # the seed of the training subset and the held-out split (None: `seed`), so that several
+    # search seeds can share one task (every candidate of a run shares its split). No preset sets
+    # it: at `demo` a fixed split did not narrow the seed-to-seed spread (docs/calibration.md)
     data_seed: int | None = None
     # search space and algorithm
     space: str = "s"
