@@ -166,10 +166,9 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
                 values[arm].append(metric)
     u, p = (mann_whitney_greater(values["evolution"], values["random"])
             if values["evolution"] and values["random"] else (None, None))
-    both = [s for s in args.seeds if all(r["status"] == "complete" for r in rows
-                                         if r["seed"] == s) and sum(r["seed"] == s for r in rows) == 2]
-    pairs = {arm: [r["best_fitness"] for s in both for r in rows if r["seed"] == s and r["arm"] == arm]
-             for arm in ARMS}
+    complete = {(r["arm"], r["seed"]): r["best_fitness"] for r in rows if r["status"] == "complete"}
+    both = [s for s in args.seeds if all((arm, s) in complete for arm in ARMS)]
+    pairs = {arm: [complete[arm, s] for s in both] for arm in ARMS}
     p_paired = paired_sign_flip_greater(pairs["evolution"], pairs["random"]) if both else None
     summary = {
         "metric": ("best fitness (mean held-out accuracy over resnet50_cifar and "

@@ -45,15 +45,14 @@ def verdict(found: list[float], other: list[float]) -> tuple[str, float, float]:
     return word, up, down
 
 
-def table(run: Path) -> tuple[list[dict], list[str]]:
-    """One row per re-trained layer, and one sentence per found layer."""
+def table(run: Path, candidates: list) -> tuple[list[dict], list[str]]:
+    """One row per re-trained layer, and one sentence per found layer (`candidates`: the run's,
+    for the found layers' search fitness)."""
     from evonorm.report.data import formula
     from evonorm.search.retrain import read_rows
-    from evonorm.search.store import Store
     from evonorm.stats import mean_std
 
-    with Store(run, readonly=True) as store:
-        fitness = {c.id: c.fitness for c in store.candidates()}
+    fitness = {c.id: c.fitness for c in candidates}
     by_layer: dict[str, list] = {}
     for r in read_rows(run):
         by_layer.setdefault(r.layer, []).append(r)
@@ -75,18 +74,19 @@ def table(run: Path) -> tuple[list[dict], list[str]]:
         if r["kind"] != "found":
             continue
         parts = []
-        for name, other in (("the best seed layer", best_seed), ("EvoNorm-S0", s0)):
+        for name, key, other in (("the best seed layer", "seed", best_seed), ("EvoNorm-S0", "s0", s0)):
             if other is None or r["n"] < 2:
                 parts.append(f"not tested against {name}")
                 continue
             word, up, down = verdict(r["_fit"], other["_fit"])
-            r[f"p_over_{'seed' if other is best_seed else 's0'}"] = up
-            r[f"p_under_{'seed' if other is best_seed else 's0'}"] = down
+            r[f"p_over_{key}"], r[f"p_under_{key}"] = up, down
             parts.append(f"{word} {name} ({other['layer']}, {100 * other['mean']:.1f}; "
                          f"p={up:.3f} above, {down:.3f} below)")
-        sentences.append(f"found layer {r['layer']} `{r['formula']}`, "
-                         f"{100 * r['mean']:.1f} +- {100 * r['std']:.1f} over {r['n']} seeds: "
-                         + "; ".join(parts) if r["n"] else f"found layer {r['layer']}: no seed finished")
+        if not r["n"]:
+            sentences.append(f"found layer {r['layer']}: no seed finished")
+            continue
+        sentences.append(f"found layer {r['layer']} `{r['formula']}`, {100 * r['mean']:.1f} +- "
+                         f"{100 * r['std']:.1f} over {r['n']} seeds: " + "; ".join(parts))
     for r in rows:
         r.pop("_fit")
     return rows, sentences
@@ -126,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     d = out_dir("long_search", args.out)
     write_report([args.run], d)
     shutil.copyfile(args.run / RETRAIN_FILE, d / RETRAIN_FILE)
-    rows, sentences = table(args.run)
     with Store(args.run, readonly=True) as store:
         cands = store.candidates()
         cfg = store.config()
+    rows, sentences = table(args.run, cands)
     worker_s = sum(c.seconds for c in cands)
     write_table(d, "long_search", rows,
                 {"run": str(args.run), "config": cfg, "candidates": len(cands),
