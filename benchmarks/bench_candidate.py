@@ -4,8 +4,9 @@ native GroupNorm-ReLU.
 Layers: native BN-ReLU, GN-ReLU and EvoNorm-S0 (the hand-written modules), and graphs compiled by
 `Graph.to_module` on the plain fx path and on the fast path (`impl="plain"` / `impl="fast"`): GroupNorm-ReLU
 as a graph (the `demo` preset's first seed layer), EvoNorm-S0 and the paper's s_top1 (`--graphs`).
-Every variant runs in one process, interleaved over `--rounds` so that load from other processes hits
-them alike, timed in CPU seconds of this process (with one thread, what the work costs; wall time on a
+Every variant runs in one process: in each of `--rounds`, the models are built one after another and
+then trained in turns of `--block` steps, so that load from other processes hits them alike; timed
+in CPU seconds of this process (with one thread, what the work costs; wall time on a
 shared machine also counts the other processes). The table gives the median seconds per candidate (model
 built + 60 steps), ms per step, and the ratio to native GN-ReLU on the same architecture: the median over
 rounds of each round's ratio, with their range. The demo's training config (`train_config`), on
@@ -59,15 +60,23 @@ def _dataset(cfg):
     return search_dataset(cfg.with_dataset()), "fashion_mnist"
 
 
-def candidate_seconds(layer, ds, tcfg) -> tuple[float, float]:
-    """(seconds to build the model and train `tcfg.steps`, seconds per step after the warm-up)."""
+def candidate_seconds(layers: dict, ds, tcfg, block: int = 10) -> dict[str, float]:
+    """Per label: seconds to build the model and train `tcfg.steps`. The builds run one after another, then
+    the runs advance `block` steps each in turn, so a burst of load from other processes hits every variant
+    alike (a block takes about a second; a whole candidate, several)."""
     from evonorm.train import Run
 
-    t0 = time.process_time()
-    run = Run(layer, ds, tcfg)
-    run.advance()
-    total = time.process_time() - t0
-    return total, total / tcfg.steps
+    secs, runs = {}, {}
+    for label, layer in layers.items():
+        t0 = time.process_time()
+        runs[label] = Run(layer, ds, tcfg)
+        secs[label] = time.process_time() - t0
+    for step in range(block, tcfg.steps + block, block):
+        for label, run in runs.items():
+            t0 = time.process_time()
+            run.advance(step)
+            secs[label] += time.process_time() - t0
+    return secs
 
 
 def bench_train(args) -> list[dict]:
@@ -79,14 +88,13 @@ def bench_train(args) -> list[dict]:
                 if k == "native gn_relu" or not args.only or any(o in k for o in args.only)}
     times = {(a, v): [] for a in args.archs for v in variants}
     for arch in args.archs:  # warm-up, untimed
-        candidate_seconds("gn_relu", ds, train_config(cfg, arch, steps=3))
+        candidate_seconds({"warm-up": "gn_relu"}, ds, train_config(cfg, arch, steps=3))
     for rnd in range(args.rounds):
         for arch in args.archs:
-            tcfg = train_config(cfg, arch, steps=args.steps)
-            for label, layer in variants.items():
-                total, per_step = candidate_seconds(layer, ds, tcfg)
+            secs = candidate_seconds(variants, ds, train_config(cfg, arch, steps=args.steps), args.block)
+            for label, total in secs.items():
                 times[(arch, label)].append(total)
-                print(f"  round {rnd} {arch:18s} {label:26s} {total:6.2f} s  {1e3 * per_step:6.1f} ms/step",
+                print(f"  round {rnd} {arch:18s} {label:26s} {total:6.2f} s  {1e3 * total / args.steps:6.1f} ms/step",
                       file=sys.stderr, flush=True)
     rows = []
     for arch in args.archs:
@@ -130,6 +138,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--block", type=int, default=10, help="steps each model trains before the next takes its turn")
     p.add_argument("--archs", nargs="+", default=["resnet50_cifar", "mobilenetv2_cifar"])
     p.add_argument("--graphs", nargs="+", default=["GN-ReLU", "evonorm_s0", "s_top1"],
                    help="graph layers: GN-ReLU, LN-ReLU, IN-ReLU (the demo's seed layers) or named graphs")

@@ -93,6 +93,20 @@ def test_named_graphs_match_the_plain_path(name):
     _assert_same(get_graph(name))
 
 
+@pytest.mark.parametrize("nodes", [
+    [["layer_mean", 0], ["mul", 4, 3], ["sigmoid", 5], ["mul", 4, 6], ["mul", 0, 7]],  # swish wider than its input
+    [["mul", 0, 3], ["sigmoid", 4], ["mul", 0, 5], ["instance_std", 0], ["div", 6, 7]],  # S0 per instance
+    [["mul", 0, 3], ["sigmoid", 4], ["mul", 0, 5], ["layer_std", 0], ["div", 6, 7]],  # ... per sample
+    [["group_std", 0], ["mul", 0, 4], ["sigmoid", 0], ["mul", 0, 6], ["add", 5, 7]],  # x reached three ways
+    [["sigmoid", 0], ["mul", 0, 4], ["group_std", 5], ["mul", 5, 2], ["div", 7, 6]],  # a std of a swish
+])
+def test_gradients_that_meet_at_one_node_add_up(nodes):
+    """The sweep multiplies some contributions into a gradient it already holds, in place: every order and
+    shape of meeting must give the plain path's sums."""
+    for shape, groups in (((3, 8, 4, 5), 4), ((2, 6, 1, 1), 3), ((1, 1, 3, 3), 1)):
+        _assert_same(Graph.from_json({"nodes": nodes}), shape, groups)
+
+
 def test_the_fused_patterns_are_recognised():
     for axes, g in NORM_RELU.items():
         plan = make_plan(g)

@@ -13,7 +13,8 @@ owns them). Some subgraphs become one step:
   fused backward with inputs rescaled so that it differentiates the guarded divisor exactly;
 - relu: `max(y, zero)`, with autograd's rule for `maximum` at ties (half the gradient where y == 0);
 - swish: `h * sigmoid(v * h)` (v = v0 or v1) and `h * sigmoid(h)`;
-- a whole layer `max((x - mean_I(x)) / std_I(x), 0)` (the `demo` seed layers) in two passes each way;
+- a whole layer `max((x - mean_I(x)) / std_I(x), 0)` (the `demo` seed layers): torch's group-norm kernels
+  each way, and four elementwise passes forward (three in place);
 - an output `div(F, statistic)`: the division joins the final affine.
 
 The function is the plain path's (tests compare them in float64). Where the plain path is needed the
@@ -451,33 +452,31 @@ def plain_formula(x, v0, v1, weight, bias, spec: FastSpec) -> torch.Tensor:
 
 
 def _norm_relu_forward(x, weight, bias, ng: int, eps: float):
-    """max((x - mu) / (std + eps), 0) * weight + bias in few passes and allocations, or None when a normalized
-    value is 0 or not finite (the general path then applies maximum's rule at ties). z = x_hat * q with
-    x_hat torch's (x - mu) * rstd and q = std / (std + eps) = 1 / (1 + eps * rstd) > 0, so relu(z) =
-    relu(x_hat) * q: q joins the weight in the final multiply-add."""
-    n, c = x.shape[0], x.shape[1]
+    """max((x - mu) / (std + eps), 0) * weight + bias: torch's group-norm kernel, then sign(x_hat) and three
+    passes in place. z = x_hat * q with x_hat torch's (x - mu) * rstd and q = std / (std + eps) =
+    1 / (1 + eps * rstd) > 0, so relu(z) = relu(x_hat) * q: q joins the weight in the final multiply and add
+    (an out-of-place addcmul with a broadcast bias costs twice as much on CPU). Backward keeps sign(x_hat),
+    from which maximum's rule follows (1 above 0, 1/2 at a tie, 0 below)."""
+    c = x.shape[1]
     x_hat, mu, rstd = _group_moments(x, ng, eps)
-    out = torch.empty_like(x_hat)  # first the check's |x_hat|, then the output: no extra allocation
-    if not torch.abs(x_hat, out=out).amin().item() > 0:  # a 0 (a tie) or a NaN (amin propagates it)
-        return None
-    q = _per_channel(rstd.mul(eps).add_(1.0).reciprocal_(), c)
-    r = x_hat.relu_()
-    torch.addcmul(bias.view(1, c, 1, 1), r, q * weight.view(1, c, 1, 1), out=out)
-    return out, (mu, rstd, q, r, ng)
+    sign = torch.sign(x_hat)
+    p = rstd.mul(eps).add_(1.0)  # 1 / q, per (sample, group)
+    out = x_hat.relu_().mul_(weight.view(1, c, 1, 1) / _per_channel(p, c)).add_(bias.view(1, c, 1, 1))
+    return out, (mu, rstd, p, sign, ng)
 
 
-def _norm_relu_backward(dy, x, weight, saved, eps: float):
-    """(dx, dweight, dbias) of `_norm_relu_forward`; the normalization's part as in the "norm" step."""
-    mu, rstd, q, r, ng = saved
+def _norm_relu_backward(dy, x, weight, saved):
+    """(dx, dweight, dbias) of `_norm_relu_forward`; the normalization's part as in the "norm" step. Given the
+    weight as its gamma and rstd * sqrt(q) as its rstd, torch's group-norm backward also sums
+    dweight = sum(dy * relu(x_hat) * q) = sum(dy * relu(z)). A NaN x_hat has sign 0 and gets half the
+    gradient where autograd gives all of it; its group's gradients are NaN either way (its mean or rstd is)."""
+    mu, rstd, p, sign, ng = saved
     n, c = x.shape[0], x.shape[1]
     dbias = dy.sum((0, 2, 3))
-    g = torch.ops.aten.threshold_backward(dy, r, 0)
-    dweight = (torch.mul(g, r).sum((2, 3), keepdim=True) * q).sum((0, 2, 3))  # sum(dy * relu(z)), relu(z) = r q
-    qq = q.sqrt()  # 1 / sqrt(1 + eps * rstd), per channel; per group below
-    g.mul_(qq * weight.view(1, c, 1, 1))
-    rq = rstd * qq.view(n, ng, -1)[:, :, 0]
-    dx = torch.ops.aten.native_group_norm_backward(g, x, mu, rq, None, n, c, x.shape[2] * x.shape[3], ng,
-                                                   [True, False, False])[0]
+    qq = p.rsqrt()  # 1 / sqrt(1 + eps * rstd) = sqrt(q)
+    g = torch.addcmul(dy, dy, sign).mul_(_per_channel(qq * 0.5, c))  # dy (1 + sign) / 2 * sqrt(q)
+    dx, dweight, _ = torch.ops.aten.native_group_norm_backward(g, x, mu, rstd * qq, weight, n, c,
+                                                               x.shape[2] * x.shape[3], ng, [True, True, False])
     return dx, dweight, dbias
 
 
@@ -489,11 +488,9 @@ class FastGraphFunction(torch.autograd.Function):
         channels_last = x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
         xc = x.contiguous()
         ctx.spec, ctx.lean = spec, None
-        lean = None
         if spec.plan.norm_relu is not None:
-            lean = _norm_relu_forward(xc, weight, bias, _norm_groups(xc, spec.plan.norm_relu, spec.groups), spec.eps)
-        if lean is not None:
-            out, ctx.lean = lean
+            ng = _norm_groups(xc, spec.plan.norm_relu, spec.groups)
+            out, ctx.lean = _norm_relu_forward(xc, weight, bias, ng, spec.eps)
             ctx.xc = xc
         else:
             vals, extra = _forward(spec.plan, xc, v0, v1, spec.groups, spec.eps)
@@ -501,11 +498,11 @@ class FastGraphFunction(torch.autograd.Function):
             if spec.plan.scaled_output:  # F / d * weight + bias with 1 / d per (sample, channel) in the weight
                 last = spec.plan.steps[-1]
                 ctx.inv = extra[last.nid][0].reciprocal()
-                out = torch.addcmul(bias.view(1, -1, 1, 1), vals[last.args[0]], ctx.inv * weight.view(1, -1, 1, 1))
+                out = torch.mul(vals[last.args[0]], ctx.inv * weight.view(1, -1, 1, 1)).add_(bias.view(1, -1, 1, 1))
             else:
                 y = vals[spec.plan.output]
                 y = y if y.shape == xc.shape else y.expand(xc.shape)
-                out = torch.addcmul(bias.view(1, -1, 1, 1), y, weight.view(1, -1, 1, 1))
+                out = torch.mul(y, weight.view(1, -1, 1, 1)).add_(bias.view(1, -1, 1, 1))
         if channels_last:
             out = out.contiguous(memory_format=torch.channels_last)
         ctx.save_for_backward(x, v0, v1, weight, bias)
@@ -523,7 +520,7 @@ class FastGraphFunction(torch.autograd.Function):
             return (*(next(grads) if t is not None and t.requires_grad else None for t in tensors), None)
         dy = dy.contiguous()
         if ctx.lean is not None:
-            dx, dweight, dbias = _norm_relu_backward(dy, ctx.xc, weight, ctx.lean, spec.eps)
+            dx, dweight, dbias = _norm_relu_backward(dy, ctx.xc, weight, ctx.lean)
             return _like_input(dx, x), None, None, dweight, dbias, None
         vals, extra = ctx.vals, ctx.extra
         c = dy.shape[1]
