@@ -101,8 +101,8 @@ def test_named_graphs_match_the_plain_path(name):
     [["sigmoid", 0], ["mul", 0, 4], ["group_std", 5], ["mul", 5, 2], ["div", 7, 6]],  # a std of a swish
 ])
 def test_gradients_that_meet_at_one_node_add_up(nodes):
-    """The sweep multiplies some contributions into a gradient it already holds, in place: every order and
-    shape of meeting must give the plain path's sums."""
+    """The sweep adds contributions into a gradient it already holds, in place, and folds swish's two terms
+    into one tensor: every order and shape of meeting must give the plain path's sums."""
     for shape, groups in (((3, 8, 4, 5), 4), ((2, 6, 1, 1), 3), ((1, 1, 3, 3), 1)):
         _assert_same(Graph.from_json({"nodes": nodes}), shape, groups)
 
