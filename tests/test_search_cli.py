@@ -43,7 +43,7 @@ def test_bad_arguments_are_one_line_exit_2(tmp_path, monkeypatch, argv, message)
 def test_search_resume_rerank_tiny(tmp_path, capsys):
     run = tmp_path / "run"
     argv = ["search", "--preset", "tiny", "--out", str(run), "--budget", "4", "--workers", "2",
-            "--seed-layers", "evonorm_s0,zero", "--data-seed", "3", "--quiet"]
+            "--seed-layers", "evonorm_s0,zero", "--data-seed", "3", "--final-train-seeds", "2", "--quiet"]
     assert _run(argv) == 0
     out = capsys.readouterr().out
     assert "search complete: 4/4" in out and "rank" in out and "sigma(v1*x)" in out
@@ -51,6 +51,7 @@ def test_search_resume_rerank_tiny(tmp_path, capsys):
         cands = s.candidates()
         assert len(cands) == 4 and s.get_meta("status") == "complete"
         assert s.config()["data_seed"] == 3 and s.config()["seed"] == 0
+        assert s.config()["final_train_seeds"] == 2
         by_proposal = sorted(cands, key=lambda c: c.proposal)
         assert [c.origin for c in by_proposal] == ["seed", "seed", "random", "random"]
         s0 = next(c for c in cands if c.origin == "seed" and c.status == "valid")

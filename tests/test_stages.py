@@ -106,6 +106,29 @@ def test_config_checks_stages():
         _staged_cfg(stages=(), train_seeds=2)
 
 
+def test_final_train_seeds_add_runs_only_for_a_layer_that_reaches_the_end(monkeypatch):
+    cfg = _staged_cfg(final_train_seeds=2)
+    ds = search_dataset(cfg)
+    g = NAMED_GRAPHS["evonorm_s0"]
+    one = train_stages(g, ds, cfg.replace(final_train_seeds=None))
+    arch = cfg.archs[0]
+    other = train(g, ds, train_config(cfg, arch, seed=cfg.seed + 100)).accuracy
+    steps = []
+    real = Run.advance
+    monkeypatch.setattr(Run, "advance", lambda self, to_step=None, **kw: (
+        steps.append((self.cfg.arch, self.cfg.seed, to_step)), real(self, to_step, **kw))[1])
+    more = train_stages(g, ds, cfg)
+    assert more.stages[0] == one.stages[0]  # the first stage is scored on train_seeds runs
+    assert more.stages[-1][arch] == pytest.approx((one.stages[-1][arch] + other) / 2)
+    assert more.accuracies == more.stages[-1]
+    assert [s for s in steps if s[1] == cfg.seed + 100] == [(a, cfg.seed + 100, 6) for a in cfg.archs]
+    steps.clear()  # stopped by a hurdle: no extra run
+    stopped = train_stages(g, ds, cfg, hurdles=[1.0])
+    assert len(stopped.stages) == 1 and all(s[1] == cfg.seed for s in steps)
+    with pytest.raises(ValueError, match="final_train_seeds must be >= train_seeds"):
+        _staged_cfg(train_seeds=2, final_train_seeds=1)
+
+
 def test_train_seeds_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(tmp_path,
                                                                                 monkeypatch):
     cfg = _staged_cfg(train_seeds=2)

@@ -67,6 +67,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seed-layers", default=None, metavar="NAMES",
                    help="comma-separated named graphs (e.g. evonorm_s0) evaluated first, as seeds")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--final-train-seeds", type=int, default=None, metavar="N",
+                   help="training runs per architecture for a layer that clears every earlier stage "
+                        "(default: the preset's train_seeds); its fitness is their mean")
     p.add_argument("--data-seed", type=int, default=None,
                    help="seed of the training subset and held-out split (default: the preset's, "
                    "else --seed), so that several search seeds can share one task")
@@ -104,6 +107,7 @@ def config_from_args(args):
                           budget=args.budget, budget_seconds=args.budget_seconds, **staged,
                           dataset=dataset_arg(args.dataset, args.data), data_root=args.data_root,
                           n_train=args.n_train, data_seed=args.data_seed, archs=archs, workers=args.workers,
+                          final_train_seeds=args.final_train_seeds,
                           executor=args.executor, address=args.address, timeout=args.timeout,
                           window=args.window, criterion=args.criterion, seed=args.seed,
                           seed_layers=seeds, device=device, gpus_per_worker=args.gpus_per_worker)
@@ -232,11 +236,13 @@ def main(argv: list[str]) -> int:
                   f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
         elif not args.quiet:
             data, device = facts["dataset"], facts["device"]
+            runs = ""
+            if cfg.final_runs > 1:
+                runs = f" ({cfg.train_seeds} training runs each, scored by their mean" + (
+                    f"; {cfg.final_runs} at the last stage)" if cfg.final_runs != cfg.train_seeds else ")")
             print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, dataset "
                   f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
-                  f"device {device['type']}, archs {', '.join(cfg.archs)}"
-                  + (f" ({cfg.train_seeds} training runs each, scored by their mean)"
-                     if cfg.train_seeds > 1 else "") + f", budget {cfg.budget}, "
+                  f"device {device['type']}, archs {', '.join(cfg.archs)}{runs}, budget {cfg.budget}, "
                   f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
 
             print(calibration_note(cfg.preset, cfg.space), file=sys.stderr)

@@ -47,8 +47,9 @@ class RunData:
 
     @property
     def train_seeds(self) -> int:
-        """Training runs behind each search fitness (configs stored before it existed: 1)."""
-        return int(self.config.get("train_seeds", 1))
+        """Training runs behind a fully trained layer's search fitness (`final_train_seeds`, else
+        `train_seeds`; configs stored before they existed: 1)."""
+        return int(self.config.get("final_train_seeds") or self.config.get("train_seeds", 1))
 
     @property
     def finished(self) -> list[Candidate]:

@@ -110,6 +110,11 @@ class SearchConfig:
     # (not from the data split) at twice the training cost (needs `stages`, where the quality
     # test is the first stage)
     train_seeds: int = 1
+    # training runs per architecture at the last stage (None: train_seeds): the runs beyond
+    # train_seeds train only for a layer that clears every earlier stage, and its fitness is the mean
+    # of all of them, so the noise falls where layers are ranked while the many layers the quality
+    # test or a hurdle stops cost what they did
+    final_train_seeds: int | None = None
     # execution
     workers: int = 0  # 0 -> one per core
     threads: int = 0  # torch threads per local worker (0: the cores divided among the workers)
@@ -165,6 +170,9 @@ class SearchConfig:
         elif self.train_seeds > 1 and not self.stages:
             errors.append("train_seeds > 1 needs stages (the quality test is then the first "
                           "stage, scored over the same seeds)")
+        if self.final_train_seeds is not None and self.final_train_seeds < self.train_seeds:
+            errors.append(f"final_train_seeds must be >= train_seeds ({self.train_seeds}), got "
+                          f"{self.final_train_seeds}")
         if self.hurdle_min < 1:
             errors.append(f"hurdle_min must be >= 1, got {self.hurdle_min}")
         if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan would disable it
@@ -199,6 +207,11 @@ class SearchConfig:
     def split_seed(self) -> int:
         """The seed of the run's data subset and held-out split (`data_seed`, else `seed`)."""
         return self.seed if self.data_seed is None else self.data_seed
+
+    @property
+    def final_runs(self) -> int:
+        """Training runs per architecture behind a fully trained layer's fitness."""
+        return self.train_seeds if self.final_train_seeds is None else self.final_train_seeds
 
     @property
     def num_stages(self) -> int:

@@ -118,7 +118,9 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     that holds `hurdles`.
 
     With `cfg.train_seeds` > 1 each architecture trains that many runs (`run_seed`) and each stage
-    scores their mean accuracy; a non-finite loss in any of them rejects the layer.
+    scores their mean accuracy; a non-finite loss in any of them rejects the layer. The last stage
+    scores `cfg.final_runs` runs: those beyond `train_seeds` train from scratch only for a layer
+    that got that far.
     """
     import os
     import sys
@@ -173,7 +175,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
             accs: dict[str, float] = {}
             for arch in cfg.archs:
                 scores = []
-                for i in range(cfg.train_seeds):
+                for i in range(cfg.final_runs if k == len(ends) - 1 else cfg.train_seeds):
                     run = runs.get((arch, i))
                     if run is None:
                         run = runs[arch, i] = new_run(arch, i)
