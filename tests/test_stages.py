@@ -42,6 +42,31 @@ def test_a_run_advanced_in_stages_equals_one_run():
     assert other.score() == whole.accuracy
 
 
+def test_runs_advanced_in_turns_train_as_each_alone():
+    """MobileNetV2's classifier dropout draws from torch's random stream: each run keeps its own, so
+    runs advanced in turns (a candidate's training runs, stage by stage) end as each would alone,
+    and a caller's stream is left where it was."""
+    import torch
+
+    ds = load_dataset("synthetic", n_train=64, n_test=32)
+    cfgs = [TrainConfig(arch="mobilenetv2_cifar", width=0.0625, steps=6, batch_size=8, schedule="cosine",
+                        restarts=(3,), n_train=64, n_test=32, seed=s) for s in (0, 100)]
+    alone = [Run("gn_relu", ds, c) for c in cfgs]
+    for r in alone:
+        r.advance()
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    turns = [Run("gn_relu", ds, c) for c in cfgs]
+    torch.set_rng_state(before)
+    for step in (3, 6):
+        for r in turns:
+            r.advance(step)
+    assert torch.equal(torch.get_rng_state(), before)
+    for a, b in zip(alone, turns):
+        for (name, pa), pb in zip(a.model.state_dict().items(), b.model.state_dict().values()):
+            assert torch.equal(pa, pb), name
+
+
 def test_restarts_anneal_each_stage():
     cfg = TrainConfig(steps=10, schedule="cosine", restarts=(4,), lr=1.0)
     assert lr_at(cfg, 0) == 1.0 and lr_at(cfg, 4) == 1.0  # a new cycle starts at the restart

@@ -201,6 +201,19 @@ class Run:
                                   params=sum(p.numel() for p in self.model.parameters()),
                                   config=asdict(cfg))
         self._timed = (0, 0.0)  # (steps, seconds) after the first warm-up steps
+        # the run's own random stream (dropout draws from torch's global one): swapped in while it
+        # trains, so that runs advanced in turns, or in stages with other work between, train as
+        # each would alone
+        self._rng = self._get_rng()
+
+    def _get_rng(self) -> tuple:
+        cuda = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        return torch.get_rng_state(), cuda
+
+    def _set_rng(self, rng: tuple) -> None:
+        torch.set_rng_state(rng[0])
+        if rng[1] is not None:
+            torch.cuda.set_rng_state(rng[1], self.device)
 
     @property
     def step(self) -> int:
@@ -225,6 +238,8 @@ class Run:
         warm = min(WARMUP_STEPS, cfg.steps // 4)  # first steps pay for allocation and compilation
         self.model.train()
         t_warm = None
+        outer = self._get_rng()
+        self._set_rng(self._rng)
         try:
             while self.step < to_step:
                 step = self.step
@@ -254,6 +269,8 @@ class Run:
                     log(f"{cfg.arch}: step {step + 1}/{cfg.steps} loss {loss_value:.3f} "
                         f"({time.perf_counter() - self.start:.0f}s)")
         finally:
+            self._rng = self._get_rng()
+            self._set_rng(outer)
             if bar is not None:
                 bar.close()
             if t_warm is not None and self.step > first:
@@ -268,14 +285,14 @@ class Run:
         and plain data only (dicts, lists, tuples, numbers, strings), so a checkpoint of it loads
         with `torch.load(..., weights_only=True)` and reading one never unpickles code."""
         return {"model": self.model.state_dict(), "opt": self.opt.state_dict(),
-                "rng": torch.get_rng_state(), "result": asdict(self.result), "timed": self._timed}
+                "rng": self._rng[0], "result": asdict(self.result), "timed": self._timed}
 
     def restore(self, state: dict) -> None:
         """Continue from `state()` of a run of the same config: weights, optimizer, the random
         stream and the batch stream (regenerated and skipped to the saved step)."""
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["opt"])
-        torch.set_rng_state(state["rng"])
+        self._rng = (state["rng"], self._rng[1])
         self.result = TrainResult(**state["result"])
         self._timed = tuple(state["timed"])
         for _ in range(self.step):
