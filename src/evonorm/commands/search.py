@@ -237,9 +237,10 @@ def main(argv: list[str]) -> int:
         elif not args.quiet:
             data, device = facts["dataset"], facts["device"]
             runs = ""
-            if cfg.final_runs > 1:
-                runs = f" ({cfg.train_seeds} training runs each, scored by their mean" + (
-                    f"; {cfg.final_runs} at the last stage)" if cfg.final_runs != cfg.train_seeds else ")")
+            if cfg.final_runs > 1:  # e.g. " (2 training runs each, 4 at the last stage, scored by their mean)"
+                last = f", {cfg.final_runs} at the last stage" if cfg.final_runs != cfg.train_seeds else ""
+                runs = (f" ({cfg.train_seeds} training run{'s' if cfg.train_seeds > 1 else ''} each{last}, "
+                        "scored by their mean)")
             print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, dataset "
                   f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
                   f"device {device['type']}, archs {', '.join(cfg.archs)}{runs}, budget {cfg.budget}, "
