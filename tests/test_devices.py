@@ -180,7 +180,9 @@ def test_batches_and_training_on_data_already_on_the_gpu():
     ds = synthetic_dataset(256, 64)
     gpu = to_device(ds, "cuda")
     for (x, y), (xg, yg) in zip(train_batches(ds, 16, 5, seed=1), train_batches(gpu, 16, 5, seed=1)):
-        assert xg.device.type == "cuda" and torch.equal(x, xg.cpu()) and torch.equal(y, yg.cpu())
+        # the same images, crops and flips; the normalizing division may round differently on the GPU
+        assert xg.device.type == "cuda" and torch.equal(y, yg.cpu())
+        torch.testing.assert_close(xg.cpu(), x)
     res = train("evonorm_s0", gpu, train_preset("tiny", steps=3, width=0.0625, device="cuda"))
     assert res.status == "ok" and 0.0 <= res.accuracy <= 1.0
     assert stability("evonorm_s0", gpu, arch="resnet50_cifar", width=0.0625, steps=2) is None

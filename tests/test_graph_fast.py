@@ -17,8 +17,9 @@ NORM_RELU = {k: Graph.from_json({"nodes": [[f"{k}_mean", 0], ["neg", 4], ["add",
                                            ["div", 6, 7], ["max", 8, 1]]}) for k in ("group", "layer", "instance")}
 
 
-def _pair(graph: Graph, c: int, groups: int, seed: int = 0):
-    """(plain, fast) float64 modules with the same random parameters (v0, v1, gamma, beta away from init)."""
+def _pair(graph: Graph, c: int, groups: int, seed: int = 0, device: str = "cpu"):
+    """(plain on the CPU, fast on `device`) float64 modules with the same random parameters (v0, v1, gamma,
+    beta away from init)."""
     plain = graph.to_module(c, groups=groups, impl="plain").double()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -26,20 +27,23 @@ def _pair(graph: Graph, c: int, groups: int, seed: int = 0):
             p.copy_(torch.rand(p.shape, generator=gen, dtype=p.dtype) * 3 - 1.5)
     fast = graph.to_module(c, groups=groups, impl="auto").double()
     fast.load_state_dict(plain.state_dict())
+    fast.to(device)
     return plain, fast
 
 
 def _run(m, x, dy):
-    x = x.detach().clone().requires_grad_()
+    device = next(iter(m.parameters()), x).device
+    x = x.detach().clone().to(device).requires_grad_()
     for p in m.parameters():
         p.grad = None
     y = m(x)
-    y.backward(dy)
-    return [y.detach(), x.grad] + [p.grad for _, p in sorted(m.named_parameters())]
+    y.backward(dy.to(device))
+    out = [y.detach(), x.grad] + [p.grad for _, p in sorted(m.named_parameters())]
+    return [None if t is None else t.cpu() for t in out] + [b.cpu() for _, b in sorted(m.named_buffers())]
 
 
-def _assert_same(graph: Graph, shape=(3, 8, 4, 5), groups=4, *, x=None, training=True, seed=0):
-    plain, fast = _pair(graph, shape[1], groups, seed)
+def _assert_same(graph: Graph, shape=(3, 8, 4, 5), groups=4, *, x=None, training=True, seed=0, device="cpu"):
+    plain, fast = _pair(graph, shape[1], groups, seed, device)
     plain.train(training), fast.train(training)
     gen = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(shape, generator=gen, dtype=torch.float64) if x is None else x
@@ -210,3 +214,17 @@ def test_fx_trace_of_a_model_keeps_the_fast_layer_as_one_node():
     assert sum(n.op == "call_module" for n in traced.graph.nodes) == 2
     x = torch.randn(2, 3, 4, 4)
     torch.testing.assert_close(traced(x), model(x))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_fast_path_computes_the_cpu_plain_path():
+    """The fast path's aten calls (native group norm and its backward among them) have CUDA kernels of their
+    own: on a GPU they must give the plain path's function too, for every primitive and random graphs."""
+    graphs = [g for op in OP_NAMES if not PRIMITIVES[op].batch_dependent for g in _unary_and_binary_graphs(op)]
+    graphs += [*NORM_RELU.values(), *(get_graph(n) for n in ("evonorm_s0", "evonorm_b0", "s_top1", "s_top10"))]
+    rng = random.Random(9)
+    graphs += [random_graph(rng, allow_batch=i % 4 == 0) for i in range(40)]
+    for i, g in enumerate(graphs):
+        for training in (True, False):
+            fast = _assert_same(g, (3, 8, 3, 4), 4, training=training, seed=i, device="cuda")
+            assert (fast.fast_spec is None) == g.uses_batch_stats

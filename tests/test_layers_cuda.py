@@ -20,7 +20,7 @@ def _pair(name, c, impl="auto"):
     return cpu, gpu
 
 
-@pytest.mark.parametrize("impl", ["auto", "kernel", "compile", "triton"])  # auto: the compiled formula on CUDA
+@pytest.mark.parametrize("impl", ["auto", "kernel", "compile", "triton"])  # auto: the Triton kernels on CUDA
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("name", EVONORMS)
 def test_cuda_matches_cpu(name, training, impl):
@@ -41,7 +41,7 @@ def test_cuda_matches_cpu(name, training, impl):
         torch.testing.assert_close(bg.cpu(), b, msg=n)
 
 
-@pytest.mark.parametrize("impl", ["auto", "kernel", "compile"])
+@pytest.mark.parametrize("impl", ["auto", "kernel", "compile", "triton"])
 @pytest.mark.parametrize("name", EVONORMS)
 def test_cuda_gradcheck_float64(name, impl):
     layer = create_norm_act(name, 6, groups=3, impl=impl).double().cuda()
@@ -65,3 +65,9 @@ def test_cuda_convert():
     assert len(report) == 2 and len(report.fused) == 1
     assert all(p.is_cuda for p in new.parameters())
     new(torch.randn(2, 3, 9, 9, device="cuda")).sum().backward()
+
+
+def test_cuda_default_is_the_triton_kernels():
+    from evonorm.layers.impl import resolve_impl
+
+    assert resolve_impl("auto", torch.zeros(1, device="cuda")) == "triton"

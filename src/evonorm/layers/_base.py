@@ -22,7 +22,7 @@ class EvoNormBase(nn.Module):
         super().__init__()
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
-        self.impl = impl  # "auto": the compiled formula on CUDA, the hand-written autograd kernel elsewhere
+        self.impl = impl  # "auto": the Triton kernels on CUDA, the hand-written autograd kernel elsewhere
         self.num_features = num_features
         self.apply_act = apply_act
         self.eps = eps

@@ -20,12 +20,11 @@ def compiled(kind: str):
 
 
 def resolve_impl(impl: str, x: torch.Tensor) -> str:
-    """The path a layer takes for `x`: "auto" is the compiled formula on CUDA (when Triton imports), the
-    hand-written autograd kernel elsewhere; any other impl as named. The Triton kernels (`impl="triton"`)
-    become the CUDA default once they have been built and timed on a real GPU: so far they have only run in
-    Triton's interpreter."""
+    """The path a layer takes for `x`: "auto" is the Triton kernels on CUDA (when Triton imports; on an H100
+    they ran faster than the compiled formula at every shape measured, with no compile wait), the hand-written autograd
+    kernel elsewhere; any other impl as named."""
     if impl == "auto":
-        return "compile" if x.is_cuda and _has_triton() else "kernel"
+        return "triton" if x.is_cuda and _has_triton() else "kernel"
     return impl
 
 

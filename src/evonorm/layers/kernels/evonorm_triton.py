@@ -1,5 +1,5 @@
-"""Triton kernels for the six EvoNorm layers (impl="triton", only when asked for: on CUDA `auto` runs the
-compiled formula until these kernels have been built and timed on a real GPU).
+"""Triton kernels for the six EvoNorm layers (impl="triton"; on CUDA also what `auto` runs: on an H100 they beat
+the compiled formula at every shape measured).
 
 Why hand-written: on a GPU the cost of these layers is the number of passes over memory and of kernel launches,
 so statistics and the element-wise part are fused here.
