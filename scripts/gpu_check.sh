@@ -1,5 +1,6 @@
 # One prepared device run: the CUDA-only tests, then the Triton kernels against the compiled formula.
-export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+# Run it on a GPU machine from the repository root; results go to $OUT (default ./gpu_check_out).
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 OUT="${OUT:-gpu_check_out}"; mkdir -p "$OUT"
 nvidia-smi -L; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 timeout 180 python3 -m pytest -q -p no:cacheprovider -rs tests/test_layers_cuda.py tests/test_layers_triton.py \
   tests/test_graph_fast.py tests/test_devices.py "tests/test_graph_compile.py::test_runs_on_cuda_like_on_cpu" \
