@@ -50,6 +50,20 @@ def write_table(d: Path, name: str, rows: Sequence[dict], meta: dict, *, columns
     (d / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str) + "\n")
 
 
+def parse_sets(items: list[str]) -> dict:
+    """`key=value` pairs as SearchConfig overrides (values read as JSON, else kept as text)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {item!r}: expected key=value")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
 def save_png(fig: Any, path: Path) -> None:
     from evonorm.report.figures import png_bytes
 

@@ -24,6 +24,7 @@ Runs so far: docs/findings.md, each with its protocol, in results/evolution_vs_r
 
     python experiments/evolution_vs_random.py                      # 5 seeds x 2 arms, scratch
     python experiments/evolution_vs_random.py --preset demo --test paired
+    python experiments/evolution_vs_random.py --preset demo --test paired --set final_train_seeds=4
     python experiments/evolution_vs_random.py --summarize-only     # tables from the runs so far
 """
 
@@ -40,7 +41,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, log, out_dir, save_png  # noqa: E402
+from _common import ROOT, log, out_dir, parse_sets, save_png  # noqa: E402
 
 ARMS = ("evolution", "random")
 TESTS = {"mann-whitney": "one-sided exact Mann-Whitney U (evolution > random)",
@@ -49,10 +50,11 @@ TESTS = {"mann-whitney": "one-sided exact Mann-Whitney U (evolution > random)",
                    "split and training seeds)"}
 
 
-def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float):
+def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float, overrides: dict | None = None):
+    """One arm's search: the preset with `overrides` (the same for both arms), one worker of one thread."""
     from evonorm.search.presets import get_preset
 
-    return get_preset(preset, algorithm=algorithm, seed=seed, budget=100_000,
+    return get_preset(preset, **(overrides or {}), algorithm=algorithm, seed=seed, budget=100_000,
                       budget_seconds=budget_seconds, workers=1, threads=1,
                       executor="local").with_dataset()
 
@@ -155,12 +157,15 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
             within = within_budget(cands, args.budget_seconds)
             metric = round(run_metric(within, cfg.num_stages, chance), 4)
             valid = [c for c in within if c.status == "valid"]
+            seeded = [c for c in valid if c.origin == "seed"]
             rows.append({"arm": arm, "seed": seed, "status": status, "candidates": len(within),
                          "valid": len(valid),
                          "trained_to_end": sum(c.stage >= cfg.num_stages for c in valid),
                          "near_misses": sum(c.evaluation.near_miss for c in within),
                          "first_full_at": first_full_at(within, cfg.num_stages),
                          "worker_seconds": round(sum(c.seconds for c in within), 1),
+                         "seed_layers_best": (round(run_metric(seeded, cfg.num_stages, chance), 4)
+                                              if seeded else None),
                          "best_fitness": metric})
             if status == "complete":
                 values[arm].append(metric)
@@ -176,7 +181,7 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
                    "every stage, among the candidates finished within the budget; 0.1 (chance) "
                    "when none"),
         "budget_worker_seconds": args.budget_seconds,
-        "preset": args.preset,
+        "preset": args.preset, "overrides": parse_sets(args.set),
         "evolution": values["evolution"], "random": values["random"],
         "test": TESTS[args.test],
         "p_value": p_paired if args.test == "paired" else p,
@@ -187,14 +192,18 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
     (d / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (d / "runs.json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = ["| arm | seed | candidates | valid | trained to the end | near misses | "
-             "first trained to the end at (worker-s) | worker-s | best fitness |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "first trained to the end at (worker-s) | worker-s | best seed layer | best fitness |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['arm']} | {r['seed']} | {r['candidates']} | {r['valid']} | "
               f"{r['trained_to_end']} | {r['near_misses']} | {r['first_full_at'] or '-'} | "
-              f"{r['worker_seconds']} | {r['best_fitness']:.4f} |" for r in rows]
+              f"{r['worker_seconds']} | {fmt_opt(r['seed_layers_best'])} | {r['best_fitness']:.4f} |" for r in rows]
     (d / "runs.md").write_text("\n".join(lines) + "\n")
     _plot(rows, d)
     return summary
+
+
+def fmt_opt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
 
 
 def _plot(rows: list[dict], d: Path) -> None:
@@ -226,14 +235,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--test", choices=sorted(TESTS), default="mann-whitney",
                    help="the test behind summary.json's p_value, fixed before the runs "
                         "(paired: for presets with seed layers, which both arms evaluate alike)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="SearchConfig overrides for both arms, e.g. final_train_seeds=4")
     p.add_argument("--runs", default=None,
                    help="folder for the run stores (not committed; default "
                         "runs/evolution_vs_random/PRESET_BUDGETs)")
     p.add_argument("--out", default=None, help="default results/evolution_vs_random")
     p.add_argument("--summarize-only", action="store_true")
     args = p.parse_args(argv)
+    overrides = parse_sets(args.set)
+    suffix = "".join(f"_{k}{v}" for k, v in sorted(overrides.items()))
     runs_dir = Path(args.runs or ROOT / "runs" / "evolution_vs_random"
-                    / f"{args.preset}_{args.budget_seconds:g}s")
+                    / f"{args.preset}_{args.budget_seconds:g}s{suffix}")
     d = out_dir("evolution_vs_random", args.out)
     if not args.summarize_only:
         t0 = time.time()
@@ -242,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             # so plain processes: a multiprocessing.Pool's workers may not have children)
             procs = [ctx.Process(target=_one_run, args=(
                 str(runs_dir / f"{arm}_s{seed}"),
-                run_config(args.preset, arm, seed, args.budget_seconds).to_dict()))
+                run_config(args.preset, arm, seed, args.budget_seconds, overrides).to_dict()))
                 for arm in ARMS]
             for proc in procs:
                 proc.start()

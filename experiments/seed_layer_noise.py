@@ -25,23 +25,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, log, out_dir, write_table  # noqa: E402
+from _common import ROOT, log, out_dir, parse_sets, write_table  # noqa: E402
 
 LAYERS = ("evonorm_s0", "evonorm_s1", "evonorm_s2")
-
-
-def parse_sets(items: list[str]) -> dict:
-    """`key=value` pairs as SearchConfig overrides (values read as JSON, else kept as text)."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {item!r}: expected key=value")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
 
 
 def one_search(run: Path, preset: str, seed: int, workers: int, overrides: dict) -> list[dict]:
