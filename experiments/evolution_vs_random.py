@@ -196,7 +196,8 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
              "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['arm']} | {r['seed']} | {r['candidates']} | {r['valid']} | "
               f"{r['trained_to_end']} | {r['near_misses']} | {r['first_full_at'] or '-'} | "
-              f"{r['worker_seconds']} | {fmt_opt(r['seed_layers_best'])} | {r['best_fitness']:.4f} |" for r in rows]
+              f"{r['worker_seconds']} | {fmt_opt(r['seed_layers_best'])} | {r['best_fitness']:.4f} |"
+              for r in rows]
     (d / "runs.md").write_text("\n".join(lines) + "\n")
     _plot(rows, d)
     return summary

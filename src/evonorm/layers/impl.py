@@ -21,8 +21,8 @@ def compiled(kind: str):
 
 def resolve_impl(impl: str, x: torch.Tensor) -> str:
     """The path a layer takes for `x`: "auto" is the Triton kernels on CUDA (when Triton imports; on an H100
-    they ran faster than the compiled formula at every shape measured, with no compile wait), the hand-written autograd
-    kernel elsewhere; any other impl as named."""
+    they ran faster than the compiled formula at every shape measured, with no compile wait), the
+    hand-written autograd kernel elsewhere; any other impl as named."""
     if impl == "auto":
         return "triton" if x.is_cuda and _has_triton() else "kernel"
     return impl
