@@ -203,6 +203,19 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
     return summary
 
 
+def progress_line(run: Path, arm: str, budget_seconds: float) -> str:
+    """Where one run stands: candidates, worker-seconds spent, best valid fitness so far."""
+    from evonorm.search.store import Store
+
+    if not (run / "store.sqlite").is_file():
+        return f"{arm} starting"
+    with Store(run, readonly=True) as st:
+        cands = st.candidates()
+    best = max((c.fitness for c in cands if c.status == "valid" and c.fitness is not None), default=None)
+    return (f"{arm} {len(cands)} candidates, {sum(c.seconds for c in cands):.0f}/{budget_seconds:g} worker-s, "
+            f"best {fmt_opt(best)}")
+
+
 def fmt_opt(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}"
 
@@ -260,8 +273,12 @@ def main(argv: list[str] | None = None) -> int:
                 for arm in ARMS]
             for proc in procs:
                 proc.start()
-            for proc in procs:
-                proc.join()
+            while True:  # a line a minute: a seed's two runs take a quarter of an hour in silence otherwise
+                procs[0].join(timeout=60)
+                if not any(proc.is_alive() for proc in procs):
+                    break
+                log(f"seed {seed}: " + "; ".join(progress_line(runs_dir / f"{arm}_s{seed}", arm, args.budget_seconds)
+                                                for arm in ARMS))
             log(f"seed {seed} done ({(time.time() - t0) / 60:.1f} min)")
             summarize(runs_dir, args, d)
     s = summarize(runs_dir, args, d)

@@ -7,7 +7,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from evolution_vs_random import (first_full_at, mann_whitney_greater,  # noqa: E402
-                                 paired_sign_flip_greater, run_config, run_metric, within_budget)
+                                 paired_sign_flip_greater, progress_line, run_config, run_metric,
+                                 within_budget)
 
 from evonorm.search.candidates import Candidate  # noqa: E402
 
@@ -54,3 +55,14 @@ def test_both_arms_share_everything_but_the_algorithm():
     assert {k for k in evo if evo[k] != rnd[k]} == {"algorithm"}
     assert evo["seed_layers"] == [] and evo["budget_seconds"] == 600.0 and evo["workers"] == 1
     assert evo["near_misses"] is True  # parents before the first valid layer (random ignores it)
+
+
+@pytest.mark.fashion_mnist
+def test_overrides_reach_both_arms_and_progress_reads_a_run(tmp_path):
+    from evonorm.search.driver import init_run
+
+    evo, rnd = (run_config("demo", a, 0, 900.0, {"final_train_seeds": 4}) for a in ("evolution", "random"))
+    assert evo.final_train_seeds == rnd.final_train_seeds == 4
+    assert progress_line(tmp_path / "absent", "random", 900.0) == "random starting"
+    init_run(tmp_path / "run", evo)
+    assert progress_line(tmp_path / "run", "evolution", 900.0) == "evolution 0 candidates, 0/900 worker-s, best -"
