@@ -22,11 +22,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def ray_head(tmp_path, monkeypatch):
-    """A one-node cluster (declaring one GPU, a Ray resource only: nothing runs on it) in its own process group (stopped by its id: never `ray stop`, which would end
-    every Ray process on the machine)."""
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """A one-node cluster (declaring one GPU, a Ray resource only: nothing runs on it) in its own process group
+    (stopped by its id: never `ray stop`, which would end every Ray process on the machine). One for the
+    module's tests: each start and stop costs about half a minute."""
     pytest.importorskip("ray", reason="ray is not installed (the `ray` extra)")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield from _ray_head(tmp_path_factory.mktemp("ray_head"), monkeypatch)
+
+
+def _ray_head(tmp_path: Path, monkeypatch):
     import ray._private.ray_constants as ray_constants
 
     # Ray turns 127.0.0.1 into the machine's interface address unless told this is a one-machine
