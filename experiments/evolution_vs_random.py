@@ -273,10 +273,12 @@ def main(argv: list[str] | None = None) -> int:
                 for arm in ARMS]
             for proc in procs:
                 proc.start()
-            while True:  # a line a minute: a seed's two runs take a quarter of an hour in silence otherwise
-                procs[0].join(timeout=60)
-                if not any(proc.is_alive() for proc in procs):
-                    break
+            # a line a minute: a seed's two runs take a quarter of an hour in silence otherwise. Wait on a
+            # run still going (the first to end would return at once and spin the loop)
+            while alive := [proc for proc in procs if proc.is_alive()]:
+                alive[0].join(timeout=60)
+                if not alive[0].is_alive():
+                    continue
                 log(f"seed {seed}: " + "; ".join(progress_line(runs_dir / f"{arm}_s{seed}", arm, args.budget_seconds)
                                                 for arm in ARMS))
             log(f"seed {seed} done ({(time.time() - t0) / 60:.1f} min)")
