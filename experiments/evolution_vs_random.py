@@ -19,6 +19,12 @@ Protocol, fixed before the runs (README, "Evolution vs random search"):
   same seed layers with the same data split and training seeds, so they differ only by what each
   algorithm proposed after them. Both tests are always reported; `--test` names the one fixed
   before the runs.
+- Fresh training seeds (`--fresh-seeds N`): a run's best fitness is the best of several noisy
+  evaluations, biased upward. For each seed where the arms' best layers differ, both are trained again
+  with N fresh training seeds on that seed's data split and training setting (as `evonorm retrain`);
+  a seed where both arms' best is the same layer counts as a difference of 0. The paired test then
+  runs on the fresh means (`fresh_seeds.json`): whether evolution's wins train better, or are noise it
+  selected.
 Every run is reported (`runs.json`), and `summary.json` holds the numbers and the test.
 Runs so far: docs/findings.md, each with its protocol, in results/evolution_vs_random/.
 
@@ -26,6 +32,8 @@ Runs so far: docs/findings.md, each with its protocol, in results/evolution_vs_r
     python experiments/evolution_vs_random.py --preset demo --test paired
     python experiments/evolution_vs_random.py --preset demo --test paired --set final_train_seeds=4
     python experiments/evolution_vs_random.py --summarize-only     # tables from the runs so far
+    python experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
+        --set final_train_seeds=4 --seeds 0 1 2 3 4 5 6 7 8 9 --summarize-only --fresh-seeds 4
 """
 
 from __future__ import annotations
@@ -96,11 +104,16 @@ def first_full_at(candidates, stages: int) -> float | None:
     return None
 
 
+def best_full(candidates, stages: int):
+    """The candidate with the best fitness among the layers trained to the end (all stages); None if none."""
+    full = [c for c in candidates if c.status == "valid" and c.stage >= stages and c.fitness is not None]
+    return max(full, key=lambda c: c.fitness, default=None)
+
+
 def run_metric(candidates, stages: int, chance: float) -> float:
     """Best fitness of a layer trained to the end (all stages); chance if none."""
-    full = [c.fitness for c in candidates if c.status == "valid" and c.stage >= stages
-            and c.fitness is not None]
-    return max(full, default=chance)
+    best = best_full(candidates, stages)
+    return chance if best is None else best.fitness
 
 
 def mann_whitney_greater(a: list[float], b: list[float]) -> tuple[float, float]:
@@ -203,6 +216,84 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
     return summary
 
 
+def _train_fresh(cfg_dict: dict, layer: tuple, seeds: list[int], path: str) -> None:
+    """One arm's best layer of one seed, trained with fresh seeds (in a pool worker of one thread)."""
+    import torch
+
+    from evonorm.search.config import SearchConfig
+    from evonorm.search.retrain import train_layers
+
+    torch.set_num_threads(1)
+    train_layers(SearchConfig.from_dict(cfg_dict), [layer], seeds, Path(path), log=log)
+
+
+def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
+    """Train each seed's two best layers (where they differ) with `n` fresh training seeds, two at a
+    time, and test the paired differences of their means; writes fresh_seeds.{json,md}. A fresh run
+    that fails (non-finite) counts as chance accuracy, as a layer that trains nothing."""
+    from evonorm.search.config import SearchConfig
+    from evonorm.search.evaluator import search_dataset
+    from evonorm.search.retrain import SEED_OFFSET, load_rows
+    from evonorm.search.store import Store
+
+    rows, jobs = [], []
+    for seed in args.seeds:
+        best, cfg = {}, None
+        for arm in ARMS:
+            run = runs_dir / f"{arm}_s{seed}"
+            if not (run / "store.sqlite").is_file():
+                break
+            with Store(run, readonly=True) as st:
+                if st.get_meta("status") != "complete":
+                    break
+                cfg = SearchConfig.from_dict(st.config())
+                best[arm] = best_full(within_budget(st.candidates(), args.budget_seconds), cfg.num_stages)
+        if len(best) < len(ARMS):
+            continue
+        chance = 1.0 / search_dataset(cfg).num_classes
+        keys = {arm: None if c is None else c.key for arm, c in best.items()}
+        same = keys["evolution"] == keys["random"]
+        seeds = [cfg.seed + SEED_OFFSET + i for i in range(n)]
+        row = {"seed": seed, "same_layer": same, "chance": chance}
+        for arm, c in best.items():
+            row[f"{arm}_id"] = None if c is None else c.id
+            row[f"{arm}_search"] = chance if c is None else c.fitness
+            path = runs_dir / f"fresh_s{seed}_{arm}.jsonl"
+            row[f"{arm}_file"] = str(path)
+            if c is not None and not same:
+                jobs.append((cfg.to_dict(), (f"{arm} id {c.id}", "found", c.graph, c.id), seeds, str(path)))
+        rows.append(row)
+    if jobs:
+        log(f"fresh seeds: {len(jobs)} layers x {n} seeds, two at a time")
+        with get_context("spawn").Pool(2) as pool:
+            pool.starmap(_train_fresh, jobs)
+    for row in rows:
+        for arm in ARMS:
+            fits = [r.fitness if r.fitness is not None else row["chance"]
+                    for r in load_rows(Path(row.pop(f"{arm}_file")))]
+            row[f"{arm}_fresh"] = statistics.fmean(fits) if fits else None
+            row[f"{arm}_fresh_runs"] = [round(f, 4) for f in fits]
+        if row["same_layer"] or row["evolution_id"] is None and row["random_id"] is None:
+            row["difference"] = 0.0
+        else:
+            vals = [row["chance"] if row[f"{arm}_id"] is None else row[f"{arm}_fresh"] for arm in ARMS]
+            row["difference"] = vals[0] - vals[1]
+    diffs = [r["difference"] for r in rows]
+    out = {"fresh_training_seeds": n, "seeds": [r["seed"] for r in rows],
+           "test": "one-sided exact paired permutation (sign-flip) test of the fresh-seed differences",
+           "p_value": paired_sign_flip_greater(diffs, [0.0] * len(diffs)) if diffs else None, "rows": rows}
+    (d / "fresh_seeds.json").write_text(json.dumps(out, indent=1) + "\n")
+    lines = ["| seed | same layer | evolution: layer, search fitness, fresh mean | "
+             "random: layer, search fitness, fresh mean | fresh difference |", "|---|---|---|---|---|"]
+    for r in rows:
+        cells = [f"id {r[f'{a}_id']}, {r[f'{a}_search']:.4f}, {fmt_opt(r[f'{a}_fresh'])}" for a in ARMS]
+        lines.append(f"| {r['seed']} | {'yes' if r['same_layer'] else 'no'} | {cells[0]} | {cells[1]} | "
+                     f"{r['difference']:+.4f} |")
+    lines.append(f"\none-sided exact paired permutation p = {out['p_value']}")
+    (d / "fresh_seeds.md").write_text("\n".join(lines) + "\n")
+    return out
+
+
 def progress_line(run: Path, arm: str, budget_seconds: float) -> str:
     """Where one run stands: candidates, worker-seconds spent, best valid fitness so far."""
     from evonorm.search.store import Store
@@ -256,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
                         "runs/evolution_vs_random/PRESET_BUDGETs)")
     p.add_argument("--out", default=None, help="default results/evolution_vs_random")
     p.add_argument("--summarize-only", action="store_true")
+    p.add_argument("--fresh-seeds", type=int, default=0, metavar="N",
+                   help="after the runs, train each seed's two best layers again with N fresh "
+                        "training seeds and test those (fresh_seeds.json)")
     args = p.parse_args(argv)
     overrides = parse_sets(args.set)
     suffix = "".join(f"_{k}{v}" for k, v in sorted(overrides.items()))
@@ -286,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     s = summarize(runs_dir, args, d)
     log(f"evolution {s['evolution']} random {s['random']} U {s['u']} (p {s['mann_whitney_p_value']}), "
         f"paired p {s['paired_p_value']}; {args.test} p {s['p_value']}")
+    if args.fresh_seeds:
+        f = fresh_seeds(runs_dir, args, d, args.fresh_seeds)
+        log(f"fresh seeds: differences {[round(r['difference'], 4) for r in f['rows']]}, paired p {f['p_value']}")
     log(f"wrote {d}")
     return 0
 

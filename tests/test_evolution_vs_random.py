@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from evolution_vs_random import (first_full_at, mann_whitney_greater,  # noqa: E402
+from evolution_vs_random import (first_full_at, fresh_seeds, mann_whitney_greater,  # noqa: E402
                                  paired_sign_flip_greater, progress_line, run_config, run_metric,
                                  within_budget)
 
@@ -66,3 +66,42 @@ def test_overrides_reach_both_arms_and_progress_reads_a_run(tmp_path):
     assert progress_line(tmp_path / "absent", "random", 900.0) == "random starting"
     init_run(tmp_path / "run", evo)
     assert progress_line(tmp_path / "run", "evolution", 900.0) == "evolution 0 candidates, 0/900 worker-s, best -"
+
+
+def _tiny_run(path, algorithm: str, seed_layer: str):
+    """A finished `tiny` search (synthetic data, seconds) whose best layer is the given seed layer."""
+    from evonorm.search.driver import init_run, run_search
+    from evonorm.search.presets import PRESETS
+
+    cfg = PRESETS["tiny"].replace(algorithm=algorithm, budget=1, seed_layers=(PRESETS["demo"].seed_layers[
+        {"group": 0, "layer": 1}[seed_layer]],))
+    init_run(path, cfg)
+    run_search(path, progress=False)
+
+
+@pytest.mark.slow
+def test_fresh_seeds_retrain_the_arms_best_layers_and_test_the_differences(tmp_path):
+    from types import SimpleNamespace
+
+    from evonorm.search.retrain import load_rows
+
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    out.mkdir()
+    _tiny_run(runs / "evolution_s0", "evolution", "group")  # the arms' best layers differ in seed 0
+    _tiny_run(runs / "random_s0", "random", "layer")
+    _tiny_run(runs / "evolution_s1", "evolution", "group")  # and are the same layer in seed 1
+    _tiny_run(runs / "random_s1", "random", "group")
+    args = SimpleNamespace(seeds=[0, 1], budget_seconds=1e9)
+    res = fresh_seeds(runs, args, out, 2)
+    r0, r1 = res["rows"]
+    assert not r0["same_layer"] and r1["same_layer"] and r1["difference"] == 0.0
+    for arm in ("evolution", "random"):  # two fresh seeds each, none of the search's own
+        rows = load_rows(runs / f"fresh_s0_{arm}.jsonl")
+        assert [r.seed for r in rows] == [1000, 1001] and all(r.kind == "found" for r in rows)
+        assert r0[f"{arm}_fresh"] == pytest.approx(sum(r.fitness for r in rows) / 2)
+        assert not (runs / f"fresh_s1_{arm}.jsonl").exists()  # the same layer: nothing to train
+    assert r0["difference"] == pytest.approx(r0["evolution_fresh"] - r0["random_fresh"])
+    assert res["p_value"] == (0.5 if r0["difference"] > 0 else 1.0)
+    assert (out / "fresh_seeds.json").is_file() and "paired permutation" in (out / "fresh_seeds.md").read_text()
+    again = fresh_seeds(runs, args, out, 2)  # resumable: nothing trains twice
+    assert len(load_rows(runs / "fresh_s0_evolution.jsonl")) == 2 and again["rows"] == res["rows"]

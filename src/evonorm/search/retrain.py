@@ -44,9 +44,13 @@ class RetrainRow:
 
 
 def read_rows(run: str | Path) -> list[RetrainRow]:
-    """The finished (layer, seed) rows of a run (none when it was never re-trained); a line cut
-    short by a crash is skipped."""
-    path = run_folder(Path(run)) / RETRAIN_FILE
+    """The finished (layer, seed) rows of a run (none when it was never re-trained)."""
+    return load_rows(run_folder(Path(run)) / RETRAIN_FILE)
+
+
+def load_rows(path: Path) -> list[RetrainRow]:
+    """The rows of one re-training file (none when it does not exist); a line cut short by a crash
+    is skipped."""
     rows = []
     if path.is_file():
         for line in path.read_text().splitlines():
@@ -83,23 +87,31 @@ def retrain(run: str | Path, *, top: int = 3, seeds: int = 3,
             user_archs: Sequence[str] = ()) -> list[RetrainRow]:
     """Train every planned layer with `seeds` training seeds on each architecture of the run,
     appending a line per finished (layer, seed); rows already in the file are not trained again.
-    Logs one line per finished (layer, seed) with the count done, so it shows progress anywhere.
     A run's MODULE:FUNCTION architectures are built only when named again in `user_archs`."""
     from evonorm.models import check_named_again
-    from evonorm.train import train
 
-    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     if top < 0 or seeds < 1:
         raise ValueError(f"re-training needs top >= 0 and seeds >= 1, got {top} and {seeds}")
     cfg, layers = plan(run, top)
     require_builtin(cfg, "re-training")
     check_named_again(run, cfg.archs, user_archs)
     path = run_folder(Path(run)) / RETRAIN_FILE
-    done = {(r.layer, r.seed) for r in read_rows(run)}
-    todo = [(lay, cfg.seed + SEED_OFFSET + i) for lay in layers for i in range(seeds)
-            if (lay[0], cfg.seed + SEED_OFFSET + i) not in done]
+    return train_layers(cfg, layers, [cfg.seed + SEED_OFFSET + i for i in range(seeds)], path, log)
+
+
+def train_layers(cfg, layers: Sequence[tuple[str, str, Any, int | None]], seeds: Sequence[int], path: Path,
+                 log: Callable[[str], None] | None = None) -> list[RetrainRow]:
+    """Train each (label, kind, graph or name, candidate id) layer with each training seed on every
+    architecture of `cfg`, with its data split and full-training setting, appending a line per finished
+    (layer, seed) to `path`; pairs already there are not trained again, so an interrupted run resumes.
+    Logs one line per finished pair with the count done, so it shows progress anywhere."""
+    from evonorm.train import train
+
+    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    done = {(r.layer, r.seed) for r in load_rows(path)}
+    todo = [(lay, seed) for lay in layers for seed in seeds if (lay[0], seed) not in done]
     if not todo:
-        return read_rows(run)
+        return load_rows(path)
     data = search_dataset(cfg)
     start_all = time.perf_counter()
     for n, ((label, kind, spec, cid), seed) in enumerate(todo, 1):
@@ -125,4 +137,4 @@ def retrain(run: str | Path, *, top: int = 3, seeds: int = 3,
         log(f"retrain [{n}/{len(todo)}] {kind} {label} seed {seed}: "
             + (f"fitness {fitness:.4f}" if fitness is not None else f"failed ({reason})")
             + f" ({row.seconds:.1f}s, ETA {eta:.0f}s)")
-    return read_rows(run)
+    return load_rows(path)
