@@ -273,7 +273,7 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
                     for r in load_rows(Path(row.pop(f"{arm}_file")))]
             row[f"{arm}_fresh"] = statistics.fmean(fits) if fits else None
             row[f"{arm}_fresh_runs"] = [round(f, 4) for f in fits]
-        if row["same_layer"] or row["evolution_id"] is None and row["random_id"] is None:
+        if row["same_layer"]:  # (also when neither arm has a layer trained to the end)
             row["difference"] = 0.0
         else:
             vals = [row["chance"] if row[f"{arm}_id"] is None else row[f"{arm}_fresh"] for arm in ARMS]
