@@ -261,7 +261,8 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
             path = runs_dir / f"fresh_s{seed}_{arm}.jsonl"
             row[f"{arm}_file"] = str(path)
             if c is not None and not same:
-                jobs.append((cfg.to_dict(), (f"{arm} id {c.id}", "found", c.graph, c.id), seeds, str(path)))
+                kind = "seed" if c.origin == "seed" else "found"
+                jobs.append((cfg.to_dict(), (f"{arm} id {c.id}", kind, c.graph, c.id), seeds, str(path)))
         rows.append(row)
     if jobs:
         log(f"fresh seeds: {len(jobs)} layers x {n} seeds, two at a time")

@@ -97,7 +97,7 @@ def test_fresh_seeds_retrain_the_arms_best_layers_and_test_the_differences(tmp_p
     assert not r0["same_layer"] and r1["same_layer"] and r1["difference"] == 0.0
     for arm in ("evolution", "random"):  # two fresh seeds each, none of the search's own
         rows = load_rows(runs / f"fresh_s0_{arm}.jsonl")
-        assert [r.seed for r in rows] == [1000, 1001] and all(r.kind == "found" for r in rows)
+        assert [r.seed for r in rows] == [1000, 1001] and all(r.kind == "seed" for r in rows)
         assert r0[f"{arm}_fresh"] == pytest.approx(sum(r.fitness for r in rows) / 2)
         assert not (runs / f"fresh_s1_{arm}.jsonl").exists()  # the same layer: nothing to train
     assert r0["difference"] == pytest.approx(r0["evolution_fresh"] - r0["random_fresh"])
