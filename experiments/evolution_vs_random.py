@@ -151,23 +151,30 @@ def paired_sign_flip_greater(a: list[float], b: list[float]) -> float:
     return sum(sum(s * d for s, d in zip(f, diffs)) >= observed - 1e-12 for f in flips) / len(flips)
 
 
-def summarize(runs_dir: Path, args, d: Path) -> dict:
+def read_run(run: Path, budget_seconds: float):
+    """(config, status, chance accuracy, candidates finished within the budget) of one run; None before
+    its store exists."""
     from evonorm.search.config import SearchConfig
     from evonorm.search.evaluator import search_dataset
     from evonorm.search.store import Store
 
+    if not (run / "store.sqlite").is_file():
+        return None
+    with Store(run, readonly=True) as st:
+        cfg = SearchConfig.from_dict(st.config())
+        cands = st.candidates()
+        status = st.get_meta("status")
+    return cfg, status, 1.0 / search_dataset(cfg).num_classes, within_budget(cands, budget_seconds)
+
+
+def summarize(runs_dir: Path, args, d: Path) -> dict:
     rows, values = [], {arm: [] for arm in ARMS}
     for arm in ARMS:
         for seed in args.seeds:
-            run = runs_dir / f"{arm}_s{seed}"
-            if not (run / "store.sqlite").is_file():
+            read = read_run(runs_dir / f"{arm}_s{seed}", args.budget_seconds)
+            if read is None:
                 continue
-            with Store(run, readonly=True) as st:
-                cfg = SearchConfig.from_dict(st.config())
-                cands = st.candidates()
-                status = st.get_meta("status")
-            chance = 1.0 / search_dataset(cfg).num_classes
-            within = within_budget(cands, args.budget_seconds)
+            cfg, status, chance, within = read
             metric = round(run_metric(within, cfg.num_stages, chance), 4)
             valid = [c for c in within if c.status == "valid"]
             seeded = [c for c in valid if c.origin == "seed"]
@@ -231,26 +238,18 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
     """Train each seed's two best layers (where they differ) with `n` fresh training seeds, two at a
     time, and test the paired differences of their means; writes fresh_seeds.{json,md}. A fresh run
     that fails (non-finite) counts as chance accuracy, as a layer that trains nothing."""
-    from evonorm.search.config import SearchConfig
-    from evonorm.search.evaluator import search_dataset
     from evonorm.search.retrain import SEED_OFFSET, load_rows
-    from evonorm.search.store import Store
+
+    def fresh_file(seed: int, arm: str) -> Path:
+        return runs_dir / f"fresh_s{seed}_{arm}.jsonl"
 
     rows, jobs = [], []
     for seed in args.seeds:
-        best, cfg = {}, None
-        for arm in ARMS:
-            run = runs_dir / f"{arm}_s{seed}"
-            if not (run / "store.sqlite").is_file():
-                break
-            with Store(run, readonly=True) as st:
-                if st.get_meta("status") != "complete":
-                    break
-                cfg = SearchConfig.from_dict(st.config())
-                best[arm] = best_full(within_budget(st.candidates(), args.budget_seconds), cfg.num_stages)
-        if len(best) < len(ARMS):
+        reads = [read_run(runs_dir / f"{arm}_s{seed}", args.budget_seconds) for arm in ARMS]
+        if any(r is None or r[1] != "complete" for r in reads):
             continue
-        chance = 1.0 / search_dataset(cfg).num_classes
+        cfg, _, chance, _ = reads[0]  # the arms share all but the algorithm, which training does not read
+        best = {arm: best_full(within, c.num_stages) for arm, (c, _, _, within) in zip(ARMS, reads)}
         keys = {arm: None if c is None else c.key for arm, c in best.items()}
         same = keys["evolution"] == keys["random"]
         seeds = [cfg.seed + SEED_OFFSET + i for i in range(n)]
@@ -258,11 +257,10 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
         for arm, c in best.items():
             row[f"{arm}_id"] = None if c is None else c.id
             row[f"{arm}_search"] = chance if c is None else c.fitness
-            path = runs_dir / f"fresh_s{seed}_{arm}.jsonl"
-            row[f"{arm}_file"] = str(path)
             if c is not None and not same:
                 kind = "seed" if c.origin == "seed" else "found"
-                jobs.append((cfg.to_dict(), (f"{arm} id {c.id}", kind, c.graph, c.id), seeds, str(path)))
+                jobs.append((cfg.to_dict(), (f"{arm} id {c.id}", kind, c.graph, c.id), seeds,
+                             str(fresh_file(seed, arm))))
         rows.append(row)
     if jobs:
         log(f"fresh seeds: {len(jobs)} layers x {n} seeds, two at a time")
@@ -271,7 +269,7 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
     for row in rows:
         for arm in ARMS:
             fits = [r.fitness if r.fitness is not None else row["chance"]
-                    for r in load_rows(Path(row.pop(f"{arm}_file")))]
+                    for r in load_rows(fresh_file(row["seed"], arm))]
             row[f"{arm}_fresh"] = statistics.fmean(fits) if fits else None
             row[f"{arm}_fresh_runs"] = [round(f, 4) for f in fits]
         if row["same_layer"]:  # (also when neither arm has a layer trained to the end)
