@@ -11,10 +11,12 @@ shared machine also counts the other processes). The table gives the median seco
 built + 60 steps), ms per step, and the ratio to native GN-ReLU on the same architecture: the median over
 rounds of each round's ratio, with their range. The demo's training config (`train_config`), on
 Fashion-MNIST when installed, else the synthetic set; 1 thread by default. One untimed short run per
-architecture first takes the process's one-off start-up costs out of the first variant.
+architecture first takes the process's one-off start-up costs out of the first variant. With `--device cuda`
+the times are wall seconds after a synchronize (CPU time does not see the GPU's work).
 
     python benchmarks/bench_candidate.py                       # the table (about 5 minutes idle)
     python benchmarks/bench_candidate.py --layer-only          # one layer, forward + backward, ms
+    python benchmarks/bench_candidate.py --device cuda --rounds 5
 """
 
 from __future__ import annotations
@@ -60,22 +62,34 @@ def _dataset(cfg):
     return search_dataset(cfg.with_dataset()), "fashion_mnist"
 
 
+def _clock(device: str):
+    """CPU seconds of this process on a CPU; on a GPU, wall seconds once its queued work is done."""
+    if not device.startswith("cuda"):
+        return time.process_time
+
+    def wall() -> float:
+        torch.cuda.synchronize()
+        return time.perf_counter()
+    return wall
+
+
 def candidate_seconds(layers: dict, ds, tcfg, block: int = 10) -> dict[str, float]:
     """Per label: seconds to build the model and train `tcfg.steps`. The builds run one after another, then
     the runs advance `block` steps each in turn, so a burst of load from other processes hits every variant
     alike (a block takes about a second; a whole candidate, several)."""
     from evonorm.train import Run
 
+    clock = _clock(tcfg.device)
     secs, runs = {}, {}
     for label, layer in layers.items():
-        t0 = time.process_time()
+        t0 = clock()
         runs[label] = Run(layer, ds, tcfg)
-        secs[label] = time.process_time() - t0
+        secs[label] = clock() - t0
     for step in range(block, tcfg.steps + block, block):
         for label, run in runs.items():
-            t0 = time.process_time()
+            t0 = clock()
             run.advance(step)
-            secs[label] += time.process_time() - t0
+            secs[label] += clock() - t0
     return secs
 
 
@@ -88,10 +102,11 @@ def bench_train(args) -> list[dict]:
                 if k == "native gn_relu" or not args.only or any(o in k for o in args.only)}
     times = {(a, v): [] for a in args.archs for v in variants}
     for arch in args.archs:  # warm-up, untimed
-        candidate_seconds({"warm-up": "gn_relu"}, ds, train_config(cfg, arch, steps=3))
+        candidate_seconds({"warm-up": "gn_relu"}, ds, train_config(cfg, arch, steps=3, device=args.device))
     for rnd in range(args.rounds):
         for arch in args.archs:
-            secs = candidate_seconds(variants, ds, train_config(cfg, arch, steps=args.steps), args.block)
+            secs = candidate_seconds(variants, ds, train_config(cfg, arch, steps=args.steps, device=args.device),
+                                     args.block)
             for label, total in secs.items():
                 times[(arch, label)].append(total)
                 print(f"  round {rnd} {arch:18s} {label:26s} {total:6.2f} s  {1e3 * total / args.steps:6.1f} ms/step",
@@ -114,7 +129,8 @@ def bench_layer(args) -> list[dict]:
     from evonorm.layers import create_norm_act
 
     n, c, h, w = args.shape
-    x = torch.randn(n, c, h, w, requires_grad=True)
+    clock = _clock(args.device)
+    x = torch.randn(n, c, h, w, device=args.device, requires_grad=True)
     mods = {f"native {n_}": create_norm_act(n_, c) for n_ in NATIVE}
     for label, g in _graphs(args.graphs).items():
         for impl in args.impls:
@@ -122,12 +138,13 @@ def bench_layer(args) -> list[dict]:
     times: dict[str, list[float]] = {k: [] for k in mods}
     for _ in range(args.rounds):
         for label, m in mods.items():
+            m.to(args.device)
             for _ in range(3):
                 m(x).sum().backward()
-            t0 = time.process_time()
+            t0 = clock()
             for _ in range(args.reps):
                 m(x).sum().backward()
-            times[label].append((time.process_time() - t0) / args.reps)
+            times[label].append((clock() - t0) / args.reps)
     base = statistics.median(times["native gn_relu"])
     return [dict(layer=k, ms=1e3 * statistics.median(v), ratio_to_gn_relu=statistics.median(v) / base)
             for k, v in times.items()]
@@ -136,6 +153,7 @@ def bench_layer(args) -> list[dict]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--block", type=int, default=10, help="steps each model trains before the next takes its turn")
@@ -149,6 +167,9 @@ def main() -> int:
     p.add_argument("--only", nargs="+", help="only the variants whose label contains one of these (and GN-ReLU)")
     p.add_argument("--json", help="also write the rows to this file")
     args = p.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("bench_candidate: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
     rows = bench_layer(args) if args.layer_only else bench_train(args)
     if args.layer_only:
@@ -156,7 +177,8 @@ def main() -> int:
         for r in rows:
             print(f"| {r['layer']} | {r['ms']:.2f} | {r['ratio_to_gn_relu']:.2f} |")
     else:
-        print(f"| layer | arch | CPU s (build + {args.steps} steps) | ms/step | x native GN-ReLU (rounds' range) |\n"
+        unit = "wall s" if args.device.startswith("cuda") else "CPU s"
+        print(f"| layer | arch | {unit} (build + {args.steps} steps) | ms/step | x native GN-ReLU (rounds' range) |\n"
               "|---|---|---|---|---|")
         for r in rows:
             lo, hi = r["ratio_range"]
