@@ -171,3 +171,21 @@ def test_subset_and_synthetic():
     small = subset(ds, 40, None, seed=2)
     assert len(small.train_y) == 40 and len(small.test_y) == 50
     assert len(set(ds.train_y.tolist())) == 10
+
+
+def test_default_dataset_is_looked_for_in_the_given_data_root(tmp_path, monkeypatch):
+    # a search given --data-root (and no dataset) finds Fashion-MNIST where it will read it, also on
+    # a machine without the system package or the default folder
+    import evonorm.data
+    from evonorm.search.presets import PRESETS
+
+    monkeypatch.setattr(evonorm.data, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "absent")
+    monkeypatch.setenv("EVONORM_DATA", str(tmp_path / "default"))
+    root = tmp_path / "root"
+    (root / "fashion-mnist").mkdir(parents=True)
+    write_fashion(root / "fashion-mnist")
+    assert default_dataset_name(fallback=True) == "synthetic"
+    assert default_dataset_name(root, fallback=False) == "fashion_mnist"
+    assert PRESETS["demo"].replace(data_root=str(root)).with_dataset().dataset == "fashion_mnist"
+    with pytest.raises(FileNotFoundError, match=f"not in --data-root {tmp_path / 'absent'}"):
+        PRESETS["demo"].replace(data_root=str(tmp_path / "absent")).with_dataset()

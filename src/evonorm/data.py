@@ -81,16 +81,21 @@ def default_root() -> Path:
     return Path(os.environ.get("EVONORM_DATA", Path.home() / ".cache" / "evonorm" / "data"))
 
 
-def default_dataset_name(*, fallback: bool = True) -> str:
+def default_dataset_name(root: str | Path | None = None, *, fallback: bool = True) -> str:
     """"fashion_mnist" where its files are installed (works offline), else "synthetic".
 
-    With `fallback=False` a missing Fashion-MNIST raises FileNotFoundError saying how to install
-    it, so a search never trains on the synthetic set unless asked to.
+    `root` is the data folder the caller will load from (`--data-root`): the files are looked for
+    where they will be read. With `fallback=False` a missing Fashion-MNIST raises FileNotFoundError
+    saying how to install it, so a search never trains on the synthetic set unless asked to.
     """
-    if _find_fashion_dir(None) is not None:
+    if _find_fashion_dir(root) is not None:
         return "fashion_mnist"
     if fallback:
         return "synthetic"
+    if root:
+        raise FileNotFoundError(f"Fashion-MNIST, the default data, is not in --data-root {root}: expected "
+                                f"its four IDX files there or in {Path(root) / 'fashion-mnist'}; or pass "
+                                f"--dataset synthetic for the built-in synthetic task")
     raise FileNotFoundError(
         f"Fashion-MNIST, the default data, is not installed: run `apt-get install "
         f"dataset-fashion-mnist` as root (-> {FASHION_MNIST_SYSTEM_DIR}) or put its four IDX files "

@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
                          device=device)
         layer_kw = {} if args.groups is None else {"groups": args.groups}
         factory = resolve_norm_act(read_layer(args.layer), **layer_kw)
-        name = dataset or default_dataset_name()
+        name = dataset or default_dataset_name(args.data_root)
         ds = load_dataset(name, args.data_root, download=args.download, seed=args.seed)
         if args.holdout is not None:
             ds = holdout_split(ds, args.holdout, seed=args.seed)

@@ -226,7 +226,7 @@ class SearchConfig:
         from evonorm.data import default_dataset_name, file_sha256, is_npz, read_npz_bytes
 
         if self.dataset is None:
-            return self.replace(dataset=default_dataset_name(fallback=False))
+            return self.replace(dataset=default_dataset_name(self.data_root, fallback=False))
         if is_npz(self.dataset) and self.data_sha256 is None:
             path = os.path.abspath(self.dataset)
             return self.replace(dataset=path, data_sha256=file_sha256(read_npz_bytes(path)))
