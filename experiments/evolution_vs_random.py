@@ -39,9 +39,7 @@ Runs so far: docs/findings.md, each with its protocol, in results/evolution_vs_r
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import math
 import statistics
 import sys
 import time
@@ -50,6 +48,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, log, out_dir, parse_sets, save_png  # noqa: E402
+
+from evonorm.stats import mann_whitney_greater, paired_sign_flip_greater  # noqa: E402
 
 ARMS = ("evolution", "random")
 TESTS = {"mann-whitney": "one-sided exact Mann-Whitney U (evolution > random)",
@@ -114,41 +114,6 @@ def run_metric(candidates, stages: int, chance: float) -> float:
     """Best fitness of a layer trained to the end (all stages); chance if none."""
     best = best_full(candidates, stages)
     return chance if best is None else best.fitness
-
-
-def mann_whitney_greater(a: list[float], b: list[float]) -> tuple[float, float]:
-    """(U, exact one-sided p) for H1: a tends to be larger than b (ties count one half).
-
-    The exact null distribution enumerates every split of the pooled values into groups of
-    len(a) and len(b) (252 splits for 5 vs 5)."""
-    def u_stat(x, y):
-        return sum((xi > yi) + 0.5 * (xi == yi) for xi in x for yi in y)
-
-    u = u_stat(a, b)
-    pooled = list(a) + list(b)
-    splits = list(itertools.combinations(range(len(pooled)), len(a)))
-    count = 0
-    for idx in splits:
-        chosen = set(idx)
-        x = [pooled[i] for i in idx]
-        y = [pooled[i] for i in range(len(pooled)) if i not in chosen]
-        count += u_stat(x, y) >= u - 1e-12
-    return u, count / len(splits)
-
-
-def paired_sign_flip_greater(a: list[float], b: list[float]) -> float:
-    """Exact one-sided p of a paired permutation test, H1: a[i] - b[i] tends to be positive.
-
-    Under H0 each pair's difference is as likely negative as positive; the null distribution
-    flips the signs of the differences in every one of the 2^n ways (32 for 5 pairs). A zero
-    difference counts as no evidence either way, so 5 pairs reach p < 0.05 only when a wins all
-    of them (p = 1/32)."""
-    if len(a) != len(b) or not a:
-        raise ValueError("paired test needs two equal-length non-empty lists")
-    diffs = [x - y for x, y in zip(a, b)]
-    observed = sum(diffs)
-    flips = list(itertools.product((1, -1), repeat=len(diffs)))
-    return sum(sum(s * d for s, d in zip(f, diffs)) >= observed - 1e-12 for f in flips) / len(flips)
 
 
 def read_run(run: Path, budget_seconds: float):

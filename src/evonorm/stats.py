@@ -1,5 +1,6 @@
-"""Small statistics without scipy (not a dependency): mean and sample standard deviation, and
-Welch's unequal-variance t-test, one-sided, for the report's verdict and the calibration's tables.
+"""Small statistics without scipy (not a dependency): mean and sample standard deviation,
+Welch's unequal-variance t-test, one-sided, for the report's verdict and the calibration's tables, and
+two exact tests for the experiments' few runs (Mann-Whitney U, and a paired sign-flip permutation test).
 
 The Student-t tail comes from the regularized incomplete beta function, evaluated with the
 continued fraction of Numerical Recipes (Lentz's method) and `math.lgamma`.
@@ -7,6 +8,7 @@ continued fraction of Numerical Recipes (Lentz's method) and `math.lgamma`.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -81,3 +83,38 @@ def welch_greater(a: Sequence[float], b: Sequence[float]) -> WelchResult:
     t = diff / math.sqrt(se2)
     df = se2 * se2 / ((va * va / (len(a) - 1) if va else 0.0) + (vb * vb / (len(b) - 1) if vb else 0.0))
     return WelchResult(diff, t, df, t_sf(t, df))
+
+
+def mann_whitney_greater(a: list[float], b: list[float]) -> tuple[float, float]:
+    """(U, exact one-sided p) for H1: a tends to be larger than b (ties count one half).
+
+    The exact null distribution enumerates every split of the pooled values into groups of
+    len(a) and len(b) (252 splits for 5 vs 5)."""
+    def u_stat(x, y):
+        return sum((xi > yi) + 0.5 * (xi == yi) for xi in x for yi in y)
+
+    u = u_stat(a, b)
+    pooled = list(a) + list(b)
+    splits = list(itertools.combinations(range(len(pooled)), len(a)))
+    count = 0
+    for idx in splits:
+        chosen = set(idx)
+        x = [pooled[i] for i in idx]
+        y = [pooled[i] for i in range(len(pooled)) if i not in chosen]
+        count += u_stat(x, y) >= u - 1e-12
+    return u, count / len(splits)
+
+
+def paired_sign_flip_greater(a: list[float], b: list[float]) -> float:
+    """Exact one-sided p of a paired permutation test, H1: a[i] - b[i] tends to be positive.
+
+    Under H0 each pair's difference is as likely negative as positive; the null distribution
+    flips the signs of the differences in every one of the 2^n ways (32 for 5 pairs). A zero
+    difference counts as no evidence either way, so 5 pairs reach p < 0.05 only when a wins all
+    of them (p = 1/32)."""
+    if len(a) != len(b) or not a:
+        raise ValueError("paired test needs two equal-length non-empty lists")
+    diffs = [x - y for x, y in zip(a, b)]
+    observed = sum(diffs)
+    flips = list(itertools.product((1, -1), repeat=len(diffs)))
+    return sum(sum(s * d for s, d in zip(f, diffs)) >= observed - 1e-12 for f in flips) / len(flips)
