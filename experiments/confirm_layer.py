@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     from evonorm.layers import list_norm_acts
     from evonorm.search.evaluator import search_dataset
     from evonorm.search.presets import PRESETS
+    from evonorm.search.retrain import pending
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graph", required=True, help="the layer: a graph JSON file ({\"nodes\": [...]})")
@@ -141,11 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.analyze_only:
         jobs = [(cfgs[ds].to_dict(), (label, "found" if label == "layer" else "reference",
                                       spec if label == "layer" else label, None),
-                 seeds, str(d / f"split{ds}_{label}.jsonl")) for ds in args.data_seeds for label in labels]
+                 seeds, str(d / f"split{ds}_{label}.jsonl")) for ds in args.data_seeds for label in labels
+                if pending(d / f"split{ds}_{label}.jsonl", label, seeds)]
         log(f"confirm_layer: {len(labels)} layers x {len(args.data_seeds)} splits x {args.seeds} seeds, "
-            f"{args.workers} at a time -> {d}")
-        with get_context("spawn").Pool(args.workers) as pool:
-            pool.starmap(_train, jobs)
+            f"{len(jobs)} (split, layer) jobs to train, {args.workers} at a time -> {d}")
+        if jobs:
+            with get_context("spawn").Pool(args.workers) as pool:
+                pool.starmap(_train, jobs)
     chance = 1.0 / search_dataset(cfgs[args.data_seeds[0]]).num_classes
     out = analyze(d, labels, args.data_seeds, seeds, chance, args.primary)
     out.update(graph=spec, layer=text, preset=args.preset, command=" ".join(sys.argv))

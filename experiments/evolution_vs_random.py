@@ -203,7 +203,7 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
     """Train each seed's two best layers (where they differ) with `n` fresh training seeds, two at a
     time, and test the paired differences of their means; writes fresh_seeds.{json,md}. A fresh run
     that fails (non-finite) counts as chance accuracy, as a layer that trains nothing."""
-    from evonorm.search.retrain import SEED_OFFSET, load_rows
+    from evonorm.search.retrain import SEED_OFFSET, load_rows, pending
 
     def fresh_file(seed: int, arm: str) -> Path:
         return runs_dir / f"fresh_s{seed}_{arm}.jsonl"
@@ -222,10 +222,10 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
         for arm, c in best.items():
             row[f"{arm}_id"] = None if c is None else c.id
             row[f"{arm}_search"] = chance if c is None else c.fitness
-            if c is not None and not same:
+            label = f"{arm} id {c.id}" if c is not None else None
+            if c is not None and not same and pending(fresh_file(seed, arm), label, seeds):
                 kind = "seed" if c.origin == "seed" else "found"
-                jobs.append((cfg.to_dict(), (f"{arm} id {c.id}", kind, c.graph, c.id), seeds,
-                             str(fresh_file(seed, arm))))
+                jobs.append((cfg.to_dict(), (label, kind, c.graph, c.id), seeds, str(fresh_file(seed, arm))))
         rows.append(row)
     if jobs:
         log(f"fresh seeds: {len(jobs)} layers x {n} seeds, two at a time")

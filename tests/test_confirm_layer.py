@@ -9,6 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from confirm_layer import analyze, main  # noqa: E402
 
+from evonorm.search.retrain import pending  # noqa: E402
 from evonorm.stats import paired_sign_flip_greater  # noqa: E402
 
 
@@ -61,6 +62,7 @@ def test_trains_every_layer_on_the_same_pairs_and_resumes(tmp_path):
     assert out["complete"] and out["tests"]["gn_relu"]["pairs"] == 2
     assert set(out["layers"]["layer"]["values"]) == set(out["layers"]["gn_relu"]["values"]) == {"1/2000", "2/2000"}
     rows = (tmp_path / "o" / "split1_layer.jsonl").read_text()
-    assert main(args) == 0  # resumes: nothing trained again
+    assert pending(tmp_path / "o" / "split1_layer.jsonl", "layer", [2000, 2001]) == [2001]
+    assert main(args) == 0  # resumes: nothing trained again, no pool started
     assert (tmp_path / "o" / "split1_layer.jsonl").read_text() == rows
     assert "Verdict: the layer" in (tmp_path / "o" / "confirm.md").read_text()

@@ -61,6 +61,12 @@ def load_rows(path: Path) -> list[RetrainRow]:
     return rows
 
 
+def pending(path: Path, label: str, seeds: Sequence[int]) -> list[int]:
+    """The training seeds of layer `label` that have no row in the re-training file `path` yet."""
+    done = {r.seed for r in load_rows(path) if r.layer == label}
+    return [s for s in seeds if s not in done]
+
+
 def plan(run: str | Path, top: int) -> tuple[Any, list[tuple[str, str, Any, int | None]]]:
     """The run's config and the layers to re-train: (label, kind, graph or name, candidate id)."""
     with Store(run, readonly=True) as store:
@@ -108,8 +114,7 @@ def train_layers(cfg, layers: Sequence[tuple[str, str, Any, int | None]], seeds:
     from evonorm.train import train
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
-    done = {(r.layer, r.seed) for r in load_rows(path)}
-    todo = [(lay, seed) for lay in layers for seed in seeds if (lay[0], seed) not in done]
+    todo = [(lay, seed) for lay in layers for seed in pending(path, lay[0], seeds)]
     if not todo:
         return load_rows(path)
     data = search_dataset(cfg)
