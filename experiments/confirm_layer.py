@@ -5,8 +5,8 @@ and even a re-training on that split favour it. This trains it beside the refere
 splits, every layer on the same (split, training seed) pairs, and tests the paired differences.
 
 Protocol (fixed before the runs; docs/findings.md gives each run's):
-- the layer: `--graph`, a graph JSON file (a search candidate's `graph`); the rivals: `--against`,
-  registry layers;
+- the layer: `--graph`, a graph JSON file (a search candidate's `graph`) or a named graph; the rivals:
+  `--against`, registry layers;
 - the setting: the preset's full training (`--preset`, default demo) on each of its architectures;
   fitness is the mean held-out accuracy over them, as in the search;
 - the splits: `--data-seeds` (each draws its own training subset and held-out part); on each split,
@@ -108,13 +108,15 @@ def write_md(d: Path, out: dict, graph_text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from evonorm.graph import Graph
+    from evonorm.graph.library import resolve_graph
     from evonorm.layers import list_norm_acts
     from evonorm.search.evaluator import search_dataset
     from evonorm.search.presets import PRESETS
     from evonorm.search.retrain import pending
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--graph", required=True, help="the layer: a graph JSON file ({\"nodes\": [...]})")
+    ap.add_argument("--graph", required=True,
+                    help="the layer: a graph JSON file ({\"nodes\": [...]}) or a named graph (evonorm list graphs)")
     ap.add_argument("--against", nargs="+", default=["gn_relu", "evonorm_s0", "bn_relu"], help="registry layers")
     ap.add_argument("--primary", default="gn_relu", help="the comparison fixed before the runs (one of --against)")
     ap.add_argument("--preset", default="demo", choices=sorted(PRESETS))
@@ -124,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--analyze-only", action="store_true", help="tables from the rows so far, no training")
     ap.add_argument("--out", help="output folder (default results/confirm_layer)")
     args = ap.parse_args(argv)
-    try:
-        spec = json.loads(Path(args.graph).read_text())
-        text = str(Graph.from_json(spec))
+    try:  # a graph JSON file, else a named graph (evonorm list graphs)
+        path = Path(args.graph)
+        graph = Graph.from_json(json.loads(path.read_text())) if path.is_file() else resolve_graph(args.graph)
+        spec, text = graph.to_json(), str(graph)
     except (OSError, ValueError, KeyError, TypeError) as err:
         print(f"confirm_layer: --graph {args.graph}: {err}", file=sys.stderr)
         return 2

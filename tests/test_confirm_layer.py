@@ -53,9 +53,7 @@ def test_bad_input_exits_2_in_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_trains_every_layer_on_the_same_pairs_and_resumes(tmp_path):
-    graph = tmp_path / "g.json"
-    graph.write_text('{"nodes": [["group_std", 0], ["div", 0, 4]]}')
-    args = ["--graph", str(graph), "--preset", "tiny", "--data-seeds", "1", "2", "--seeds", "1",
+    args = ["--graph", "tanh_group_rms", "--preset", "tiny", "--data-seeds", "1", "2", "--seeds", "1",
             "--against", "gn_relu", "--workers", "1", "--out", str(tmp_path / "o")]
     assert main(args) == 0
     out = json.loads((tmp_path / "o" / "confirm.json").read_text())
@@ -66,3 +64,4 @@ def test_trains_every_layer_on_the_same_pairs_and_resumes(tmp_path):
     assert main(args) == 0  # resumes: nothing trained again, no pool started
     assert (tmp_path / "o" / "split1_layer.jsonl").read_text() == rows
     assert "Verdict: the layer" in (tmp_path / "o" / "confirm.md").read_text()
+    assert out["graph"] == {"nodes": [["group_rms", 0], ["div", 0, 4], ["tanh", 5]]}  # the named graph
