@@ -116,5 +116,5 @@ def paired_sign_flip_greater(a: list[float], b: list[float]) -> float:
         raise ValueError("paired test needs two equal-length non-empty lists")
     diffs = [x - y for x, y in zip(a, b)]
     observed = sum(diffs)
-    flips = list(itertools.product((1, -1), repeat=len(diffs)))
-    return sum(sum(s * d for s, d in zip(f, diffs)) >= observed - 1e-12 for f in flips) / len(flips)
+    flips = itertools.product((1, -1), repeat=len(diffs))  # walked, not stored: 4096 for 12 pairs
+    return sum(sum(s * d for s, d in zip(f, diffs)) >= observed - 1e-12 for f in flips) / 2 ** len(diffs)
