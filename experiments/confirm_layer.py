@@ -8,7 +8,8 @@ Protocol (fixed before the runs; docs/findings.md gives each run's):
 - the layer: `--graph`, a graph JSON file (a search candidate's `graph`) or a named graph; the rivals:
   `--against`, registry layers;
 - the setting: the preset's full training (`--preset`, default demo) on each of its architectures;
-  fitness is the mean held-out accuracy over them, as in the search;
+  fitness is the mean held-out accuracy over them, as in the search. `--setting rerank` takes the
+  preset's rerank setting instead (longer training on more images, scored on the dataset's test split);
 - the splits: `--data-seeds` (each draws its own training subset and held-out part); on each split,
   training seeds 2000 .. 2000 + `--seeds` - 1 for every layer, so each (split, seed) pair is a pair;
 - the test: for each rival, the exact one-sided paired sign-flip test of layer - rival over the pairs,
@@ -36,7 +37,7 @@ from _common import log, out_dir  # noqa: E402
 SEED_BASE = 2000  # training seeds: apart from the search's (cfg.seed) and retrain's (1000 + ...)
 
 
-def _train(cfg_dict: dict, layer: tuple, seeds: list[int], path: str) -> None:
+def _train(cfg_dict: dict, layer: tuple, seeds: list[int], path: str, rerank: bool) -> None:
     """One layer on one split, every training seed (in a pool worker of one thread)."""
     import torch
 
@@ -44,7 +45,7 @@ def _train(cfg_dict: dict, layer: tuple, seeds: list[int], path: str) -> None:
     from evonorm.search.retrain import train_layers
 
     torch.set_num_threads(1)
-    train_layers(SearchConfig.from_dict(cfg_dict), [layer], seeds, Path(path), log=log)
+    train_layers(SearchConfig.from_dict(cfg_dict), [layer], seeds, Path(path), log=log, rerank=rerank)
 
 
 def analyze(d: Path, labels: list[str], data_seeds: list[int], seeds: list[int], chance: float,
@@ -120,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against", nargs="+", default=["gn_relu", "evonorm_s0", "bn_relu"], help="registry layers")
     ap.add_argument("--primary", default="gn_relu", help="the comparison fixed before the runs (one of --against)")
     ap.add_argument("--preset", default="demo", choices=sorted(PRESETS))
+    ap.add_argument("--setting", default="search", choices=["search", "rerank"],
+                    help="search: the preset's full training on its split (default); rerank: its rerank "
+                         "setting, trained on the training split less the split's held-out images, "
+                         "scored on the dataset's test split")
     ap.add_argument("--data-seeds", type=int, nargs="+", default=[100, 101, 102])
     ap.add_argument("--seeds", type=int, default=4, help="training seeds per split")
     ap.add_argument("--workers", type=int, default=2, help="layers trained at a time (one thread each)")
@@ -145,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.analyze_only:
         jobs = [(cfgs[ds].to_dict(), (label, "found" if label == "layer" else "reference",
                                       spec if label == "layer" else label, None),
-                 seeds, str(d / f"split{ds}_{label}.jsonl")) for ds in args.data_seeds for label in labels
+                 seeds, str(d / f"split{ds}_{label}.jsonl"), args.setting == "rerank")
+                for ds in args.data_seeds for label in labels
                 if pending(d / f"split{ds}_{label}.jsonl", label, seeds)]
         log(f"confirm_layer: {len(labels)} layers x {len(args.data_seeds)} splits x {args.seeds} seeds, "
             f"{len(jobs)} (split, layer) jobs to train, {args.workers} at a time -> {d}")
@@ -154,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 pool.starmap(_train, jobs)
     chance = 1.0 / search_dataset(cfgs[args.data_seeds[0]]).num_classes
     out = analyze(d, labels, args.data_seeds, seeds, chance, args.primary)
-    out.update(graph=spec, layer=text, preset=args.preset, command=" ".join(sys.argv))
+    out.update(graph=spec, layer=text, preset=args.preset, setting=args.setting, command=" ".join(sys.argv))
     (d / "confirm.json").write_text(json.dumps(out, indent=1) + "\n")
     write_md(d, out, text)
     log((d / "confirm.md").read_text())

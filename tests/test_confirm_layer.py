@@ -65,3 +65,29 @@ def test_trains_every_layer_on_the_same_pairs_and_resumes(tmp_path):
     assert (tmp_path / "o" / "split1_layer.jsonl").read_text() == rows
     assert "Verdict: the layer" in (tmp_path / "o" / "confirm.md").read_text()
     assert out["graph"] == {"nodes": [["group_rms", 0], ["div", 0, 4], ["tanh", 5]]}  # the named graph
+
+
+def test_train_layers_in_the_rerank_setting_uses_its_data_and_steps(tmp_path, monkeypatch):
+    # the rerank setting: its own steps, the training split less the search's held-out images, the whole
+    # test split; the search setting: the search's split (what `evonorm retrain` trains on)
+    import evonorm.train
+    from evonorm.search.evaluator import search_dataset
+    from evonorm.search.presets import PRESETS
+    from evonorm.search.rerank import rerank_dataset
+    from evonorm.search.retrain import train_layers
+
+    seen = []
+
+    def fake_train(layer, data, cfg):
+        seen.append((len(data.train_y), len(data.test_y), cfg.steps, cfg.seed))
+        return type("R", (), {"status": "ok", "accuracy": 0.5, "failed_step": None})()
+
+    monkeypatch.setattr(evonorm.train, "train", fake_train)
+    cfg = PRESETS["tiny"].replace(archs=("resnet50_cifar",), data_seed=3).with_dataset()
+    rows = train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "r.jsonl", log=lambda s: None,
+                        rerank=True)
+    rd, sd = rerank_dataset(cfg), search_dataset(cfg)
+    assert seen == [(len(rd.train_y), len(rd.test_y), cfg.rerank_train["steps"], 7)] and rows[0].fitness == 0.5
+    assert len(rd.test_y) > len(sd.test_y) and cfg.rerank_train["steps"] != cfg.train["steps"]
+    train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "s.jsonl", log=lambda s: None)
+    assert seen[1] == (len(sd.train_y), len(sd.test_y), cfg.train["steps"], 7)

@@ -106,18 +106,22 @@ def retrain(run: str | Path, *, top: int = 3, seeds: int = 3,
 
 
 def train_layers(cfg, layers: Sequence[tuple[str, str, Any, int | None]], seeds: Sequence[int], path: Path,
-                 log: Callable[[str], None] | None = None) -> list[RetrainRow]:
+                 log: Callable[[str], None] | None = None, *, rerank: bool = False) -> list[RetrainRow]:
     """Train each (label, kind, graph or name, candidate id) layer with each training seed on every
     architecture of `cfg`, with its data split and full-training setting, appending a line per finished
     (layer, seed) to `path`; pairs already there are not trained again, so an interrupted run resumes.
+    With `rerank`, the setting and data are the rerank's instead (`cfg.rerank_training`, trained on
+    the dataset's training split less the search's held-out images, scored on its test split).
     Logs one line per finished pair with the count done, so it shows progress anywhere."""
+    from evonorm.search.rerank import rerank_dataset
     from evonorm.train import train
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     todo = [(lay, seed) for lay in layers for seed in pending(path, lay[0], seeds)]
     if not todo:
         return load_rows(path)
-    data = search_dataset(cfg)
+    data = rerank_dataset(cfg) if rerank else search_dataset(cfg)
+    setting = cfg.rerank_training if rerank else None
     start_all = time.perf_counter()
     for n, ((label, kind, spec, cid), seed) in enumerate(todo, 1):
         start = time.perf_counter()
@@ -125,7 +129,7 @@ def train_layers(cfg, layers: Sequence[tuple[str, str, Any, int | None]], seeds:
         reason = None
         for arch in cfg.archs:
             try:
-                res = train(spec, data, train_config(cfg, arch, seed=seed))
+                res = train(spec, data, train_config(cfg, arch, setting, seed=seed))
             except Exception as err:  # recorded; the other layers and seeds still train
                 accs[arch], reason = None, reason or f"error: {type(err).__name__}: {err}"[:300]
                 continue
