@@ -135,10 +135,11 @@ def bench_layer(args) -> list[dict]:
     for label, g in _graphs(args.graphs).items():
         for impl in args.impls:
             mods[f"{label} ({impl})"] = g.to_module(c, impl=impl)
+    for m in mods.values():
+        m.to(args.device)
     times: dict[str, list[float]] = {k: [] for k in mods}
     for _ in range(args.rounds):
         for label, m in mods.items():
-            m.to(args.device)
             for _ in range(3):
                 m(x).sum().backward()
             t0 = clock()

@@ -48,6 +48,11 @@ def _train(cfg_dict: dict, layer: tuple, seeds: list[int], path: str, rerank: bo
     train_layers(SearchConfig.from_dict(cfg_dict), [layer], seeds, Path(path), log=log, rerank=rerank)
 
 
+def rows_file(d: Path, data_seed: int, label: str) -> Path:
+    """The re-training rows of one layer on one split."""
+    return d / f"split{data_seed}_{label}.jsonl"
+
+
 def analyze(d: Path, labels: list[str], data_seeds: list[int], seeds: list[int], chance: float,
             primary: str) -> dict:
     """Per layer its fitness on every (split, seed); per rival the paired differences and both one-sided p."""
@@ -58,7 +63,7 @@ def analyze(d: Path, labels: list[str], data_seeds: list[int], seeds: list[int],
     for label in labels:
         fit[label] = {}
         for ds in data_seeds:
-            for r in load_rows(d / f"split{ds}_{label}.jsonl"):
+            for r in load_rows(rows_file(d, ds, label)):
                 fit[label][(ds, r.seed)] = chance if r.fitness is None else r.fitness
     pairs = [(ds, s) for ds in data_seeds for s in seeds]
     found, rivals = labels[0], labels[1:]
@@ -150,9 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.analyze_only:
         jobs = [(cfgs[ds].to_dict(), (label, "found" if label == "layer" else "reference",
                                       spec if label == "layer" else label, None),
-                 seeds, str(d / f"split{ds}_{label}.jsonl"), args.setting == "rerank")
-                for ds in args.data_seeds for label in labels
-                if pending(d / f"split{ds}_{label}.jsonl", label, seeds)]
+                 seeds, str(rows_file(d, ds, label)), args.setting == "rerank")
+                for ds in args.data_seeds for label in labels if pending(rows_file(d, ds, label), label, seeds)]
         log(f"confirm_layer: {len(labels)} layers x {len(args.data_seeds)} splits x {args.seeds} seeds, "
             f"{len(jobs)} (split, layer) jobs to train, {args.workers} at a time -> {d}")
         if jobs:
