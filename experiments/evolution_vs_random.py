@@ -222,10 +222,12 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
         for arm, c in best.items():
             row[f"{arm}_id"] = None if c is None else c.id
             row[f"{arm}_search"] = chance if c is None else c.fitness
-            label = f"{arm} id {c.id}" if c is not None else None
-            if c is not None and not same and pending(fresh_file(seed, arm), label, seeds):
+            if c is None or same:
+                continue
+            label, path = f"{arm} id {c.id}", fresh_file(seed, arm)
+            if pending(path, label, seeds):
                 kind = "seed" if c.origin == "seed" else "found"
-                jobs.append((cfg.to_dict(), (label, kind, c.graph, c.id), seeds, str(fresh_file(seed, arm))))
+                jobs.append((cfg.to_dict(), (label, kind, c.graph, c.id), seeds, str(path)))
         rows.append(row)
     if jobs:
         log(f"fresh seeds: {len(jobs)} layers x {n} seeds, two at a time")
