@@ -2,8 +2,10 @@
 native GroupNorm-ReLU.
 
 Layers: native BN-ReLU, GN-ReLU and EvoNorm-S0 (the hand-written modules), and graphs compiled by
-`Graph.to_module` on the plain fx path and on the fast path (`impl="plain"` / `impl="fast"`): GroupNorm-ReLU
-as a graph (the `demo` preset's first seed layer), EvoNorm-S0 and the paper's s_top1 (`--graphs`).
+`Graph.to_module` on the plain fx path, the fast path and the compiled C++ kernel (`impl="plain"` / `"fast"` /
+`"cpp"`, `--impls`): GroupNorm-ReLU as a graph (the `demo` preset's first seed layer), EvoNorm-S0 and the
+paper's s_top1 (`--graphs`). The C++ kernel is built before the timing starts (its one-off build, about 15 s
+per machine, is not a candidate's cost).
 Every variant runs in one process: in each of `--rounds`, the models are built one after another and
 then trained in turns of `--block` steps, so that load from other processes hits them alike; timed
 in CPU seconds of this process (with one thread, what the work costs; wall time on a
@@ -14,7 +16,7 @@ Fashion-MNIST when installed, else the synthetic set; 1 thread by default. One u
 architecture first takes the process's one-off start-up costs out of the first variant. With `--device cuda`
 the times are wall seconds after a synchronize (CPU time does not see the GPU's work).
 
-    python benchmarks/bench_candidate.py                       # the table (about 5 minutes idle)
+    python benchmarks/bench_candidate.py                       # the table (about 7 minutes idle)
     python benchmarks/bench_candidate.py --layer-only          # one layer, forward + backward, ms
     python benchmarks/bench_candidate.py --device cuda --rounds 5
 """
@@ -30,6 +32,7 @@ import time
 import torch
 
 from evonorm.graph import Graph
+from evonorm.graph.cpp import load as load_cpp
 from evonorm.graph.library import get_graph
 from evonorm.search.presets import PRESETS
 
@@ -161,7 +164,8 @@ def main() -> int:
     p.add_argument("--archs", nargs="+", default=["resnet50_cifar", "mobilenetv2_cifar"])
     p.add_argument("--graphs", nargs="+", default=["GN-ReLU", "evonorm_s0", "s_top1"],
                    help="graph layers: GN-ReLU, LN-ReLU, IN-ReLU (the demo's seed layers) or named graphs")
-    p.add_argument("--impls", nargs="+", default=["plain", "fast"], choices=["plain", "fast", "auto"])
+    p.add_argument("--impls", nargs="+", default=["plain", "fast", "cpp"],
+                   choices=["plain", "fast", "cpp", "auto"])
     p.add_argument("--layer-only", action="store_true", help="time one layer's forward + backward instead")
     p.add_argument("--shape", type=int, nargs=4, default=[32, 16, 24, 24], metavar=("N", "C", "H", "W"))
     p.add_argument("--reps", type=int, default=30)
@@ -172,6 +176,9 @@ def main() -> int:
         print("bench_candidate: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
+    if "cpp" in args.impls and not load_cpp().ok:
+        print(f"bench_candidate: the C++ kernel could not be built: {load_cpp().reason}", file=sys.stderr)
+        return 2
     rows = bench_layer(args) if args.layer_only else bench_train(args)
     if args.layer_only:
         print("| layer | ms (fwd + bwd) | x native GN-ReLU |\n|---|---|---|")

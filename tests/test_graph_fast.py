@@ -1,6 +1,7 @@
-"""The fast eager path of compiled graph layers (`impl="fast"`) computes the plain fx path's function:
-output, input gradient, v0/v1/weight/bias gradients, in float64, for every primitive, the fused patterns
-and random graphs; shapes, dtypes, non-finite outputs and double backward as the plain path has them."""
+"""The fast eager paths of compiled graph layers (`impl="fast"`, the Python sweep, and `impl="cpp"`, the
+compiled CPU kernel) compute the plain fx path's function: output, input gradient, v0/v1/weight/bias gradients,
+in float64, for every primitive, the fused patterns and random graphs; shapes, dtypes, non-finite outputs and
+double backward as the plain path has them."""
 
 import copy
 import pickle
@@ -17,15 +18,22 @@ NORM_RELU = {k: Graph.from_json({"nodes": [[f"{k}_mean", 0], ["neg", 4], ["add",
                                            ["div", 6, 7], ["max", 8, 1]]}) for k in ("group", "layer", "instance")}
 
 
-def _pair(graph: Graph, c: int, groups: int, seed: int = 0, device: str = "cpu"):
-    """(plain on the CPU, fast on `device`) float64 modules with the same random parameters (v0, v1, gamma,
-    beta away from init)."""
+@pytest.fixture(params=["fast", "cpp"])
+def impl(request) -> str:
+    """Each comparison runs for both eager paths (the kernel must build here: a C++ compiler is part of the
+    test setup)."""
+    return request.param
+
+
+def _pair(graph: Graph, c: int, groups: int, seed: int = 0, device: str = "cpu", impl: str = "fast"):
+    """(plain on the CPU, `impl` on `device`) float64 modules with the same random parameters (v0, v1, gamma,
+    beta away from init). A graph with batch ops gets impl="auto" (the plain path)."""
     plain = graph.to_module(c, groups=groups, impl="plain").double()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in plain.parameters():
             p.copy_(torch.rand(p.shape, generator=gen, dtype=p.dtype) * 3 - 1.5)
-    fast = graph.to_module(c, groups=groups, impl="auto").double()
+    fast = graph.to_module(c, groups=groups, impl="auto" if graph.uses_batch_stats else impl).double()
     fast.load_state_dict(plain.state_dict())
     fast.to(device)
     return plain, fast
@@ -42,8 +50,9 @@ def _run(m, x, dy):
     return [None if t is None else t.cpu() for t in out] + [b.cpu() for _, b in sorted(m.named_buffers())]
 
 
-def _assert_same(graph: Graph, shape=(3, 8, 4, 5), groups=4, *, x=None, training=True, seed=0, device="cpu"):
-    plain, fast = _pair(graph, shape[1], groups, seed, device)
+def _assert_same(graph: Graph, shape=(3, 8, 4, 5), groups=4, *, x=None, training=True, seed=0, device="cpu",
+                 impl="fast"):
+    plain, fast = _pair(graph, shape[1], groups, seed, device, impl)
     plain.train(training), fast.train(training)
     gen = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(shape, generator=gen, dtype=torch.float64) if x is None else x
@@ -72,20 +81,20 @@ def _unary_and_binary_graphs(op: str) -> list[Graph]:
 
 @pytest.mark.parametrize("op", [o for o in OP_NAMES if not PRIMITIVES[o].batch_dependent])
 @pytest.mark.parametrize("training", [True, False])
-def test_every_primitive_matches_the_plain_path(op, training):
+def test_every_primitive_matches_the_plain_path(op, training, impl):
     for g in _unary_and_binary_graphs(op):
-        fast = _assert_same(g, training=training)
+        fast = _assert_same(g, training=training, impl=impl)
         assert fast.fast_spec is not None
 
 
 @pytest.mark.parametrize("training", [True, False])
-def test_random_graphs_match_the_plain_path(training):
+def test_random_graphs_match_the_plain_path(training, impl):
     rng = random.Random(7 if training else 8)
     fast_count = 0
     for i in range(120):
         g = random_graph(rng, allow_batch=i % 4 == 0)  # a quarter may hold batch ops: those run the plain path
         c, groups = ((8, 4), (6, 3), (4, 1))[i % 3]
-        fast = _assert_same(g, (3, c, 3, 4), groups, training=training, seed=i)
+        fast = _assert_same(g, (3, c, 3, 4), groups, training=training, seed=i, impl=impl)
         assert (fast.fast_spec is None) == g.uses_batch_stats
         fast_count += fast.fast_spec is not None
     assert fast_count > 80
@@ -93,8 +102,8 @@ def test_random_graphs_match_the_plain_path(training):
 
 @pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_s1", "evonorm_s2", "s_top1", "s_top10", "random",
                                   "random_rej", "zero", "exp_exp"])
-def test_named_graphs_match_the_plain_path(name):
-    _assert_same(get_graph(name))
+def test_named_graphs_match_the_plain_path(name, impl):
+    _assert_same(get_graph(name), impl=impl)
 
 
 @pytest.mark.parametrize("nodes", [
@@ -104,11 +113,11 @@ def test_named_graphs_match_the_plain_path(name):
     [["group_std", 0], ["mul", 0, 4], ["sigmoid", 0], ["mul", 0, 6], ["add", 5, 7]],  # x reached three ways
     [["sigmoid", 0], ["mul", 0, 4], ["group_std", 5], ["mul", 5, 2], ["div", 7, 6]],  # a std of a swish
 ])
-def test_gradients_that_meet_at_one_node_add_up(nodes):
+def test_gradients_that_meet_at_one_node_add_up(nodes, impl):
     """The sweep adds contributions into a gradient it already holds, in place, and folds swish's two terms
     into one tensor: every order and shape of meeting must give the plain path's sums."""
     for shape, groups in (((3, 8, 4, 5), 4), ((2, 6, 1, 1), 3), ((1, 1, 3, 3), 1)):
-        _assert_same(Graph.from_json({"nodes": nodes}), shape, groups)
+        _assert_same(Graph.from_json({"nodes": nodes}), shape, groups, impl=impl)
 
 
 def test_the_fused_patterns_are_recognised():
@@ -121,25 +130,25 @@ def test_the_fused_patterns_are_recognised():
 
 @pytest.mark.parametrize("shape,groups", [((3, 8, 1, 1), 4), ((2, 1, 3, 3), 1), ((1, 8, 4, 4), 4),
                                           ((1, 8, 1, 1), 8), ((4, 6, 2, 3), 3)])
-def test_shapes_the_plain_path_takes(shape, groups):
+def test_shapes_the_plain_path_takes(shape, groups, impl):
     """1x1 maps (every normalized value is 0: maximum's tie rule), one channel, batch 1."""
     for g in [*NORM_RELU.values(), get_graph("evonorm_s0"), get_graph("s_top10")]:
-        _assert_same(g, shape, groups)
+        _assert_same(g, shape, groups, impl=impl)
 
 
-def test_ties_and_constant_groups_follow_maximums_rule():
+def test_ties_and_constant_groups_follow_maximums_rule(impl):
     x = torch.randn(3, 8, 4, 4, dtype=torch.float64)
     x[0, :2] = 1.5  # a constant group: its normalized values are exactly 0
     x[1, 4:6, 0, 0] = x[1, 4:6].mean()  # may or may not tie exactly; either way the paths agree
     for g in NORM_RELU.values():
-        _assert_same(g, x=x)
+        _assert_same(g, x=x, impl=impl)
 
 
-def test_channels_last_input_keeps_its_memory_format():
+def test_channels_last_input_keeps_its_memory_format(impl):
     x = torch.randn(3, 8, 5, 5, dtype=torch.float64).to(memory_format=torch.channels_last)
     for g in [NORM_RELU["group"], get_graph("evonorm_s0"), get_graph("s_top1")]:
-        _assert_same(g, x=x)
-        m = g.to_module(8, groups=4).double()
+        _assert_same(g, x=x, impl=impl)
+        m = g.to_module(8, groups=4, impl=impl).double()
         xr = x.clone().requires_grad_()
         y = m(xr)
         y.sum().backward()
@@ -147,18 +156,18 @@ def test_channels_last_input_keeps_its_memory_format():
         assert xr.grad.is_contiguous(memory_format=torch.channels_last)
 
 
-def test_non_finite_outputs_stay_non_finite():
+def test_non_finite_outputs_stay_non_finite(impl):
     """A layer that overflows or divides to NaN does so on both paths (the search rejects it the same)."""
     x = torch.randn(2, 8, 3, 3, dtype=torch.float64) * 400
     for g in [get_graph("exp_exp"), Graph.from_json({"nodes": [["exp", 0], ["square", 4], ["mul", 5, 5]]})]:
-        plain, fast = _pair(g, 8, 4)
+        plain, fast = _pair(g, 8, 4, impl=impl)
         a, b = plain(x), fast(x)
         assert not torch.isfinite(a).all()
         torch.testing.assert_close(b, a, equal_nan=True)
     nan_x = x.clone()
     nan_x[0, 0, 0, 0] = float("nan")
     for g in NORM_RELU.values():
-        plain, fast = _pair(g, 8, 4)
+        plain, fast = _pair(g, 8, 4, impl=impl)
         a, b = plain(nan_x), fast(nan_x)
         torch.testing.assert_close(b, a, equal_nan=True)
 
@@ -178,10 +187,10 @@ def test_half_inputs_and_autocast_run_the_plain_path(dtype):
         assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
 
 
-def test_double_backward_equals_the_plain_path():
+def test_double_backward_equals_the_plain_path(impl):
     """The stability test differentiates gradients: the fast layer's backward differentiates the plain formula."""
     for g in [NORM_RELU["group"], get_graph("evonorm_s0"), get_graph("s_top1")]:
-        plain, fast = _pair(g, 4, 2)
+        plain, fast = _pair(g, 4, 2, impl=impl)
         w0 = torch.randn(4, 4, 1, 1, dtype=torch.float64)
         x = torch.randn(3, 4, 3, 3, dtype=torch.float64)
         out = []

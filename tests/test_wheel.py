@@ -4,6 +4,7 @@ runs from the installed files (not this source tree)."""
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,8 @@ def test_wheel_builds_installs_and_runs(tmp_path):
                    capture_output=True, timeout=600)
     wheels = list(dist.glob("evonorm-*.whl"))
     assert len(wheels) == 1
+    with zipfile.ZipFile(wheels[0]) as whl:  # the CPU graph kernel is built from its source where it runs
+        assert "evonorm/graph/csrc/graph_kernel.cpp" in whl.namelist()
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"

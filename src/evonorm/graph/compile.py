@@ -5,10 +5,10 @@ submodules `batch<id>` and parameters `v0`/`v1`/`weight`/`bias`; node ids are in
 `Graph`, so no text from the JSON reaches fx's code generator. The same semantics without a module
 is `evonorm.graph.interpret`, for fingerprints and as a test oracle.
 
-In eager mode a layer built with impl="auto" (the default) runs the fast path of `evonorm.graph.fast`
-(the same function in a few fused ops with a hand-derived backward) when it applies, and this fx
-module otherwise: under tracing, export and torch.compile, for float16/bfloat16 input, and for graphs
-with batch statistics.
+In eager mode a layer built with impl="auto" (the default) runs, for float32/float64 input, the compiled
+C++ kernel of `evonorm.graph.cpp` on the CPU and the fast path of `evonorm.graph.fast` elsewhere (the same
+function with a hand-derived backward), and this fx module otherwise: under tracing, export and
+torch.compile, for float16/bfloat16 input, and for graphs with batch statistics.
 """
 
 from __future__ import annotations
@@ -20,13 +20,16 @@ from torch import nn
 from evonorm.graph import primitives as P
 from evonorm.graph.batch import BatchStat
 from evonorm.graph.fast import FastGraphFunction, FastSpec, fast_applies, make_plan
+from evonorm.graph.cpp import CppGraphFunction, cpp_applies, load as load_cpp, program
 from evonorm.graph.primitives import INPUTS, NUM_INPUTS, LayerGraph
 from evonorm.layers import resolve_groups
 from evonorm.layers.tracing import exporting, fx_leaf
 
-IMPLS = ("auto", "plain", "fast")
+IMPLS = ("auto", "plain", "fast", "cpp")
 """How a compiled layer runs in eager mode: "plain" the fx module (one autograd op per primitive op), "fast"
-one autograd function with a hand-derived backward (`evonorm.graph.fast`), "auto" fast where it applies."""
+one autograd function with a hand-derived backward (`evonorm.graph.fast`), "cpp" the whole layer as one
+compiled C++ kernel for CPU tensors (`evonorm.graph.cpp`; the fast path for others), "auto" the C++ kernel
+where it applies and could be built, else the fast path where it applies."""
 
 
 def to_module(graph: LayerGraph, num_features: int, *, apply_act: bool = True, groups: int = 32,
@@ -35,15 +38,18 @@ def to_module(graph: LayerGraph, num_features: int, *, apply_act: bool = True, g
 
     Parameters `v0` (init 0) and `v1` (init 1) exist when a live node uses them; each live batch node
     i is a submodule `batch<i>` with its running buffer. apply_act=False gives the plain per-channel
-    affine (the paper's `nonlinearity=False`). `impl` picks the eager path (`IMPLS`): "fast" is refused
-    for a graph with a live batch op, which always runs the plain path. Unknown keyword arguments are ignored.
+    affine (the paper's `nonlinearity=False`). `impl` picks the eager path (`IMPLS`): "fast" and "cpp" are
+    refused for a graph with a live batch op, which always runs the plain path, and "cpp" where the kernel
+    cannot be built (the reason is in the error). Unknown keyword arguments are ignored.
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
     plan = make_plan(graph) if apply_act and impl != "plain" else None
-    if impl == "fast" and apply_act and plan is None:
-        raise ValueError("impl='fast' does not take layers with batch statistics (batch_mean/std/rms): "
+    if impl in ("fast", "cpp") and apply_act and plan is None:
+        raise ValueError(f"impl={impl!r} does not take layers with batch statistics (batch_mean/std/rms): "
                          "use impl='auto' or 'plain'")
+    if impl == "cpp" and not load_cpp().ok:
+        raise ValueError(f"impl='cpp': the CPU graph kernel could not be built ({load_cpp().reason})")
     groups = resolve_groups(num_features, groups)
     root = nn.Module()
     root.weight = nn.Parameter(torch.ones(num_features))
@@ -82,6 +88,7 @@ def to_module(graph: LayerGraph, num_features: int, *, apply_act: bool = True, g
     module.num_features, module.groups, module.eps, module.momentum = num_features, groups, eps, momentum
     module.apply_act, module.impl = apply_act, impl
     module.fast_spec = None if plan is None else FastSpec(plan, graph, groups, eps)
+    module.cpp_program = program(plan) if plan is not None and impl in ("auto", "cpp") else None
     return module
 
 
@@ -103,9 +110,12 @@ class GraphLayer(fx.GraphModule):
         if self.fast_spec is not None and len(args) == 1 and not kwargs:
             x, p = args[0], self._parameters  # (plain dict look-ups: this runs once per layer per step)
             w, b, v0, v1 = p["weight"], p["bias"], p.get("v0"), p.get("v1")
-            if (isinstance(x, torch.Tensor) and x.shape[1:2] == (self.num_features,) and not exporting(x)
-                    and fast_applies(x, (w, b, v0, v1))):
-                return FastGraphFunction.apply(x, v0, v1, w, b, self.fast_spec)
+            if isinstance(x, torch.Tensor) and x.shape[1:2] == (self.num_features,) and not exporting(x):
+                if (self.cpp_program is not None and cpp_applies(x, (w, b, v0, v1))
+                        and load_cpp().ok):
+                    return CppGraphFunction.apply(x, v0, v1, w, b, self.fast_spec, self.cpp_program)
+                if fast_applies(x, (w, b, v0, v1)):
+                    return FastGraphFunction.apply(x, v0, v1, w, b, self.fast_spec)
         return super().__call__(*args, **kwargs)
 
     def _settings(self) -> dict:

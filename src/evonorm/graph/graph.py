@@ -196,7 +196,7 @@ class Graph:
 
     def to_module(self, num_features: int, *, apply_act: bool = True, groups: int = 32, eps: float = 1e-5,
                   momentum: float = 0.1, impl: str = "auto", **kwargs):
-        """The layer as an nn.Module (`evonorm.graph.compile.to_module`); impl "auto" | "plain" | "fast"."""
+        """The layer as an nn.Module (`evonorm.graph.compile.to_module`); impl "auto" | "plain" | "fast" | "cpp"."""
         return compile_module(self, num_features, apply_act=apply_act, groups=groups, eps=eps,
                          momentum=momentum, impl=impl, **kwargs)
 

@@ -1,0 +1,152 @@
+"""The compiled CPU kernel of a graph layer: the whole layer in C++, one sample at a time, in cache.
+
+The fast path (`evonorm.graph.fast`) still runs each node as a few torch ops over the whole tensor, with
+Python between them: on a CPU at the search's scale that was most of a candidate's training. Every
+statistic of a sample-based layer is per sample, so `csrc/graph_kernel.cpp` runs one sample's nodes over
+buffers that stay in cache (the tensor is read once, the output written once) and backward recomputes
+them and runs autograd's rule for each primitive. The graph reaches it as a table of op codes, never as
+code. The kernel is built from source by torch's C++ extension loader on first use (a C++ compiler is
+needed; about 20 s, once per machine and torch version) into EVONORM_CPP_CACHE (default
+~/.cache/evonorm/kernels); where it cannot be built, `impl="auto"` runs the fast path instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from evonorm.graph.fast import FastSpec, Plan, plain_formula
+from evonorm.graph.primitives import NUM_INPUTS
+
+SOURCE = Path(__file__).parent / "csrc" / "graph_kernel.cpp"
+CODES = {name: i for i, name in enumerate(
+    ("add", "mul", "div", "max", "swish", "neg", "sigmoid", "tanh", "exp", "log", "abs", "square", "sqrt",
+     "mean", "std", "rms", "norm"))}
+"""The kernel's op codes (the order of its `Op` enum): the element-wise primitives, the fused swish
+h * sigmoid(v h), the statistics and the fused norm (h - mean(h)) / std(h)."""
+AXES = {"layer": 0, "instance": 1, "group": 2}
+CPP_DTYPES = (torch.float32, torch.float64)
+FLAGS = ["-O3", "-fno-math-errno", "-fopenmp-simd", "-march=native"]  # no -ffast-math: NaN and inf must survive
+
+
+def program(plan: Plan) -> torch.Tensor:
+    """A fast-path plan as kernel rows (op, axes, a, b): inputs 0-3 kept, steps renumbered from 4 in order, the
+    output last. relu is max(y, zero); a swish without v has b = -1."""
+    ids = {i: i for i in range(NUM_INPUTS)}
+    rows = []
+    for st in plan.steps:
+        op, axes, args = st.kind, 0, list(st.args)
+        if op == "relu":
+            op, args = "max", [args[0], 1]
+        elif op == "norm":
+            axes = AXES[st.axes]
+        elif op not in CODES:
+            axes_name, op = op.split("_")
+            axes = AXES[axes_name]
+        a, b = ids[args[0]], (ids[args[1]] if len(args) > 1 else -1)
+        ids[st.nid] = NUM_INPUTS + len(rows)
+        rows.append((CODES[op], axes, a, b))
+    if not rows or plan.steps[-1].nid != plan.output:
+        raise ValueError("the CPU kernel needs a plan whose last step is the output")
+    return torch.tensor(rows, dtype=torch.int64)
+
+
+def _cpu() -> bytes:
+    """What identifies this CPU's instruction set (the kernel is built for it: -march=native)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = ""
+    lines = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags"))][:2]
+    return "\n".join(lines or [platform.machine(), platform.processor()]).encode()
+
+
+def cache_dir() -> Path:
+    """Where built kernels are kept: one folder per source, flags, torch version and CPU (a home folder shared
+    by machines with different CPUs gets one build each)."""
+    root = Path(os.environ.get("EVONORM_CPP_CACHE", Path.home() / ".cache" / "evonorm" / "kernels"))
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + torch.__version__.encode()
+                         + _cpu()).hexdigest()[:16]
+    return root / key
+
+
+@dataclass(frozen=True)
+class CppStatus:
+    """Whether the kernel is loaded, and why not."""
+
+    ok: bool
+    reason: str = ""
+
+
+@lru_cache(maxsize=1)
+def load() -> CppStatus:
+    """Build (once per machine) and load the kernel; never raises: a failure is reported in the status."""
+    if os.environ.get("EVONORM_CPP", "1") == "0":
+        return CppStatus(False, "turned off by EVONORM_CPP=0")
+    try:
+        from torch.utils.cpp_extension import load as load_extension
+
+        _ninja_on_path()
+        build = cache_dir()
+        build.mkdir(parents=True, exist_ok=True)
+        if not any(build.glob("*.so")):
+            print(f"evonorm: building the CPU graph kernel in {build} (once; about 20 s)", file=sys.stderr, flush=True)
+        load_extension("evonorm_graph_kernel", [str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-lmvec"],
+                       build_directory=str(build), is_python_module=False, verbose=False)
+    except Exception as e:  # no compiler, no headers, a read-only home: the fast path runs instead
+        first = str(e).strip().splitlines()
+        return CppStatus(False, f"{type(e).__name__}: {first[0] if first else ''}"[:300])
+    return CppStatus(True)
+
+
+def _ninja_on_path() -> None:
+    """torch's extension loader runs `ninja` from PATH: where only this environment's scripts folder has it (a
+    venv's python run without activating the venv), that folder joins PATH for this process."""
+    scripts = str(Path(sys.executable).parent)
+    if shutil.which("ninja") is None and shutil.which("ninja", path=scripts) is not None:
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+
+
+def cpp_applies(x: torch.Tensor, params) -> bool:
+    """A 4-d float32/float64 CPU input with its parameters (None: absent) in its dtype on the CPU."""
+    return (x.dim() == 4 and x.device.type == "cpu" and x.dtype in CPP_DTYPES
+            and all(p is None or (p.dtype == x.dtype and p.device.type == "cpu") for p in params))
+
+
+class CppGraphFunction(torch.autograd.Function):
+    """y = graph(x) * weight + bias by the compiled kernel; double backward differentiates the plain formula."""
+
+    @staticmethod
+    def forward(ctx, x, v0, v1, weight, bias, spec: FastSpec, prog: torch.Tensor):
+        channels_last = not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+        none = x.new_empty(0)
+        out, saved = torch.ops.evonorm_graph.forward(x.contiguous(), none if v0 is None else v0,
+                                                     none if v1 is None else v1, weight, bias, prog, spec.groups, spec.eps)
+        ctx.spec, ctx.prog = spec, prog
+        ctx.save_for_backward(x, v0, v1, weight, bias, saved)
+        return out.contiguous(memory_format=torch.channels_last) if channels_last else out
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, v0, v1, weight, bias, saved = ctx.saved_tensors
+        tensors = (x, v0, v1, weight, bias)
+        if torch.is_grad_enabled():  # create_graph=True: differentiate the plain formula instead
+            wanted = [t for t in tensors if t is not None and t.requires_grad]
+            y = plain_formula(*tensors, ctx.spec)
+            grads = iter(torch.autograd.grad(y, wanted, dy, create_graph=True, allow_unused=True))
+            return (*(next(grads) if t is not None and t.requires_grad else None for t in tensors), None, None)
+        none = x.new_empty(0)
+        dx, dv0, dv1, dw, db = torch.ops.evonorm_graph.backward(
+            dy.contiguous(), x.contiguous(), none if v0 is None else v0, none if v1 is None else v1, weight, saved,
+            ctx.prog, ctx.spec.groups, ctx.spec.eps)
+        if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+            dx = dx.contiguous(memory_format=torch.channels_last)
+        return dx, None if v0 is None else dv0, None if v1 is None else dv1, dw, db, None, None
