@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -80,10 +81,12 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class CppStatus:
-    """Whether the kernel is loaded, and why not."""
+    """Whether the kernel is loaded (then its two ops), and why not."""
 
     ok: bool
     reason: str = ""
+    forward: Callable | None = None
+    backward: Callable | None = None
 
 
 @lru_cache(maxsize=1)
@@ -104,7 +107,8 @@ def load() -> CppStatus:
     except Exception as e:  # no compiler, no headers, a read-only home: the fast path runs instead
         first = str(e).strip().splitlines()
         return CppStatus(False, f"{type(e).__name__}: {first[0] if first else ''}"[:300])
-    return CppStatus(True)
+    ops = torch.ops.evonorm_graph
+    return CppStatus(True, forward=ops.forward.default, backward=ops.backward.default)
 
 
 def _ninja_on_path() -> None:
@@ -127,9 +131,9 @@ class CppGraphFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, v0, v1, weight, bias, spec: FastSpec, prog: torch.Tensor):
         channels_last = not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
-        none = x.new_empty(0)
-        out, saved = torch.ops.evonorm_graph.forward(x.contiguous(), none if v0 is None else v0,
-                                                     none if v1 is None else v1, weight, bias, prog, spec.groups, spec.eps)
+        # an absent v0 / v1 is no node of the program: any per-channel tensor stands in (it is not read)
+        out, saved = load().forward(x.contiguous(), weight if v0 is None else v0, weight if v1 is None else v1,
+                                    weight, bias, prog, spec.groups, spec.eps)
         ctx.spec, ctx.prog = spec, prog
         ctx.save_for_backward(x, v0, v1, weight, bias, saved)
         return out.contiguous(memory_format=torch.channels_last) if channels_last else out
@@ -143,9 +147,8 @@ class CppGraphFunction(torch.autograd.Function):
             y = plain_formula(*tensors, ctx.spec)
             grads = iter(torch.autograd.grad(y, wanted, dy, create_graph=True, allow_unused=True))
             return (*(next(grads) if t is not None and t.requires_grad else None for t in tensors), None, None)
-        none = x.new_empty(0)
-        dx, dv0, dv1, dw, db = torch.ops.evonorm_graph.backward(
-            dy.contiguous(), x.contiguous(), none if v0 is None else v0, none if v1 is None else v1, weight, saved,
+        dx, dv0, dv1, dw, db = load().backward(
+            dy.contiguous(), x.contiguous(), weight if v0 is None else v0, weight if v1 is None else v1, weight, saved,
             ctx.prog, ctx.spec.groups, ctx.spec.eps)
         if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
             dx = dx.contiguous(memory_format=torch.channels_last)

@@ -71,6 +71,7 @@ struct Program {
   // recomputes only the element-wise nodes.
   std::vector<int64_t> moff, soff;
   int64_t mu_len = 0, saved_len = 0;
+  bool indep_steps = false;  // a step made of v0 and v1 alone needs a gradient (then backward has a second sweep)
   // An output max(y, zero) of a full-shape y (the seed layers' relu) joins the affine: the steps run are the
   // first `run`, and the affine reads node `out`.
   bool relu_out = false;
@@ -108,13 +109,19 @@ Program make_program(const at::Tensor& prog, int64_t C, int64_t HW, int64_t grou
   }
   TORCH_CHECK(!p.steps.empty(), "program: no nodes");
   int64_t nodes = kInputs + int64_t(p.steps.size());
+  std::vector<char> used(nodes, 0);  // v0 and v1 count only where a step reads them
+  for (const Step& s : p.steps) {
+    used[s.a] = 1;
+    if (s.b >= 0) used[s.b] = 1;
+  }
   p.ioff.assign(nodes, -1);
   for (int64_t i = 2; i < nodes; ++i) {
-    if (p.need[i] && !p.dep[i]) {
+    if (p.need[i] && !p.dep[i] && (i >= kInputs || used[i])) {
       p.ioff[i] = p.indep_len;
       p.indep_len += p.len(int(i));
     }
   }
+  for (int64_t i = kInputs; i < nodes; ++i) p.indep_steps = p.indep_steps || (p.need[i] && !p.dep[i]);
   p.moff.assign(nodes, -1);
   p.soff.assign(nodes, -1);
   for (int64_t i = kInputs; i < nodes; ++i) {
@@ -469,9 +476,11 @@ struct Workspace {
   }
   T* val(int64_t i) { return vals.data() + voff[i]; }
   T* grad(int64_t i) { return grads.data() + voff[i]; }
-  void zero_grads(const Program& p) {  // only the nodes a gradient reaches
-    for (size_t i = kInputs; i < voff.size(); ++i)
-      if (p.need[i]) std::fill(grad(int64_t(i)), grad(int64_t(i)) + p.len(int(i)), T(0));
+  // zeros where gradients will be added: the nodes a gradient reaches among those run, except a full-shape
+  // output, whose gradient the affine's backward sets
+  void zero_grads(const Program& p) {
+    for (int64_t i = kInputs; i < kInputs + p.run; ++i)
+      if (p.need[i] && !(i == p.out && p.kind[i] == FULL)) std::fill(grad(i), grad(i) + p.len(int(i)), T(0));
   }
 };
 
@@ -559,14 +568,20 @@ void affine(const T* y, int ky, bool relu, const T* weight, const T* bias, T* ou
 }
 
 // max(a, 0) * w + b, backward for one channel: g = dy * w * (1 above 0, 1/2 at a tie, 0 below: maximum's rule;
-// g is the output's gradient, set here first); returns sum(dy * max(a, 0)) for dweight
+// g is the output's gradient, set here first); sd = sum(dy) and sdy = sum(dy * max(a, 0)) for dbias and dweight.
+// The sums are in T: mixing float masks with double lanes does not vectorize.
 template <typename T>
-ALWAYS_INLINE double relu_affine_backward(const T* a, const T* dy, T w, T* g, int64_t n) {
-  return double(row_sum<T>(n, [&](int64_t h) {  // in T: mixing float masks with double lanes does not vectorize
+ALWAYS_INLINE void relu_affine_backward(const T* a, const T* dy, T w, T* g, int64_t n, double& sd, double& sdy) {
+  T s = 0, sy = 0;
+#pragma omp simd reduction(+ : s, sy)
+  for (int64_t h = 0; h < n; ++h) {
     T av = a[h], f = av == T(0) ? T(0.5) : T(1);
     g[h] = dy[h] * w * (av < T(0) ? T(0) : f);
-    return dy[h] * (av < T(0) ? T(0) : av);  // NaN stays NaN
-  }));
+    s += dy[h];
+    sy += dy[h] * (av < T(0) ? T(0) : av);  // NaN stays NaN
+  }
+  sd = double(s);
+  sdy = double(sy);
 }
 
 template <typename T>
@@ -660,10 +675,11 @@ std::vector<at::Tensor> backward_impl(const at::Tensor& dy, const at::Tensor& x,
       T* gy = w.grad(out_id);
       for (int64_t c = 0; c < C; ++c) {
         const T* d = dys + c * HW;
-        double sd = row_sum<double>(HW, [&](int64_t h) { return double(d[h]); }), sdy;
+        double sd, sdy;
         if (p.relu_out) {  // y = max(a, 0)
-          sdy = relu_affine_backward<T>(y + c * HW, d, wp[c], gy + c * HW, HW);
+          relu_affine_backward<T>(y + c * HW, d, wp[c], gy + c * HW, HW, sd, sdy);
         } else if (ko == FULL) {
+          sd = row_sum<double>(HW, [&](int64_t h) { return double(d[h]); });
           const T* yc = y + c * HW;
           T* g = gy + c * HW;
           T wc = wp[c];
@@ -672,6 +688,7 @@ std::vector<at::Tensor> backward_impl(const at::Tensor& dy, const at::Tensor& x,
             return double(d[h]) * double(yc[h]);
           });
         } else {
+          sd = row_sum<double>(HW, [&](int64_t h) { return double(d[h]); });
           T yv = y[offset(ko, c, HW)];  // products first, as autograd sums them (an infinite y: inf or NaN alike)
           sdy = row_sum<double>(HW, [&](int64_t h) { return double(d[h] * yv); });
           gy[offset(ko, c, HW)] += T(sd) * wp[c];
@@ -699,23 +716,25 @@ std::vector<at::Tensor> backward_impl(const at::Tensor& dy, const at::Tensor& x,
   sum_over_samples(0, C, dw.data_ptr<T>());
   sum_over_samples(C, C, db.data_ptr<T>());
   // the sample-independent nodes: their summed gradients, taken back to v0 and v1 once
-  at::Tensor dv = at::zeros({2, C}, x.options());
+  at::Tensor dv0 = at::zeros({C}, x.options()), dv1 = at::zeros({C}, x.options());
+  T* gv[kInputs] = {nullptr, nullptr, dv0.data_ptr<T>(), dv1.data_ptr<T>()};
   if (N > 0) {
     Workspace<T> w(p);
-    sample_forward<T>(p, w, xp, v0p, v1p, e, sv, nullptr);
-    w.zero_grads(p);
-    T* gv = dv.data_ptr<T>();
+    if (p.indep_steps) {
+      sample_forward<T>(p, w, xp, v0p, v1p, e, sv, nullptr);
+      w.zero_grads(p);
+    }
     for (int64_t i = 2; i < int64_t(p.ioff.size()); ++i)
-      if (p.ioff[i] >= 0) sum_over_samples(2 * C + p.ioff[i], p.len(int(i)), i < kInputs ? gv + (i - 2) * C : w.grad(i));
+      if (p.ioff[i] >= 0) sum_over_samples(2 * C + p.ioff[i], p.len(int(i)), i < kInputs ? gv[i] : w.grad(i));
     auto value = [&](int64_t i) { return input(i, xp, w); };
     auto grad = [&](int64_t i) -> T* {
       if (i < 0 || !p.need[i] || p.dep[i]) return nullptr;
-      return i < kInputs ? gv + (i - 2) * C : w.grad(i);
+      return i < kInputs ? gv[i] : w.grad(i);
     };
-    for (int64_t k = p.run - 1; k >= 0; --k)
+    for (int64_t k = p.run - 1; k >= 0 && p.indep_steps; --k)
       if (p.need[kInputs + k] && !p.dep[kInputs + k]) step_backward<T>(p, k, w, value, grad, e);
   }
-  return {dx, dv[0], dv[1], dw, db};
+  return {dx, dv0, dv1, dw, db};
 }
 
 Program program_for(const at::Tensor& x, const at::Tensor& prog, int64_t groups) {
