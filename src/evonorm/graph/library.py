@@ -63,8 +63,8 @@ _SPECS: dict[str, list] = {
     "random_rej": [["tanh", 0], ["max", 0, 4], ["tanh", 5]],  # tanh(max(x, tanh(x)))
     "rs_rej": [["max", 0, 1], ["batch_rms", 0], ["div", 4, 5]],  # max(x, 0) / sqrt(mu_bwh(x^2))
     # Found here: random search from the `demo` seed layers (Fig. 10 run 6, seed 7), then confirmed on data
-    # splits no search saw: above GN-ReLU at the `demo` proxy, EvoNorm-S0's equal; one look at full width
-    # did not show the lead (docs/findings.md).
+    # splits no search saw: above GN-ReLU at the `demo` proxy, EvoNorm-S0's equal; at full width (5 seeds)
+    # above GN-ReLU, below EvoNorm-S0 (docs/findings.md).
     "tanh_group_rms": [["group_rms", 0], ["div", 0, 4], ["tanh", 5]],  # tanh(x / sqrt(mu_whc/g(x^2)))
     # Known-bad layers: what the quality and stability tests exist to catch.
     "zero": [["mul", 0, 1]],  # x * 0: passes stability (no gradient), fails quality
