@@ -2,9 +2,10 @@
 //
 // Every statistic of a sample-based layer (layer, instance, group) is per sample, so one sample's values
 // for every node fit in a few hundred kB and each node is a short loop over memory that is already in cache;
-// the tensor is read once and the output written once. Backward recomputes the sample's forward values (no
-// intermediate is kept between the passes) and runs a reverse sweep with autograd's rules for each primitive
-// (maximum's half gradient at ties, sign(0) = +1 in the division guard, abs' gradient 0 at 0).
+// the tensor is read once and the output written once. Backward recomputes the sample's element-wise values
+// from the input and the few numbers per sample forward kept (its statistics), then runs a reverse sweep with
+// autograd's rules for each primitive (maximum's half gradient at ties, sign(0) = +1 in the division guard,
+// abs' gradient 0 at 0).
 //
 // Values have one of three shapes within a sample: FULL (C x HW), CH (one per channel: v0, v1, a group or
 // instance statistic) or SC (one: zero, a layer statistic), the shapes the plain primitives give (their
@@ -97,7 +98,7 @@ Program make_program(const at::Tensor& prog, int64_t C, int64_t HW, int64_t grou
     } else if (s.op < MEAN) {
       s.kind = ka;
     } else if (s.op == NORM) {
-      TORCH_CHECK(ka == FULL && s.axes <= GROUP, "program: NORM of a full-shape value at row ", i);
+      TORCH_CHECK(ka == FULL && s.axes <= GROUP, "program: NORM needs a full-shape argument at row ", i);
       s.kind = FULL;
     } else {
       s.kind = s.axes == LAYER ? SC : (s.axes == INSTANCE ? std::min(ka, int(CH)) : (ka == SC ? SC : CH));
