@@ -1,6 +1,8 @@
 """The compiled CPU kernel of graph layers: when it runs, how it is turned off or missing, its program, and
 that threads do not change its result. (That it computes the plain path's function is in test_graph_fast.py.)"""
 
+import os
+
 import pytest
 import torch
 
@@ -88,3 +90,15 @@ def test_threads_do_not_change_the_result(name):
         torch.set_num_threads(threads)
     for a, b in zip(*out):
         assert torch.equal(a, b)
+
+
+def test_a_lock_left_by_a_killed_build_is_removed_and_a_fresh_one_kept(tmp_path):
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    K.clear_stale_lock(tmp_path)
+    assert lock.exists()  # another process may be building right now
+    old = lock.stat().st_mtime - 3600
+    os.utime(lock, (old, old))
+    K.clear_stale_lock(tmp_path)
+    assert not lock.exists()
+    K.clear_stale_lock(tmp_path)  # no lock: nothing to do

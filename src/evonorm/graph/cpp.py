@@ -17,6 +17,7 @@ import os
 import platform
 import shutil
 import sys
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -100,6 +101,7 @@ def load() -> CppStatus:
         _ninja_on_path()
         build = cache_dir()
         build.mkdir(parents=True, exist_ok=True)
+        clear_stale_lock(build)
         if not any(build.glob("*.so")):
             print(f"evonorm: building the CPU graph kernel in {build} (once per machine; about 15 s)",
                   file=sys.stderr, flush=True)
@@ -110,6 +112,17 @@ def load() -> CppStatus:
         return CppStatus(False, f"{type(e).__name__}: {first[0] if first else ''}"[:300])
     ops = torch.ops.evonorm_graph
     return CppStatus(True, forward=ops.forward.default, backward=ops.backward.default)
+
+
+def clear_stale_lock(build: Path, max_age: float = 600.0) -> None:
+    """torch's loader builds under a lock file and waits for any lock it finds: a build killed half-way (Ctrl-C,
+    an out-of-memory kill) would leave every later process waiting forever. A lock older than any build removed."""
+    lock = build / "lock"
+    try:
+        if time.time() - lock.stat().st_mtime > max_age:
+            lock.unlink(missing_ok=True)
+    except FileNotFoundError:
+        pass
 
 
 def _ninja_on_path() -> None:
