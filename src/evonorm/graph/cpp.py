@@ -25,8 +25,9 @@ from typing import Callable
 
 import torch
 
-from evonorm.graph.fast import FastSpec, Plan, plain_formula
+from evonorm.graph.fast import FastSpec, Plan, like_input, plain_formula
 from evonorm.graph.primitives import NUM_INPUTS
+from evonorm.layers import differentiable_grads
 
 SOURCE = Path(__file__).parent / "csrc" / "graph_kernel.cpp"
 CODES = {name: i for i, name in enumerate(
@@ -144,26 +145,19 @@ class CppGraphFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, v0, v1, weight, bias, spec: FastSpec, prog: torch.Tensor):
-        channels_last = not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
         # an absent v0 / v1 is no node of the program: any per-channel tensor stands in (it is not read)
         out, saved = load().forward(x.contiguous(), weight if v0 is None else v0, weight if v1 is None else v1,
                                     weight, bias, prog, spec.groups, spec.eps)
         ctx.spec, ctx.prog = spec, prog
         ctx.save_for_backward(x, v0, v1, weight, bias, saved)
-        return out.contiguous(memory_format=torch.channels_last) if channels_last else out
+        return like_input(out, x)
 
     @staticmethod
     def backward(ctx, dy):
         x, v0, v1, weight, bias, saved = ctx.saved_tensors
-        tensors = (x, v0, v1, weight, bias)
         if torch.is_grad_enabled():  # create_graph=True: differentiate the plain formula instead
-            wanted = [t for t in tensors if t is not None and t.requires_grad]
-            y = plain_formula(*tensors, ctx.spec)
-            grads = iter(torch.autograd.grad(y, wanted, dy, create_graph=True, allow_unused=True))
-            return (*(next(grads) if t is not None and t.requires_grad else None for t in tensors), None, None)
+            return (*differentiable_grads(plain_formula, (x, v0, v1, weight, bias), (ctx.spec,), dy), None, None)
         dx, dv0, dv1, dw, db = load().backward(
             dy.contiguous(), x.contiguous(), weight if v0 is None else v0, weight if v1 is None else v1, weight, saved,
             ctx.prog, ctx.spec.groups, ctx.spec.eps)
-        if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
-            dx = dx.contiguous(memory_format=torch.channels_last)
-        return dx, None if v0 is None else dv0, None if v1 is None else dv1, dw, db, None, None
+        return like_input(dx, x), None if v0 is None else dv0, None if v1 is None else dv1, dw, db, None, None

@@ -30,7 +30,7 @@ import torch
 from evonorm.graph import primitives as P
 from evonorm.graph.interpret import interpret
 from evonorm.graph.primitives import NUM_INPUTS, LayerGraph
-from evonorm.layers import groups_to_channels
+from evonorm.layers import differentiable_grads, groups_to_channels
 
 AXES = ("layer", "instance", "group")
 _NONNEG_OPS = frozenset({"sigmoid", "exp", "abs", "square", "relu"}
@@ -485,7 +485,6 @@ class FastGraphFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, v0, v1, weight, bias, spec: FastSpec):
-        channels_last = x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
         xc = x.contiguous()
         ctx.spec, ctx.lean = spec, None
         if spec.plan.norm_relu is not None:
@@ -503,25 +502,19 @@ class FastGraphFunction(torch.autograd.Function):
                 y = vals[spec.plan.output]
                 y = y if y.shape == xc.shape else y.expand(xc.shape)
                 out = torch.mul(y, weight.view(1, -1, 1, 1)).add_(bias.view(1, -1, 1, 1))
-        if channels_last:
-            out = out.contiguous(memory_format=torch.channels_last)
         ctx.save_for_backward(x, v0, v1, weight, bias)
-        return out
+        return like_input(out, x)
 
     @staticmethod
     def backward(ctx, dy):
         x, v0, v1, weight, bias = ctx.saved_tensors
         spec = ctx.spec
         if torch.is_grad_enabled():  # create_graph=True: differentiate the plain formula instead
-            tensors = (x, v0, v1, weight, bias)
-            wanted = [t for t in tensors if t is not None and t.requires_grad]
-            y = plain_formula(*tensors, spec)
-            grads = iter(torch.autograd.grad(y, wanted, dy, create_graph=True, allow_unused=True))
-            return (*(next(grads) if t is not None and t.requires_grad else None for t in tensors), None)
+            return (*differentiable_grads(plain_formula, (x, v0, v1, weight, bias), (spec,), dy), None)
         dy = dy.contiguous()
         if ctx.lean is not None:
             dx, dweight, dbias = _norm_relu_backward(dy, ctx.xc, weight, ctx.lean)
-            return _like_input(dx, x), None, None, dweight, dbias, None
+            return like_input(dx, x), None, None, dweight, dbias, None
         vals, extra = ctx.vals, ctx.extra
         c = dy.shape[1]
         last = spec.plan.steps[-1]
@@ -546,17 +539,18 @@ class FastGraphFunction(torch.autograd.Function):
         grads = _backward(spec.plan, vals, extra, init, spec.groups, spec.eps, scale)
         dx = grads.get(0)
         if dx is not None:
-            dx = _like_input(dx.expand(x.shape) if dx.shape != x.shape else dx, x)
+            dx = like_input(dx.expand(x.shape) if dx.shape != x.shape else dx, x)
         dv0 = grads[2].reshape(-1) if v0 is not None and 2 in grads else None
         dv1 = grads[3].reshape(-1) if v1 is not None and 3 in grads else None
         return dx, dv0, dv1, dweight, dbias, None
 
 
-def _like_input(dx: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The input gradient in the input's memory format (channels_last stays channels_last)."""
+def like_input(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """`t` (the layer's output or input gradient, computed contiguous) in the input's memory format: a
+    channels_last input gets channels_last back."""
     if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
-        return dx.contiguous(memory_format=torch.channels_last)
-    return dx
+        return t.contiguous(memory_format=torch.channels_last)
+    return t
 
 
 def fast_applies(x: torch.Tensor, params) -> bool:

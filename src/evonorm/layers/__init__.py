@@ -7,6 +7,7 @@
 """
 
 from evonorm.layers._common import groups_to_channels, resolve_groups
+from evonorm.layers._formula import differentiable_grads
 from evonorm.layers.affine import Affine2d
 from evonorm.layers.baselines import (
     BatchNormPReLU2d,
@@ -27,6 +28,7 @@ from evonorm.layers.sync import convert_sync_norm_act
 from evonorm.layers.timm_compat import TIMM_EVONORMS, convert_timm_evonorm, from_timm, timm_settings
 
 __all__ = [
+    "differentiable_grads",
     "groups_to_channels",
     "resolve_groups",
     "Affine2d",

@@ -485,6 +485,16 @@ struct Workspace {
   }
 };
 
+// where node i's values are for one sample: x's sample, zero (in the workspace), v0, v1, the workspace's,
+// or SWISH's constant v = 1 (i = -1)
+template <typename T>
+const T* node_value(int64_t i, Workspace<T>& w, const T* x, const T* v0, const T* v1) {
+  static const T one = T(1);
+  return i < 0 ? &one : (i == 0 ? x : (i == 2 ? v0 : (i == 3 ? v1 : w.val(i))));
+}
+
+inline int node_kind(const Program& p, int64_t i) { return i < 0 ? int(SC) : p.kind[i]; }
+
 template <typename T>
 void binary_forward(int64_t op, const T* A, int ka, const T* B, int kb, T* Y, int ky, int64_t C, int64_t HW, T eps) {
   switch (op) {
@@ -515,11 +525,9 @@ template <typename T>
 void sample_forward(const Program& p, Workspace<T>& w, const T* x, const T* v0, const T* v1, T eps,
                     const double* saved, double* keep) {
   if (saved) std::copy(saved, saved + p.mu_len, w.mu.begin());
-  const T* in[kInputs] = {x, w.val(1), v0, v1};
-  static const T one = T(1);  // SWISH's v when it has none
   w.val(1)[0] = T(0);
-  auto value = [&](int64_t i) -> const T* { return i < 0 ? &one : (i < kInputs ? in[i] : w.val(i)); };
-  auto kind = [&](int64_t i) { return i < 0 ? int(SC) : p.kind[i]; };
+  auto value = [&](int64_t i) { return node_value<T>(i, w, x, v0, v1); };
+  auto kind = [&](int64_t i) { return node_kind(p, i); };
   for (int64_t k = 0; k < p.run; ++k) {
     const Step& s = p.steps[k];
     int64_t id = kInputs + int64_t(k);
@@ -586,12 +594,6 @@ ALWAYS_INLINE void relu_affine_backward(const T* a, const T* dy, T w, T* g, int6
 }
 
 template <typename T>
-void check_inputs(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  TORCH_CHECK(x.dim() == 4 && x.is_contiguous() && x.device().is_cpu(), "x: a contiguous NCHW CPU tensor");
-  TORCH_CHECK(weight.numel() == x.size(1) && bias.numel() == x.size(1), "weight and bias: one per channel");
-}
-
-template <typename T>
 std::vector<at::Tensor> forward_impl(const at::Tensor& x, const at::Tensor& v0, const at::Tensor& v1,
                                      const at::Tensor& weight, const at::Tensor& bias, const Program& p, double eps) {
   int64_t N = x.size(0), C = p.C, HW = p.HW;
@@ -618,7 +620,7 @@ template <typename T, typename V, typename G>
 void step_backward(const Program& p, int64_t k, Workspace<T>& w, V value, G grad, T e) {
   const Step& s = p.steps[k];
   int64_t id = kInputs + k, C = p.C, HW = p.HW;
-  auto kind = [&](int64_t i) { return i < 0 ? int(SC) : p.kind[i]; };
+  auto kind = [&](int64_t i) { return node_kind(p, i); };
   const T* g = w.grad(id);
   if (s.op <= SWISH) {
     binary_backward<T>(s.op, value(s.a), kind(s.a), value(s.b), kind(s.b), w.val(id), g, s.kind, grad(s.a),
@@ -650,10 +652,6 @@ std::vector<at::Tensor> backward_impl(const at::Tensor& dy, const at::Tensor& x,
   T* dxp = dx.data_ptr<T>();
   int ko = p.kind[out_id];
   T e = T(eps);
-  static const T one = T(1);
-  auto input = [&](int64_t i, const T* xs, Workspace<T>& w) -> const T* {
-    return i < 0 ? &one : (i == 0 ? xs : (i == 2 ? v0p : (i == 3 ? v1p : w.val(i))));
-  };
   at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
     Workspace<T> w(p);
     std::vector<T> gin(2 * C);  // this sample's gradients of v0 and v1
@@ -666,7 +664,7 @@ std::vector<at::Tensor> backward_impl(const at::Tensor& dy, const at::Tensor& x,
       w.zero_grads(p);
       std::fill(dxs, dxs + C * HW, T(0));
       std::fill(gin.begin(), gin.end(), T(0));
-      auto value = [&](int64_t i) { return input(i, xs, w); };
+      auto value = [&](int64_t i) { return node_value<T>(i, w, xs, v0p, v1p); };
       auto grad = [&](int64_t i) -> T* {
         if (i < 0 || !p.need[i]) return nullptr;
         return i == 0 ? dxs : (i < kInputs ? gin.data() + (i - 2) * C : w.grad(i));
@@ -727,7 +725,7 @@ std::vector<at::Tensor> backward_impl(const at::Tensor& dy, const at::Tensor& x,
     }
     for (int64_t i = 2; i < int64_t(p.ioff.size()); ++i)
       if (p.ioff[i] >= 0) sum_over_samples(2 * C + p.ioff[i], p.len(int(i)), i < kInputs ? gv[i] : w.grad(i));
-    auto value = [&](int64_t i) { return input(i, xp, w); };
+    auto value = [&](int64_t i) { return node_value<T>(i, w, xp, v0p, v1p); };
     auto grad = [&](int64_t i) -> T* {
       if (i < 0 || !p.need[i] || p.dep[i]) return nullptr;
       return i < kInputs ? gv[i] : w.grad(i);
@@ -738,7 +736,10 @@ std::vector<at::Tensor> backward_impl(const at::Tensor& dy, const at::Tensor& x,
   return {dx, dv0, dv1, dw, db};
 }
 
-Program program_for(const at::Tensor& x, const at::Tensor& prog, int64_t groups) {
+// the program for x's shape, after checking x and the per-channel weight
+Program program_for(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& prog, int64_t groups) {
+  TORCH_CHECK(x.dim() == 4 && x.is_contiguous() && x.device().is_cpu(), "x: a contiguous NCHW CPU tensor");
+  TORCH_CHECK(weight.numel() == x.size(1), "weight: one per channel");
   TORCH_CHECK(groups > 0 && x.size(1) % groups == 0, "groups must divide the channels");
   return make_program(prog, x.size(1), x.size(2) * x.size(3), groups);
 }
@@ -746,9 +747,9 @@ Program program_for(const at::Tensor& x, const at::Tensor& prog, int64_t groups)
 std::vector<at::Tensor> graph_forward(const at::Tensor& x, const at::Tensor& v0, const at::Tensor& v1,
                                       const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& prog,
                                       int64_t groups, double eps) {
-  Program p = program_for(x, prog, groups);
+  Program p = program_for(x, weight, prog, groups);
+  TORCH_CHECK(bias.numel() == x.size(1), "bias: one per channel");
   return AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "graph_forward", [&] {
-    check_inputs<scalar_t>(x, weight, bias);
     return forward_impl<scalar_t>(x, v0.contiguous(), v1.contiguous(), weight.contiguous(), bias.contiguous(), p, eps);
   });
 }
@@ -756,10 +757,9 @@ std::vector<at::Tensor> graph_forward(const at::Tensor& x, const at::Tensor& v0,
 std::vector<at::Tensor> graph_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& v0,
                                        const at::Tensor& v1, const at::Tensor& weight, const at::Tensor& saved,
                                        const at::Tensor& prog, int64_t groups, double eps) {
-  Program p = program_for(x, prog, groups);
+  Program p = program_for(x, weight, prog, groups);
   TORCH_CHECK(dy.sizes() == x.sizes() && dy.is_contiguous(), "dy: contiguous, the shape of x");
   return AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "graph_backward", [&] {
-    check_inputs<scalar_t>(x, weight, weight);
     return backward_impl<scalar_t>(dy, x, v0.contiguous(), v1.contiguous(), weight.contiguous(), saved, p, eps);
   });
 }
