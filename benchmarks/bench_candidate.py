@@ -4,7 +4,7 @@ native GroupNorm-ReLU.
 Layers: native BN-ReLU, GN-ReLU and EvoNorm-S0 (the hand-written modules), and graphs compiled by
 `Graph.to_module` on the plain fx path, the fast path and the compiled C++ kernel (`impl="plain"` / `"fast"` /
 `"cpp"`, `--impls`): GroupNorm-ReLU as a graph (the `demo` preset's first seed layer), EvoNorm-S0 and the
-paper's s_top1 (`--graphs`). The C++ kernel is built before the timing starts (its one-off build, about 15 s
+paper's s_top1 (`--graphs`). The C++ kernel is built before the timing starts (its one-off build, about 20 s
 per machine, is not a candidate's cost).
 Every variant runs in one process: in each of `--rounds`, the models are built one after another and
 then trained in turns of `--block` steps, so that load from other processes hits them alike; timed

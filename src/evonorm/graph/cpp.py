@@ -6,7 +6,7 @@ statistic of a sample-based layer is per sample, so `csrc/graph_kernel.cpp` runs
 buffers that stay in cache (the tensor is read once, the output written once) and backward recomputes
 them and runs autograd's rule for each primitive. The graph reaches it as a table of op codes, never as
 code. The kernel is built from source by torch's C++ extension loader on first use (a C++ compiler is
-needed; about 15 s, once per machine and torch version) into EVONORM_CPP_CACHE (default
+needed; about 20 s, once per machine and torch version) into EVONORM_CPP_CACHE (default
 ~/.cache/evonorm/kernels); where it cannot be built, `impl="auto"` runs the fast path instead.
 """
 
@@ -104,7 +104,7 @@ def load() -> CppStatus:
         build.mkdir(parents=True, exist_ok=True)
         clear_stale_lock(build)
         if not any(build.glob("*.so")):
-            print(f"evonorm: building the CPU graph kernel in {build} (once per machine; about 15 s)",
+            print(f"evonorm: building the CPU graph kernel in {build} (once per machine; about 20 s)",
                   file=sys.stderr, flush=True)
         load_extension("evonorm_graph_kernel", [str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-lmvec"],
                        build_directory=str(build), is_python_module=False, verbose=False)
