@@ -52,6 +52,25 @@ def test_lr_warmup_ramps_linearly_then_follows_the_schedule():
         TrainConfig(lr_warmup=-1)
 
 
+def test_a_run_updates_weights_as_sgd_does_one_tensor_at_a_time(synthetic):
+    """The run's optimizer updates all tensors per call (foreach): the weights must be the ones
+    torch's per-tensor loop gives, bit for bit, so fitness does not move with the update path."""
+    from evonorm.train import Run
+    cfg = TrainConfig(arch="resnet50_cifar", width=0.0625, steps=4, batch_size=8, n_train=64,
+                      n_test=16, weight_decay=1e-3)
+    runs = [Run(bn_relu, synthetic, cfg) for _ in range(2)]
+    loop = runs[1]
+    loop.opt = torch.optim.SGD(param_groups(loop.model, cfg.weight_decay), lr=cfg.lr,
+                               momentum=cfg.momentum, nesterov=cfg.nesterov, foreach=False)
+    assert runs[0].opt.defaults["foreach"] is True
+    for run in runs:
+        assert run.advance()
+    pairs = list(zip(runs[0].model.state_dict().values(), loop.model.state_dict().values()))
+    assert pairs and all(torch.equal(a, b) for a, b in pairs)
+    init = Run(bn_relu, synthetic, cfg).model.state_dict()  # the same seed: the same start
+    assert not all(torch.equal(a, b) for a, b in zip(init.values(), loop.model.state_dict().values()))
+
+
 def test_weight_decay_only_on_conv_and_linear_weights():
     model = build_model("efficientnet_b0_cifar", bn_relu, width=0.125)
     decay, free = param_groups(model, 1e-4)

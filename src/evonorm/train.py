@@ -194,8 +194,10 @@ class Run:
                                 **cfg.layer_kwargs())
         self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
         self.model = model.to(self.device, memory_format=self.memory_format)
+        # foreach: one call per update for all tensors (on a CPU torch would loop in Python, a
+        # millisecond of a 1/16-width ResNet50's step); the same arithmetic, bit for bit
         self.opt = torch.optim.SGD(param_groups(self.model, cfg.weight_decay), lr=cfg.lr,
-                                   momentum=cfg.momentum, nesterov=cfg.nesterov)
+                                   momentum=cfg.momentum, nesterov=cfg.nesterov, foreach=True)
         self.step_model = torch.compile(self.model) if cfg.compile else self.model
         self.batches = train_batches(self.ds, cfg.batch_size, cfg.steps, seed=cfg.seed,
                                      crop=cfg.crop, flip=cfg.flip)
