@@ -64,6 +64,13 @@ def parse_sets(items: list[str]) -> dict:
     return out
 
 
+def for_seed(overrides: dict, seed: int) -> dict:
+    """`overrides` for the search at `seed`: a value "seed" becomes that seed, so `--set
+    data_seed=seed` puts each search on the split of its own seed, as `demo` did before it fixed
+    every search seed's split at 0 (the runs recorded before then)."""
+    return {k: seed if v == "seed" else v for k, v in overrides.items()}
+
+
 def save_png(fig: Any, path: Path) -> None:
     from evonorm.report.figures import png_bytes
 

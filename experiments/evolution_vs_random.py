@@ -47,7 +47,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, log, out_dir, parse_sets, save_png  # noqa: E402
+from _common import ROOT, for_seed, log, out_dir, parse_sets, save_png  # noqa: E402
 
 from evonorm.stats import mann_whitney_greater, paired_sign_flip_greater  # noqa: E402
 
@@ -62,7 +62,7 @@ def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float, ov
     """One arm's search: the preset with `overrides` (the same for both arms), one worker of one thread."""
     from evonorm.search.presets import get_preset
 
-    return get_preset(preset, **(overrides or {}), algorithm=algorithm, seed=seed, budget=100_000,
+    return get_preset(preset, **for_seed(overrides or {}, seed), algorithm=algorithm, seed=seed, budget=100_000,
                       budget_seconds=budget_seconds, workers=1, threads=1,
                       executor="local").with_dataset()
 

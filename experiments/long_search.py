@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, log, out_dir, write_table  # noqa: E402
+from _common import ROOT, for_seed, log, out_dir, parse_sets, write_table  # noqa: E402
 
 ALPHA = 0.05
 
@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-seconds", type=float, default=7200.0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="SearchConfig overrides, e.g. final_train_seeds=2 (as the one-hour run had)")
     p.add_argument("--seeds", type=int, default=5, help="re-training seeds per layer")
     p.add_argument("--top", type=int, default=3, help="found layers to re-train")
     p.add_argument("--run", type=Path, default=ROOT / "runs" / "long_search")
@@ -113,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.run / "store.sqlite").is_file():
         log(f"search {args.preset}, {args.budget_seconds:g} worker-s -> {args.run}")
         search(None, out=args.run, preset=args.preset, seed=args.seed, budget=1_000_000,
-               budget_seconds=args.budget_seconds, workers=args.workers)
+               budget_seconds=args.budget_seconds, workers=args.workers,
+               **for_seed(parse_sets(args.set), args.seed))
     else:
         with Store(args.run, readonly=True) as store:
             complete = store.get_meta("status") == "complete"

@@ -7,9 +7,10 @@ Protocol, fixed before the runs:
   search does with a candidate: pre-checks, stability, the staged training with its quality bar.
 - Per layer: is it valid in every seed, and the mean and sample standard deviation (n - 1) of its
   search fitness over the seeds. The bar: valid in every seed and a std <= 0.03 for each layer.
-- A configuration is the preset plus field overrides (`--set train_seeds=4`); each configuration's
-  runs go to their own folder under `--runs`, so an interrupted experiment resumes and a finished
-  search is read back, not trained again. Every run is reported in `<name>.json`.
+- A configuration is the preset plus field overrides (`--set train_seeds=4`; `data_seed=seed` puts
+  each search on its own seed's split); each configuration's runs go to their own folder under
+  `--runs`, so an interrupted experiment resumes and a finished search is read back, not trained
+  again. Every run is reported in `<name>.json`.
 
     python experiments/seed_layer_noise.py                                 # demo as shipped
     python experiments/seed_layer_noise.py --set train_seeds=4 --name demo-4runs
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, log, out_dir, parse_sets, write_table  # noqa: E402
+from _common import ROOT, for_seed, log, out_dir, parse_sets, write_table  # noqa: E402
 
 LAYERS = ("evonorm_s0", "evonorm_s1", "evonorm_s2")
 
@@ -44,7 +45,7 @@ def one_search(run: Path, preset: str, seed: int, workers: int, overrides: dict)
             resume(run, progress=False)
     else:
         search(None, out=run, preset=preset, seed=seed, budget=len(LAYERS), workers=workers,
-               seed_layers=seeds, progress=False, **overrides)
+               seed_layers=seeds, progress=False, **for_seed(overrides, seed))
     with Store(run, readonly=True) as store:  # the seed layers are the proposals 0, 1, 2 in order
         by_proposal = {c.proposal: c for c in store.candidates()}
     rows = []

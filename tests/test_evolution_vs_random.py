@@ -43,6 +43,10 @@ def test_overrides_reach_both_arms_and_progress_reads_a_run(tmp_path):
 
     evo, rnd = (run_config("demo", a, 0, 900.0, {"final_train_seeds": 4}) for a in ("evolution", "random"))
     assert evo.final_train_seeds == rnd.final_train_seeds == 4
+    # demo puts every search seed on split 0; `data_seed=seed` gives each its own, as before
+    assert evo.data_seed == 0 and evo.split_seed == 0
+    own = run_config("demo", "random", 3, 900.0, {"data_seed": "seed", "final_train_seeds": 4})
+    assert own.data_seed == own.split_seed == 3 and own.final_train_seeds == 4
     assert progress_line(tmp_path / "absent", "random", 900.0) == "random starting"
     init_run(tmp_path / "run", evo)
     assert progress_line(tmp_path / "run", "evolution", 900.0) == "evolution 0 candidates, 0/900 worker-s, best -"
