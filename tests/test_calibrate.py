@@ -50,7 +50,9 @@ def test_summary_numbers():
     assert "margin, worst reference - best random layer: 42.0 points" in text
     assert "ratio seed spread / smallest gap: 0.20" in text
     assert "training runs" not in text
-    assert "mean of its 2 training runs" in format_summary(s, 0.2, train_seeds=2)
+    assert "mean of its 2 training runs, as" in format_summary(s, 0.2, train_seeds=2)
+    assert "mean of its 2 training runs (4 at the last stage" in format_summary(s, 0.2, 2, 4)
+    assert "training runs" not in format_summary(s, 0.2, 1, 1)
 
 
 def test_summary_all_pass_and_no_valid_random():

@@ -87,7 +87,7 @@ def test_search_resume_rerank_tiny(tmp_path, capsys):
 def test_the_start_line_says_how_far_the_preset_is_calibrated(tmp_path, capsys):
     from evonorm.search.presets import calibration_note
 
-    assert "36 of 36" in calibration_note("demo", "s")
+    assert "18 of 18" in calibration_note("demo", "s")
     assert "17 of 18" in calibration_note("scratch", "s")
     assert "does not calibrate" in calibration_note("demo", "b")
     assert "not measured" in calibration_note("paper-s", "s")

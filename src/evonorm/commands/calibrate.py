@@ -74,7 +74,8 @@ def main(argv: list[str]) -> int:
     records = [r for r in load_runs(out) if r.key in keys]
     ds = search_dataset(cfg)  # cached
     threshold = quality_threshold(ds.num_classes, cfg.quality_factor)
-    table = format_summary(summarize(records, list(cfg.archs)), threshold, cfg.train_seeds)
+    table = format_summary(summarize(records, list(cfg.archs)), threshold, cfg.train_seeds,
+                           cfg.final_runs)
     (out / "table.md").write_text(table + "\n")
     print(table)
     print(f"calibration done in {time.perf_counter() - start:.0f}s; table in {out / 'table.md'}",

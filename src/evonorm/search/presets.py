@@ -100,10 +100,11 @@ PRESETS["demo-b"] = PRESETS["demo"].replace(
 # What `evonorm calibrate` measured for a preset's proxy, per search space (docs/calibration.md);
 # a search prints it when it starts, and says where nothing was measured.
 CALIBRATION = {
-    ("demo", "s"): "36 of 36 reference quality tests pass (6 seeds, 2 training runs each), "
-                   "references 15 points above random layers, seed spread 4.4 points: 0.67 of "
-                   "the smallest gap (EvoNorm-S0 - GN-ReLU, 6.6 points, ranked right in 5 of 6 "
-                   "seeds), so layers a few points apart need re-training",
+    ("demo", "s"): "18 of 18 reference quality tests pass (3 seeds on one split, 2 training runs "
+                   "each, 4 at the last stage), references 12 points above random layers, seed "
+                   "spread 2.1 points: 0.29 of the smallest gap (EvoNorm-S0 - GN-ReLU, 7.2 points, "
+                   "ranked right in 3 of 3 seeds), so layers about 5 points apart rank right; "
+                   "closer ones need re-training",
     ("scratch", "s"): "demo's proxy at one training run per candidate: 17 of 18 reference quality "
                       "tests pass (3 seeds), references 16 points above random layers, seed "
                       "spread 0.67 of the smallest gap between references",
