@@ -62,8 +62,8 @@ def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float, ov
     """One arm's search: the preset with `overrides` (the same for both arms), one worker of one thread."""
     from evonorm.search.presets import get_preset
 
-    return get_preset(preset, **for_seed(overrides or {}, seed), algorithm=algorithm, seed=seed, budget=100_000,
-                      budget_seconds=budget_seconds, workers=1, threads=1,
+    return get_preset(preset, **for_seed(overrides or {}, seed), algorithm=algorithm, seed=seed,
+                      budget=100_000, budget_seconds=budget_seconds, workers=1, threads=1,
                       executor="local").with_dataset()
 
 

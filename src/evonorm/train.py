@@ -111,7 +111,7 @@ TRAIN_PRESETS: dict[str, TrainConfig] = {
     "small": TrainConfig(width_scale=0.5, steps=400, batch_size=64, schedule="cosine",
                          n_train=10000, n_test=2000),
     # seconds: for tests and smoke runs. Evaluation in batches of 64: on one CPU thread a
-    # 1/16-width MobileNetV2 scores 1,000 images in 1.6-1.9 s so, 3.5-3.9 s in batches of 256
+    # 1/16-width MobileNetV2 scores 1,000 images in 1.6-1.9 s, against 3.5-3.9 s in batches of 256
     # or 512, whose expanded activations no longer fit in cache (the accuracy is the same)
     "tiny": TrainConfig(width_scale=0.25, steps=60, batch_size=32, schedule="cosine",
                         eval_batch_size=64, n_train=1024, n_test=256),
