@@ -2,6 +2,8 @@
 that threads do not change its result. (That it computes the plain path's function is in test_graph_fast.py.)"""
 
 import os
+import shutil
+import sys
 
 import pytest
 import torch
@@ -46,6 +48,31 @@ def test_the_kernel_is_turned_off_by_its_environment_variable(monkeypatch):
 def test_the_build_folder_follows_its_environment_variable(monkeypatch, tmp_path):
     monkeypatch.setenv("EVONORM_CPP_CACHE", str(tmp_path))
     assert K.cache_dir().parent == tmp_path
+
+
+def test_each_python_environment_gets_its_own_build_folder(monkeypatch, tmp_path):
+    """Two environments (a checkout's venv, a clean clone's) name different torch headers in the build: in
+    one folder each would rebuild the other's kernel."""
+    monkeypatch.setenv("EVONORM_CPP_CACHE", str(tmp_path))
+    mine = K.cache_dir()
+    assert K.cache_dir() == mine
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "other-venv"))
+    assert K.cache_dir() != mine and K.cache_dir().parent == tmp_path
+
+
+def test_the_environments_own_ninja_goes_first(monkeypatch, tmp_path):
+    """Another ninja earlier on PATH (the system's) would read the environment's build records as stale."""
+    env_bin, other = tmp_path / "env" / "bin", tmp_path / "usr" / "bin"
+    for folder in (env_bin, other):
+        folder.mkdir(parents=True)
+        (folder / "ninja").write_text("#!/bin/sh\n")
+        (folder / "ninja").chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(env_bin / "python"))
+    monkeypatch.setenv("PATH", str(other))
+    K.environment_ninja_first()
+    assert shutil.which("ninja") == str(env_bin / "ninja")
+    K.environment_ninja_first()  # already first: PATH is left as it is
+    assert os.environ["PATH"] == str(env_bin) + os.pathsep + str(other)
 
 
 def test_batch_statistics_are_refused():

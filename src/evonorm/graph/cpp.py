@@ -73,10 +73,13 @@ def _cpu() -> bytes:
 
 
 def cache_dir() -> Path:
-    """Where built kernels are kept: one folder per source, flags, torch version and CPU (a home folder shared
-    by machines with different CPUs gets one build each)."""
+    """Where built kernels are kept: one folder per source, flags, torch (version and place), Python environment
+    and CPU. A home folder shared by machines with different CPUs, or by two environments (a checkout's venv
+    and a clean clone's), gets one build each: one shared folder would be rebuilt at every switch, since the
+    build names each environment's torch headers."""
     root = Path(os.environ.get("EVONORM_CPP_CACHE", Path.home() / ".cache" / "evonorm" / "kernels"))
     key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + torch.__version__.encode()
+                         + str(Path(torch.__file__).parent).encode() + sys.prefix.encode()
                          + _cpu()).hexdigest()[:16]
     return root / key
 
@@ -99,7 +102,7 @@ def load() -> CppStatus:
     try:
         from torch.utils.cpp_extension import load as load_extension
 
-        _ninja_on_path()
+        environment_ninja_first()
         build = cache_dir()
         build.mkdir(parents=True, exist_ok=True)
         clear_stale_lock(build)
@@ -126,11 +129,13 @@ def clear_stale_lock(build: Path, max_age: float = 600.0) -> None:
         pass
 
 
-def _ninja_on_path() -> None:
-    """torch's extension loader runs `ninja` from PATH: where only this environment's scripts folder has it (a
-    venv's python run without activating the venv), that folder joins PATH for this process."""
+def environment_ninja_first() -> None:
+    """torch's extension loader runs `ninja` from PATH. This environment's own ninja (a dependency) goes first
+    for this process: a venv's python run without activating the venv would otherwise find the system's, and
+    two ninja versions read each other's build records as stale and rebuild (18 s) at every switch."""
     scripts = str(Path(sys.executable).parent)
-    if shutil.which("ninja") is None and shutil.which("ninja", path=scripts) is not None:
+    found = shutil.which("ninja", path=scripts)
+    if found is not None and shutil.which("ninja") != found:
         os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
 
 
