@@ -1,0 +1,205 @@
+"""The reference panel: 16 layers trained long on all of Fashion-MNIST, the ground truth a proxy's
+ranking is measured against (`evonorm calibrate --panel`).
+
+A search's fitness is only as good as its ranking of layers agrees with what proper training says.
+This trains each panel layer on both anchor architectures, on all 60,000 training images, scored on
+the official 10,000 test images, and records the test-accuracy curve so that one can check that the
+runs have settled (the accuracy moves by less than a point over the last fifth of training).
+
+Protocol (fixed before the runs):
+- layers: `PANEL` below (the registry's native layer where the name is the registry's, else the graph);
+- setting: `SETTING` below, per architecture: width 0.0625 (the `demo` proxy's; the paper's 0.25 and
+  0.5 cost 2-4x more per step, which 2 cores cannot give 96 runs), batch 64 of 24x24 crops and flips,
+  2,000 steps (2.1 epochs), cosine schedule after 100 warm-up steps, the `demo` proxy's learning
+  rates (0.1 ResNet50, 0.03 MobileNetV2), training seeds 0, 1, 2;
+- scored on the whole test split at 60%, 80% and 100% of training (and at 20% and 40% for BN-ReLU
+  and EvoNorm-S0); a run whose loss or logits are not finite scores chance (0.1);
+- order: seed 0 of every layer first, so a partial panel is a whole panel of fewer seeds.
+
+Each finished run is a line of `<out>/runs.jsonl`; a run in progress is checkpointed (weights,
+optimizer and random state, `torch.load(weights_only=True)`) at every scoring point, so a killed
+panel resumes where it stopped. `<out>/panel.json` is rewritten after every run, keeping the
+`proxies` that `evonorm calibrate` wrote into it.
+
+    nohup nice -n 15 python experiments/fidelity_panel.py --workers 2 > runs/panel.log 2>&1 &
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from multiprocessing import get_context
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RESULTS, log  # noqa: E402
+
+
+def _norm_relu(kind: str) -> dict:
+    return {"nodes": [[f"{kind}_mean", 0], ["neg", 4], ["add", 0, 5], [f"{kind}_std", 0],
+                      ["div", 6, 7], ["max", 8, 1]]}
+
+
+# (name, how it is built): a registry name, a named graph, or graph JSON. s_top2 and s_top3 of the
+# paper's appendix are EvoNorm-S2 written again (the appendix marks them as duplicates).
+PANEL: list[tuple[str, str | dict]] = [
+    ("bn_relu", "bn_relu"),
+    ("evonorm_s0", "evonorm_s0"),
+    ("evonorm_s1", "evonorm_s1"),
+    ("evonorm_s2", "evonorm_s2"),
+    ("gn_relu", "gn_relu"),
+    ("ln_relu", "ln_relu"),
+    ("in_relu", _norm_relu("instance")),
+    ("gn_swish", "gn_swish"),
+    ("frn", "frn"),
+    ("pixelnorm_relu", "pixelnorm_relu"),
+    ("s_top1", "s_top1"),
+    ("s_top10", "s_top10"),
+    # found by this project's searches: a random search's layer (docs/findings.md, section 7), the
+    # main job's winner (GroupNorm with no activation, doubled), the one-hour search's ids 573, 159
+    ("tanh_group_rms", "tanh_group_rms"),
+    ("gn_noact", {"nodes": [["group_mean", 0], ["neg", 4], ["add", 0, 5], ["group_std", 0],
+                            ["div", 6, 7], ["add", 8, 8]]}),
+    ("hour_573", {"nodes": [["mul", 2, 0], ["instance_mean", 4], ["add", 0, 5], ["instance_rms", 6],
+                            ["div", 6, 7], ["neg", 8]]}),
+    ("hour_159", {"nodes": [["layer_rms", 2], ["instance_std", 4], ["add", 0, 5], ["group_std", 0],
+                            ["div", 6, 7], ["neg", 8]]}),
+]
+CURVE_LAYERS = ("bn_relu", "evonorm_s0")  # scored at every fifth of training
+ARCH_LR = {"resnet50_cifar": 0.1, "mobilenetv2_cifar": 0.03}
+SETTING = {"dataset": "fashion_mnist", "width": 0.0625, "steps": 2000, "batch_size": 64,
+           "schedule": "cosine", "lr_warmup": 100, "lr": ARCH_LR, "eval_batch_size": 64,
+           "n_train": 60000, "n_test": 10000, "seeds": [0, 1, 2], "threads_per_run": 1}
+CHANCE = 0.1
+
+
+def layer_graph(spec: str | dict) -> dict | None:
+    """The layer as graph JSON where it is one (a named or literal graph), else None (native)."""
+    from evonorm.graph.library import NAMED_GRAPHS
+    from evonorm.layers import list_norm_acts
+
+    if isinstance(spec, dict):
+        return spec
+    if spec in NAMED_GRAPHS:  # the EvoNorm-S layers too: the library's graph is the same function
+        return NAMED_GRAPHS[spec].to_json()
+    if spec not in list_norm_acts():
+        raise ValueError(f"panel layer {spec!r} is neither a registry layer nor a named graph")
+    return None
+
+
+def run_key(layer: str, arch: str, seed: int) -> str:
+    return f"{layer}__{arch}__s{seed}"
+
+
+def train_one(job: tuple) -> dict:
+    """One (layer, arch, seed) run in a worker of one thread, checkpointed at each scoring point."""
+    layer, spec, arch, seed, out, setting = job
+    import torch
+
+    from evonorm.data import load_dataset
+    from evonorm.models import resolve_norm_act
+    from evonorm.train import TrainConfig, Run
+
+    torch.set_num_threads(setting["threads_per_run"])
+    cfg = TrainConfig(arch=arch, width=setting["width"], steps=setting["steps"],
+                      batch_size=setting["batch_size"], lr=ARCH_LR[arch], schedule="cosine",
+                      lr_warmup=setting["lr_warmup"], eval_batch_size=setting["eval_batch_size"],
+                      n_train=setting["n_train"], n_test=setting["n_test"], seed=seed)
+    fifths = (1, 2, 3, 4, 5) if layer in CURVE_LAYERS else (3, 4, 5)
+    points = [cfg.steps * k // 5 for k in fifths]
+    ckpt = Path(out) / "ckpt" / f"{run_key(layer, arch, seed)}.pt"
+    ds = load_dataset(setting["dataset"])
+    spec_value = json.dumps(spec) if isinstance(spec, dict) else spec
+    run = Run(resolve_norm_act(spec_value), ds, cfg)
+    curve: list[list] = []
+    spent = 0.0
+    if ckpt.exists():
+        saved = torch.load(ckpt, weights_only=True)
+        run.restore(saved["run"])
+        curve, spent = saved["curve"], float(saved["seconds"])
+    start = time.perf_counter()
+    for point in points:
+        if run.step >= point:
+            continue
+        run.advance(point)
+        acc = run.score()
+        curve.append([point, acc])
+        if not run.ok:
+            break
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save({"run": run.state(), "curve": curve,
+                    "seconds": spent + time.perf_counter() - start}, tmp)
+        os.replace(tmp, ckpt)
+    acc = run.result.accuracy if run.ok else None
+    return {"layer": layer, "graph": layer_graph(spec), "arch": arch, "seed": seed,
+            "test_accuracy": acc if acc is not None else CHANCE, "status": run.result.status,
+            "reason": run.result.reason, "curve": curve, "final_loss": run.result.final_loss,
+            "seconds": round(spent + time.perf_counter() - start, 1), "ckpt": str(ckpt)}
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_panel(out: Path, rows: list[dict], wall: float, command: str, setting: dict) -> None:
+    """panel.json from every finished run, keeping the proxies calibrate wrote."""
+    path = out / "panel.json"
+    proxies = json.loads(path.read_text()).get("proxies", {}) if path.exists() else {}
+    setting = {**setting, "layers": [name for name, _ in PANEL]}
+    reference = {"setting": setting, "command": command,
+                 "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+                 "wall_seconds": round(wall, 1),
+                 "worker_seconds": round(sum(r["seconds"] for r in rows), 1),
+                 "runs": [{k: r[k] for k in ("layer", "graph", "arch", "seed", "test_accuracy",
+                                             "status", "curve", "seconds")} for r in rows]}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"reference": reference, "proxies": proxies}, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=RESULTS / "fidelity")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--only", nargs="*", help="train these panel layers only")
+    p.add_argument("--dry-run", action="store_true",
+                   help="a few steps on 640 images (a check of the script, not a panel)")
+    args = p.parse_args()
+    setting = dict(SETTING)
+    if args.dry_run:
+        setting.update(steps=10, n_train=640, n_test=200, lr_warmup=2)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows_path = args.out / "runs.jsonl"
+    done = {run_key(r["layer"], r["arch"], r["seed"]) for r in read_rows(rows_path)}
+    jobs = [(name, spec, arch, seed, str(args.out), setting)
+            for seed in SETTING["seeds"] for name, spec in PANEL for arch in ARCH_LR
+            if (not args.only or name in args.only) and run_key(name, arch, seed) not in done]
+    wall_path = args.out / "wall_seconds.txt"
+    wall0 = float(wall_path.read_text()) if wall_path.exists() else 0.0
+    t0 = time.time()
+    command = " ".join(["python", *sys.argv])
+    log(f"panel: {len(done)} runs done, {len(jobs)} to go, {args.workers} workers")
+    with get_context("spawn").Pool(args.workers, maxtasksperchild=1) as pool:
+        for i, row in enumerate(pool.imap_unordered(train_one, jobs), 1):
+            ckpt = Path(row.pop("ckpt"))
+            with open(rows_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            ckpt.unlink(missing_ok=True)
+            wall = wall0 + time.time() - t0
+            wall_path.write_text(f"{wall:.1f}\n")
+            write_panel(args.out, read_rows(rows_path), wall, command, setting)
+            log(f"[{i}/{len(jobs)}] {row['layer']} {row['arch']} seed {row['seed']}: "
+                f"{row['test_accuracy']:.4f} ({row['status']}, {row['seconds']:.0f} s) "
+                f"curve {[round(a or 0, 3) for _, a in row['curve']]}")
+    log("panel complete")
+
+
+if __name__ == "__main__":
+    main()
