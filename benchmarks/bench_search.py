@@ -198,7 +198,7 @@ def fidelity(preset: str, out: Path, workers: int, top: int = 5) -> None:
     norm-ReLU layers, trained through the preset's stages without hurdles (the calibration's
     resumable runner, one training seed); Spearman between first-stage and full fitness."""
     from evonorm.graph.library import NAMED_GRAPHS
-    from evonorm.report.figures import spearman
+    from evonorm.stats import spearman
     from evonorm.search.calibrate import (Job, load_runs, norm_relu_graph, prepare_out,
                                           run_jobs)
     from evonorm.search.presets import get_preset

@@ -1,6 +1,7 @@
 """Small statistics without scipy (not a dependency): mean and sample standard deviation,
-Welch's unequal-variance t-test, one-sided, for the report's verdict and the calibration's tables, and
-two exact tests for the experiments' few runs (Mann-Whitney U, and a paired sign-flip permutation test).
+Welch's unequal-variance t-test, one-sided, for the report's verdict and the calibration's tables,
+two exact tests for the experiments' few runs (Mann-Whitney U, and a paired sign-flip permutation
+test), and rank correlations with a bootstrap interval, for how a proxy ranks layers.
 
 The Student-t tail comes from the regularized incomplete beta function, evaluated with the
 continued fraction of Numerical Recipes (Lentz's method) and `math.lgamma`.
@@ -10,8 +11,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 def betainc(a: float, b: float, x: float) -> float:
@@ -118,3 +120,74 @@ def paired_sign_flip_greater(a: list[float], b: list[float]) -> float:
     observed = sum(diffs)
     flips = itertools.product((1, -1), repeat=len(diffs))  # walked, not stored: 4096 for 12 pairs
     return sum(sum(s * d for s, d in zip(f, diffs)) >= observed - 1e-12 for f in flips) / 2 ** len(diffs)
+
+
+def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Pearson's r of two equally long samples; None below 3 points or for a constant sample."""
+    n = len(xs)
+    if n < 3:
+        return None
+    mx, my = sum(xs) / n, sum(ys) / n
+    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
+    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
+    if sx == 0 or sy == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sx * sy)
+
+
+def ranks(v: Sequence[float]) -> list[float]:
+    """Ranks from 1, ties sharing their mean rank."""
+    order = sorted(range(len(v)), key=lambda i: v[i])
+    out = [0.0] * len(v)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rank correlation: Pearson's r of the ranks (ties share their mean rank)."""
+    return pearson(ranks(xs), ranks(ys))
+
+
+def kendall(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Kendall's tau-b (ties in either sample handled as in scipy.stats.kendalltau); None below 3
+    points or for a constant sample."""
+    n = len(xs)
+    if n < 3:
+        return None
+    concordant = discordant = ties_x = ties_y = 0
+    for i, j in itertools.combinations(range(n), 2):
+        dx, dy = xs[i] - xs[j], ys[i] - ys[j]
+        if dx == 0 and dy == 0:
+            continue
+        if dx == 0:
+            ties_x += 1
+        elif dy == 0:
+            ties_y += 1
+        elif (dx > 0) == (dy > 0):
+            concordant += 1
+        else:
+            discordant += 1
+    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
+    return None if denom == 0 else (concordant - discordant) / denom
+
+
+def bootstrap_ci(stat: Callable[[list[int]], float | None], n: int, *, rounds: int = 2000,
+                 level: float = 0.95, seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of `stat` over `n` units: `stat(indices)` is computed on
+    `rounds` resamples of range(n) with replacement (resamples where it is undefined are
+    skipped); None when fewer than half of them give a value."""
+    rng = random.Random(seed)
+    values = sorted(v for v in (stat([rng.randrange(n) for _ in range(n)]) for _ in range(rounds))
+                    if v is not None)
+    if len(values) < rounds / 2:
+        return None
+    lo = values[int((1 - level) / 2 * (len(values) - 1))]
+    hi = values[int(math.ceil((1 + level) / 2 * (len(values) - 1)))]
+    return lo, hi

@@ -9,8 +9,10 @@ from pathlib import Path
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import ARCHS_HELP, DATA_HELP, dataset_arg
 from evonorm.commands.search import check_setup
-from evonorm.search.calibrate import calibration_setup, format_summary, load_runs, plan, prepare_out, progress_line, run_jobs, summarize
+from evonorm.search.calibrate import (calibration_setup, format_summary, load_runs, panel_cost, plan,
+                                     prepare_out, progress_line, proxy_scores, run_jobs, summarize)
 from evonorm.search.config import SPACES
+from evonorm.search.fidelity import format_fidelity, load_panel, rank_fidelity, write_proxy
 from evonorm.search.evaluator import search_dataset
 from evonorm.search.presets import PRESETS, get_preset
 from evonorm.search.rejection import quality_threshold
@@ -22,7 +24,10 @@ def build_parser() -> ArgumentParser:
         "B layers) with several training seeds, and random graphs of the space, through a preset's "
         "rejection and full training on every anchor architecture; print quality pass/fail per "
         "seed, fitness mean +- std, the random layers' fitness and the margins. Each finished run "
-        "is saved in OUT/runs.jsonl; run the same command again to resume."))
+        "is saved in OUT/runs.jsonl; run the same command again to resume. With --panel, the "
+        "panel's layers are trained as the search trains a candidate, and the table adds how "
+        "their fitness ranks against the panel's long training (Spearman, Kendall, bootstrap "
+        "95%% intervals, the cost per candidate)."))
     p.add_argument("--preset", default="demo", choices=list(PRESETS), help="search preset")
     p.add_argument("--space", choices=SPACES, default=None, help="default: the preset's")
     p.add_argument("--seeds", type=int, default=3, help="training seeds per reference (>= 1)")
@@ -33,6 +38,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--data-root", default=None, help="folder holding the dataset files")
     p.add_argument("--archs", "--arch", default=None, help=ARCHS_HELP)
     p.add_argument("--workers", type=int, default=None, help="parallel runs (0: one per core)")
+    p.add_argument("--panel", type=Path, default=None, metavar="PANEL.json",
+                   help="a reference panel (results/fidelity/panel.json, written by "
+                   "experiments/fidelity_panel.py): measure the preset's rank fidelity against it "
+                   "and store it there under proxies.PRESET")
     p.add_argument("--out", type=Path, default=None,
                    help="folder for runs.jsonl and the table (default runs/calibrate-PRESET-SPACE)")
     return p
@@ -55,14 +64,21 @@ def main(argv: list[str]) -> int:
                          if args.archs else None)
     except (ValueError, TypeError) as err:
         raise CommandError(str(err)) from None
+    panel_data, panel = None, None
+    if args.panel is not None:
+        try:
+            panel_data, layers = load_panel(args.panel)
+        except ValueError as err:
+            raise CommandError(str(err)) from None
+        panel = {layer.name: layer.graph for layer in layers}
     cfg = check_setup(cfg)  # archs, trainer presets and data, in one line on failure
     out = args.out or Path("runs") / f"calibrate-{cfg.preset}-{cfg.space}"
-    setup = calibration_setup(cfg, args.seeds, args.random)
+    setup = calibration_setup(cfg, args.seeds, args.random, panel)
     try:
         earlier = prepare_out(out, setup)
     except (ValueError, OSError) as err:
         raise CommandError(str(err)) from None
-    jobs = plan(cfg, args.seeds, args.random)
+    jobs = plan(cfg, args.seeds, args.random, panel)
     print(f"calibrate: preset {cfg.preset}, space {cfg.space}, dataset {cfg.dataset}, archs "
           f"{', '.join(cfg.archs)}, {args.seeds} seed(s) x {len(jobs) - args.random} reference "
           f"run(s) + {args.random} random, {cfg.num_workers} worker(s) -> {out}"
@@ -76,8 +92,31 @@ def main(argv: list[str]) -> int:
     threshold = quality_threshold(ds.num_classes, cfg.quality_factor)
     table = format_summary(summarize(records, list(cfg.archs)), threshold, cfg.train_seeds,
                            cfg.final_runs)
+    if panel_data is not None:
+        table += "\n\n" + rank_fidelity_section(records, layers, cfg.preset, out, args.panel, argv,
+                                                  ds.num_classes)
     (out / "table.md").write_text(table + "\n")
     print(table)
     print(f"calibration done in {time.perf_counter() - start:.0f}s; table in {out / 'table.md'}",
           file=sys.stderr)
     return 0
+
+
+def rank_fidelity_section(records, layers, preset: str, out: Path, panel: Path, argv: list[str],
+                          num_classes: int) -> str:
+    """The preset's rank fidelity against the panel: a table section, stored in the panel file
+    (proxies.PRESET) and in OUT/fidelity.json."""
+    import json
+    import shlex
+
+    fid = rank_fidelity(proxy_scores(records, 1.0 / num_classes),
+                        {layer.name: layer.accuracy for layer in layers})
+    cost = panel_cost(records)
+    entry = {"command": shlex.join(["evonorm", "calibrate", *argv]),
+             "worker_seconds_per_candidate": None if cost is None else round(cost, 1),
+             "runs": [{"layer": r.name, "seed": r.seed, "fitness": r.fitness, "status": r.status}
+                      for r in records if r.kind == "panel"],
+             **{k: v for k, v in fid.to_dict().items() if k not in ("proxy", "reference")}}
+    (out / "fidelity.json").write_text(json.dumps(entry, indent=1) + "\n")
+    write_proxy(panel, preset, entry)
+    return format_fidelity(fid, preset, cost)

@@ -17,6 +17,7 @@ from evonorm.report.data import RunData, reason_category
 from evonorm.search.candidates import as_candidate
 from evonorm.search.evaluation import STATUSES, finite
 from evonorm.search.evolution import pareto_front  # the search's own definition of the front
+from evonorm.stats import pearson
 
 
 def pyplot():
@@ -223,37 +224,6 @@ def correlation_text(xs: Sequence[float], ys: Sequence[float], chance: float) ->
     r_above = pearson([x for x, _ in above], [y for _, y in above])
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     return f"all: n={len(xs)}, r={fmt(r)}; above chance: n={len(above)}, r={fmt(r_above)}"
-
-
-def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Pearson's r of two equally long samples; None below 3 points or for a constant sample."""
-    n = len(xs)
-    if n < 3:
-        return None
-    mx, my = sum(xs) / n, sum(ys) / n
-    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
-    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
-    if sx == 0 or sy == 0:
-        return None
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sx * sy)
-
-
-def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Spearman's rank correlation: Pearson's r of the ranks (ties share their mean rank)."""
-    def ranks(v: Sequence[float]) -> list[float]:
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        out = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                out[order[k]] = (i + j) / 2 + 1
-            i = j + 1
-        return out
-
-    return pearson(ranks(xs), ranks(ys))
 
 
 def pareto(run: RunData) -> Any:

@@ -24,7 +24,7 @@ from typing import Callable, Iterable
 
 from evonorm.search.config import SearchConfig
 from evonorm.stats import mean_std
-from evonorm.search.evaluator import quality_config, search_dataset
+from evonorm.search.evaluator import quality_config, search_dataset, train_stages
 from evonorm.search.executors import OK, LocalExecutor
 from evonorm.search.proxy import evaluate_candidate
 from evonorm.search.references import REFERENCES_BY_SPACE
@@ -58,10 +58,10 @@ def reference_graphs(space: str) -> dict[str, dict]:
 class Job:
     """One calibration run: a reference at a training seed, or the i-th random graph."""
 
-    kind: str  # "reference" | "random"
+    kind: str  # "reference" | "random" | "panel"
     name: str
     seed: int
-    graph: dict
+    graph: dict  # empty for a panel layer that is native only (built by its registry name)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -89,10 +89,12 @@ class RunRecord:
         return (self.kind, self.name, self.seed)
 
 
-def plan(cfg: SearchConfig, seeds: int, n_random: int) -> list[Job]:
+def plan(cfg: SearchConfig, seeds: int, n_random: int,
+         panel: dict[str, dict | None] | None = None) -> list[Job]:
     """References x seeds 0..seeds-1 and `n_random` random graphs of the space (at cfg.seed), in
     rounds (every reference at one seed, then a share of the random graphs), so that a
-    calibration stopped early has covered every layer."""
+    calibration stopped early has covered every layer. `panel` (name -> graph JSON or None) adds
+    the reference panel's layers at each seed, for the rank fidelity."""
     from evonorm.graph import random_graph
 
     rng = random.Random(cfg.seed)
@@ -103,6 +105,7 @@ def plan(cfg: SearchConfig, seeds: int, n_random: int) -> list[Job]:
     jobs: list[Job] = []
     for s in range(seeds):
         jobs += [Job("reference", name, s, g) for name, g in refs.items()]
+        jobs += [Job("panel", name, s, g or {}) for name, g in (panel or {}).items()]
         jobs += randoms[s * n_random // seeds:(s + 1) * n_random // seeds]
     return jobs
 
@@ -110,6 +113,8 @@ def plan(cfg: SearchConfig, seeds: int, n_random: int) -> list[Job]:
 def measure(payload: dict) -> dict:
     """Run one job in a worker (picklable by name). payload: {"job": Job fields, "config": dict}.
 
+    A panel layer trains as a search's candidate that reaches the end does (every stage, every
+    run, no hurdle and no quality bar): its fitness is the search's, for every layer of the panel.
     A random graph runs the evaluator unchanged. A reference runs it with the quality test off
     (pre-checks, stability, full training), then the quality test alone on every architecture.
     In a staged config (`stages`) the quality test is the first stage of the full run, so every
@@ -125,7 +130,11 @@ def measure(payload: dict) -> dict:
     job = Job(**payload["job"])
     cfg = SearchConfig.from_dict(payload["config"]).replace(seed=job.seed)
     rec = RunRecord(job.kind, job.name, job.seed, "rejected", None, graph=job.graph)
-    if cfg.stages:  # staged: the quality test is the first stage; train on past it, bar at 0
+    if job.kind == "panel":
+        res = train_stages(job.graph or job.name, search_dataset(cfg), cfg, screen=False)
+        rec.status, rec.reason = res.status, res.reason
+        rec.accuracies, rec.fitness = dict(res.accuracies), res.fitness
+    elif cfg.stages:  # staged: the quality test is the first stage; train on past it, bar at 0
         res = evaluate_candidate({"graph": job.graph,
                                   "config": cfg.replace(quality_factor=0.0).to_dict()})
         rec.reason, rec.accuracies = res.reason, dict(res.accuracies)
@@ -187,9 +196,11 @@ NOT_MEASURED = ("workers", "threads", "executor", "address", "timeout", "retries
 is executed, how it reranks): changing them keeps a calibration folder's runs."""
 
 
-def calibration_setup(cfg: SearchConfig, seeds: int, n_random: int) -> dict:
+def calibration_setup(cfg: SearchConfig, seeds: int, n_random: int,
+                      panel: dict[str, dict | None] | None = None) -> dict:
     """What a calibration's numbers depend on, as stored in OUT/calibration.json."""
-    return _measured({"config": cfg.to_dict(), "seeds": seeds, "random": n_random})
+    setup = {"config": cfg.to_dict(), "seeds": seeds, "random": n_random}
+    return _measured({**setup, "panel": panel} if panel else setup)
 
 
 def _measured(setup: dict) -> dict:
@@ -400,3 +411,19 @@ def progress_line(rec: RunRecord, finished: int, total: int) -> str:
         parts.append(f"| held-out {accs} | fitness {_pct(rec.fitness)}")
     parts.append(f"| {rec.seconds:.0f}s")
     return " ".join(parts)
+
+
+def proxy_scores(records: list[RunRecord], chance: float) -> dict[str, float]:
+    """Each panel layer's fitness at this proxy: the mean over its seeds, a run that was not
+    finite counting as chance (a layer that learns nothing)."""
+    scores: dict[str, list[float]] = {}
+    for r in records:
+        if r.kind == "panel":
+            scores.setdefault(r.name, []).append(r.fitness if r.fitness is not None else chance)
+    return {name: statistics.fmean(v) for name, v in scores.items()}
+
+
+def panel_cost(records: list[RunRecord]) -> float | None:
+    """Worker-seconds of one panel layer's evaluation: the cost of a candidate trained to the end."""
+    secs = [r.seconds for r in records if r.kind == "panel"]
+    return statistics.fmean(secs) if secs else None

@@ -1,0 +1,142 @@
+"""Rank fidelity: how a proxy's fitness ranks layers against a reference panel of the same layers
+trained long (`experiments/fidelity_panel.py` writes the panel).
+
+A search is only as good as what it optimizes: a precise proxy whose order of layers differs from
+proper training's leads a search to the wrong layers. The panel file holds the reference runs and,
+under `proxies`, what each proxy measured on the same layers; this module reads and checks it, and
+compares the two orders (Spearman, Kendall, bootstrap intervals over layers, the pairs the proxy
+orders wrongly).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evonorm.stats import bootstrap_ci, kendall, spearman
+
+WRONG_PAIR_GAP = 0.03  # a pair of layers the reference separates by more than 3 points
+
+
+@dataclass(frozen=True)
+class PanelLayer:
+    """One panel layer: its name, its graph JSON (None for a native layer with no graph), and
+    its reference accuracy (mean over the panel's architectures and seeds) with the run count."""
+
+    name: str
+    graph: dict | None
+    accuracy: float
+    runs: int
+
+
+def load_panel(path: str | Path) -> tuple[dict, list[PanelLayer]]:
+    """The panel file's JSON and its layers; ValueError naming the file and field otherwise."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as err:
+        raise ValueError(f"cannot read the panel {path}: {err.strerror or err}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"the panel {path} is not JSON: {err}") from None
+    runs = data.get("reference", {}).get("runs") if isinstance(data, dict) and isinstance(
+        data.get("reference"), dict) else None
+    if not isinstance(runs, list):
+        raise ValueError(f"the panel {path} has no list reference.runs")
+    accs: dict[str, list[float]] = {}
+    graphs: dict[str, dict | None] = {}
+    for i, run in enumerate(runs):
+        acc = run.get("test_accuracy") if isinstance(run, dict) else None
+        name = run.get("layer") if isinstance(run, dict) else None
+        graph = run.get("graph") if isinstance(run, dict) else None
+        if (not isinstance(name, str) or not name or isinstance(acc, bool)
+                or not isinstance(acc, (int, float)) or not 0.0 <= acc <= 1.0
+                or not (graph is None or isinstance(graph, dict))):
+            raise ValueError(f"the panel {path}: reference.runs[{i}] needs a layer name, a "
+                             f"test_accuracy in [0, 1] and a graph that is an object or null")
+        accs.setdefault(name, []).append(float(acc))
+        graphs[name] = graph
+    if len(accs) < 3:
+        raise ValueError(f"the panel {path} has {len(accs)} layer(s); rank fidelity needs >= 3")
+    layers = [PanelLayer(n, graphs[n], statistics.fmean(a), len(a)) for n, a in accs.items()]
+    return data, layers
+
+
+@dataclass
+class Fidelity:
+    """How a proxy's per-layer scores rank against the reference's."""
+
+    layers: list[str]
+    proxy: list[float]
+    reference: list[float]
+    spearman: float | None
+    kendall: float | None
+    spearman_ci95: tuple[float, float] | None
+    kendall_ci95: tuple[float, float] | None
+    wrong_pairs: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def rank_fidelity(proxy: dict[str, float], reference: dict[str, float], *,
+                  rounds: int = 2000, seed: int = 0) -> Fidelity:
+    """Spearman and Kendall between `proxy` and `reference` over the layers both scored, with
+    percentile bootstrap 95% intervals over layers (resampled with replacement), and every pair
+    the reference separates by more than WRONG_PAIR_GAP that the proxy orders the other way."""
+    names = [n for n in reference if n in proxy and math.isfinite(proxy[n])]
+    xs, ys = [proxy[n] for n in names], [reference[n] for n in names]
+
+    def interval(stat) -> tuple[float, float] | None:
+        return bootstrap_ci(lambda idx: stat([xs[i] for i in idx], [ys[i] for i in idx]),
+                            len(names), rounds=rounds, seed=seed) if len(names) >= 3 else None
+
+    wrong = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            hi, lo = (a, b) if reference[a] > reference[b] else (b, a)
+            if reference[hi] - reference[lo] > WRONG_PAIR_GAP and proxy[hi] < proxy[lo]:
+                wrong.append({"better": hi, "worse": lo,
+                              "reference_gap": round(reference[hi] - reference[lo], 4),
+                              "proxy_gap": round(proxy[hi] - proxy[lo], 4)})
+    return Fidelity(names, xs, ys, spearman(xs, ys), kendall(xs, ys), interval(spearman),
+                    interval(kendall), sorted(wrong, key=lambda w: -w["reference_gap"]))
+
+
+def format_fidelity(f: Fidelity, preset: str, seconds_per_candidate: float | None) -> str:
+    """Lines for the calibration table: both correlations, their intervals, the cost, the pairs
+    ordered wrongly."""
+    def num(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    def ci(v: tuple[float, float] | None) -> str:
+        return "" if v is None else f" (95% bootstrap interval {v[0]:.2f} to {v[1]:.2f})"
+
+    cost = "-" if seconds_per_candidate is None else f"{seconds_per_candidate:.0f}"
+    lines = [f"rank fidelity of {preset} against the reference panel ({len(f.layers)} layers): "
+             f"Spearman {num(f.spearman)}{ci(f.spearman_ci95)}, Kendall {num(f.kendall)}"
+             f"{ci(f.kendall_ci95)}; {cost} worker-seconds per fully trained candidate", "",
+             "| layer | proxy fitness | reference accuracy |", "|---|---|---|"]
+    order = sorted(range(len(f.layers)), key=lambda i: -f.reference[i])
+    lines += [f"| {f.layers[i]} | {100 * f.proxy[i]:.1f} | {100 * f.reference[i]:.1f} |"
+              for i in order]
+    wrong = ", ".join(f"{w['better']} > {w['worse']} ({100 * w['reference_gap']:.1f} points)"
+                      for w in f.wrong_pairs) or "none"
+    lines += ["", f"pairs the reference separates by > {100 * WRONG_PAIR_GAP:.0f} points that the "
+                  f"proxy orders the other way: {wrong}"]
+    return "\n".join(lines)
+
+
+def write_proxy(path: str | Path, key: str, entry: dict) -> None:
+    """Store one proxy's measurement under `proxies[key]` of the panel file, atomically, keeping
+    everything else in it."""
+    path = Path(path)
+    data = json.loads(path.read_text())
+    data.setdefault("proxies", {})[key] = entry
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,113 @@
+"""Rank fidelity: correlations, the panel file, and `evonorm calibrate --panel`."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from evonorm.cli import main
+from evonorm.search.calibrate import load_runs
+from evonorm.search.fidelity import load_panel, rank_fidelity
+from evonorm.stats import bootstrap_ci, kendall, spearman
+
+EVONORM = str(Path(sys.executable).parent / "evonorm")
+
+
+def test_spearman_and_kendall_known_values():
+    x = [1, 2, 3, 4, 5]
+    assert spearman(x, [5, 6, 7, 8, 7]) == pytest.approx(0.8207826816681233)  # scipy's value
+    assert kendall(x, [5, 6, 7, 8, 7]) == pytest.approx(0.7378647873726218)  # scipy's tau-b
+    assert kendall(x, x[::-1]) == pytest.approx(-1.0)
+    assert kendall([1, 1, 1], [1, 2, 3]) is None  # a constant sample has no order
+
+
+@given(st.lists(st.integers(-5, 5), min_size=3, max_size=12), st.randoms(use_true_random=False))
+@settings(max_examples=60, deadline=None)
+def test_kendall_is_symmetric_and_bounded(xs, rnd):
+    ys = [rnd.randint(-5, 5) for _ in xs]
+    tau = kendall(xs, ys)
+    if tau is not None:
+        assert -1.0 - 1e-12 <= tau <= 1.0 + 1e-12
+        assert kendall(ys, xs) == pytest.approx(tau)
+        assert kendall(xs, [-y for y in ys]) == pytest.approx(-tau)
+
+
+def test_bootstrap_interval_brackets_the_statistic_and_narrows_with_agreement():
+    xs = list(range(16))
+    noisy = [x + (3 if x % 2 else -3) for x in xs]
+    wide = bootstrap_ci(lambda i: spearman([xs[k] for k in i], [noisy[k] for k in i]), 16)
+    tight = bootstrap_ci(lambda i: spearman([xs[k] for k in i], [xs[k] for k in i]), 16)
+    assert wide[0] <= spearman(xs, noisy) <= wide[1]
+    assert tight == pytest.approx((1.0, 1.0)) and wide[0] < 0.99
+    assert bootstrap_ci(lambda i: None, 5) is None
+
+
+def test_rank_fidelity_lists_the_pairs_the_proxy_orders_wrongly():
+    ref = {"a": 0.80, "b": 0.75, "c": 0.70, "d": 0.69}
+    proxy = {"a": 0.40, "b": 0.45, "c": 0.30, "d": 0.31, "extra": 0.9}
+    f = rank_fidelity(proxy, ref)
+    assert f.layers == ["a", "b", "c", "d"]  # only the layers both scored
+    assert [(w["better"], w["worse"]) for w in f.wrong_pairs] == [("a", "b")]  # c-d: 1 point
+    assert f.spearman == pytest.approx(spearman([0.40, 0.45, 0.30, 0.31], [0.80, 0.75, 0.70, 0.69]))
+    assert f.spearman_ci95 is not None and f.kendall_ci95 is not None
+
+
+def _panel(path, runs):
+    path.write_text(json.dumps({"reference": {"runs": runs}, "proxies": {"old": {"x": 1}}}))
+    return path
+
+
+@pytest.mark.parametrize("content, message", [
+    ("[1, 2]", "no list reference.runs"),
+    ("{not json", "is not JSON"),
+    (json.dumps({"reference": {"runs": [{"layer": "a", "test_accuracy": "high"}]}}), "runs[0]"),
+    (json.dumps({"reference": {"runs": [{"layer": "a", "test_accuracy": 1.5}]}}), "runs[0]"),
+    (json.dumps({"reference": {"runs": [{"layer": "a", "test_accuracy": 0.5}]}}), "needs >= 3"),
+])
+def test_a_bad_panel_is_refused_naming_the_field(tmp_path, content, message):
+    path = tmp_path / "panel.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="panel") as err:
+        load_panel(path)
+    assert message in str(err.value)
+
+
+def test_calibrate_with_a_panel_stores_the_rank_fidelity(tmp_path, capsys):
+    s0 = {"nodes": [["mul", 3, 0], ["sigmoid", 4], ["mul", 0, 5], ["group_std", 0], ["div", 6, 7]]}
+    panel = _panel(tmp_path / "panel.json", [
+        {"layer": "bn_relu", "graph": None, "arch": "resnet50_cifar", "seed": 0, "test_accuracy": 0.8},
+        {"layer": "evonorm_s0", "graph": s0, "arch": "resnet50_cifar", "seed": 0, "test_accuracy": 0.78},
+        {"layer": "gn_relu", "graph": None, "arch": "resnet50_cifar", "seed": 0, "test_accuracy": 0.7},
+    ])
+    assert {layer.name: layer.graph for layer in load_panel(panel)[1]}["evonorm_s0"] == s0
+    out = tmp_path / "cal"
+    argv = ["calibrate", "--preset", "tiny", "--seeds", "2", "--random", "0", "--workers", "2",
+            "--panel", str(panel), "--out", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "rank fidelity of tiny against the reference panel (3 layers): Spearman" in text
+    runs = [r for r in load_runs(out) if r.kind == "panel"]
+    assert sorted((r.name, r.seed) for r in runs) == sorted(
+        (n, s) for n in ("bn_relu", "evonorm_s0", "gn_relu") for s in (0, 1))
+    assert all(set(r.accuracies) == {"resnet50_cifar", "mobilenetv2_cifar"} for r in runs
+               if r.status == "valid")
+    stored = json.loads(panel.read_text())["proxies"]
+    assert stored["old"] == {"x": 1}  # other proxies kept
+    entry = stored["tiny"]
+    assert entry["worker_seconds_per_candidate"] > 0 and len(entry["runs"]) == 6
+    assert entry["command"].startswith("evonorm calibrate --preset tiny")
+    for key in ("spearman", "kendall", "spearman_ci95", "wrong_pairs"):
+        assert key in entry
+    assert json.loads((out / "fidelity.json").read_text())["runs"] == entry["runs"]
+
+
+def test_calibrate_with_a_bad_panel_exits_2_in_one_line(tmp_path):
+    bad = tmp_path / "panel.json"
+    bad.write_text("[]")
+    proc = subprocess.run([EVONORM, "calibrate", "--preset", "tiny", "--panel", str(bad), "--out",
+                           str(tmp_path / "X")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "no list reference.runs" in proc.stderr and not (tmp_path / "X").exists()
