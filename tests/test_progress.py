@@ -4,6 +4,8 @@ with one, the bar keeps the best fitness inside 80 columns."""
 import io
 import re
 
+import pytest
+
 from _search_fakes import fake_config, slow_fake
 from evonorm.search.driver import init_run, run_search
 
@@ -50,3 +52,17 @@ def test_train_logs_a_line_per_tenth_of_its_steps():
     train("bn_relu", synthetic_dataset(256, 64, seed=0), get_train_preset("tiny", steps=20), log=lines.append)
     assert len(lines) == 10 and all(re.match(r"\w+: step \d+/20 loss \d", line) for line in lines)
     assert "step 20/20" in lines[-1]
+
+
+def test_the_eta_counts_the_candidates_still_running():
+    from evonorm.search.driver import eta_seconds
+
+    quick, long = [5.0] * 8, [70.0, 80.0]
+    # the last candidate has trained 10 s; those that ran longer took 75 s on average: 65 s left,
+    # not the few seconds of the pace of mostly quick candidates
+    assert eta_seconds(quick + long, [10.0], 0, 15.0, 2) == pytest.approx(65.0)
+    # older than every finished one: as long again
+    assert eta_seconds(quick + long, [100.0], 0, 15.0, 2) == pytest.approx(100.0)
+    # queued candidates at the mean cost, shared among the workers, beside the running ones
+    assert eta_seconds(quick, [1.0, 1.0], 10, 5.0, 2) == pytest.approx((4.0 + 4.0 + 50.0) / 2)
+    assert eta_seconds([], [], 3, None, 2) is None

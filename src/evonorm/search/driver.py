@@ -145,6 +145,27 @@ class InFlight:
         return self.key == key or (fingerprint is not None and self.fingerprint == fingerprint)
 
 
+def eta_seconds(durations: list[float], ages: list[float], unstarted: int, cost: float | None,
+                workers: int) -> float | None:
+    """Seconds until a search is done: each running candidate's expected remaining time, and the
+    candidates not started yet at `cost` worker-seconds each, shared among `workers`.
+
+    A candidate running for `age` seconds is expected to need the mean excess over `age` of the
+    finished candidates that ran longer than it (a long training at the end of a search is not
+    "almost done" because the average candidate is quick); one that has run longer than all of
+    them is taken to need as long again. None before anything is known.
+    """
+    def remaining(age: float) -> float:
+        longer = [d for d in durations if d > age]
+        return sum(longer) / len(longer) - age if longer else age
+
+    running = [remaining(a) for a in ages]
+    if cost is None and (unstarted or not running):
+        return None
+    queued = unstarted * (cost or 0.0)
+    return max(max(running, default=0.0), (sum(running) + queued) / max(1, workers))
+
+
 class _Search:
     """State of one driver session over a store."""
 
@@ -158,6 +179,8 @@ class _Search:
         self.rng = rng_from_state(store.last_rng_state(), cfg.seed)
         self.tally = Tally(stages=cfg.num_stages)
         self.spent = 0.0  # worker-seconds of the finished candidates (for `budget_seconds`)
+        self.durations: list[float] = []  # this session's trained candidates' worker-seconds
+        self.submitted: dict[int, float] = {}  # when each in-flight candidate went to a worker
         # each hurdle: the stage fitness of the last `window` layers that reached that stage
         self.reached: list[deque[float]] = [deque(maxlen=cfg.window) for _ in cfg.stages]
         valid: list[Member] = []
@@ -247,11 +270,17 @@ class _Search:
             f"{', '.join(self.cfg.archs)}")[:300], timings=e.timings)
 
     def status_line(self) -> str:
-        """done / valid / best / ETA, from this session's pace."""
-        elapsed = time.perf_counter() - self.started
+        """done / valid / best / ETA: the candidates still running and those not yet started
+        (`eta_seconds`), or the worker-seconds budget at this session's pace."""
+        now = time.perf_counter()
+        elapsed = now - self.started
         done, now_done = self.tally.done, self.tally.done - self.done_before  # all, this session's
         left = max(0, self.cfg.budget - done)
-        etas = [elapsed / now_done * left] if now_done else []
+        ages = [now - t for t in self.submitted.values()]
+        cost = (self.spent - self.spent_before) / now_done if now_done else None
+        eta_now = eta_seconds(self.durations, ages, max(0, left - len(ages)), cost,
+                              self.cfg.num_workers)
+        etas = [eta_now] if eta_now is not None else []
         spent = self.spent - self.spent_before  # and the worker-seconds budget, at this pace
         if self.cfg.budget_seconds is not None and spent > 0:
             etas.append(elapsed / spent * max(0.0, self.cfg.budget_seconds - self.spent))
@@ -294,6 +323,7 @@ class _Search:
                 payload["checkpoint"] = str(self._checkpoint(job.proposal.idx))
         self.executor.submit(job.proposal.idx, payload)
         self.in_flight[job.proposal.idx] = job
+        self.submitted[job.proposal.idx] = time.perf_counter()
 
     def _checkpoint(self, idx: int) -> Path:
         """Where the objective may keep a candidate's state across a killed worker (`Trial`)."""
@@ -316,6 +346,8 @@ class _Search:
     def _collect(self, timeout: float) -> None:
         for out in self.executor.wait(timeout):
             job = self.in_flight.pop(out.task_id)
+            self.submitted.pop(out.task_id, None)
+            self.durations.append(out.seconds)
             if out.kind == OK:
                 self._record(job.proposal, job.key, job.fingerprint, as_evaluation(out.result),
                              worker=out.worker, seconds=out.seconds)
