@@ -46,12 +46,17 @@ def test_bootstrap_interval_brackets_the_statistic_and_narrows_with_agreement():
 
 
 def test_rank_fidelity_lists_the_pairs_the_proxy_orders_wrongly():
-    ref = {"a": 0.80, "b": 0.75, "c": 0.70, "d": 0.69}
-    proxy = {"a": 0.40, "b": 0.45, "c": 0.30, "d": 0.31, "extra": 0.9}
+    ref = {"a": 0.80, "b": 0.75, "c": 0.70, "d": 0.69, "e": 0.5}
+    proxy = {"a": {0: 0.40, 1: 0.40}, "b": {0: 0.45, 1: 0.45}, "c": {0: 0.30, 1: 0.33},
+             "d": {0: 0.31, 1: 0.32}, "extra": {0: 0.9}}
     f = rank_fidelity(proxy, ref)
-    assert f.layers == ["a", "b", "c", "d"]  # only the layers both scored
+    assert f.layers == ["a", "b", "c", "d"] and f.seeds == 2  # only the layers both scored
     assert [(w["better"], w["worse"]) for w in f.wrong_pairs] == [("a", "b")]  # c-d: 1 point
-    assert f.spearman == pytest.approx(spearman([0.40, 0.45, 0.30, 0.31], [0.80, 0.75, 0.70, 0.69]))
+    r = [0.80, 0.75, 0.70, 0.69]
+    # one search's view: the correlation at each seed, averaged; and that of the seeds' mean
+    assert f.spearman == pytest.approx((spearman([0.40, 0.45, 0.30, 0.31], r)
+                                        + spearman([0.40, 0.45, 0.33, 0.32], r)) / 2)
+    assert f.spearman_of_mean == pytest.approx(spearman([0.40, 0.45, 0.315, 0.315], r))
     assert f.spearman_ci95 is not None and f.kendall_ci95 is not None
 
 
@@ -88,7 +93,8 @@ def test_calibrate_with_a_panel_stores_the_rank_fidelity(tmp_path, capsys):
             "--panel", str(panel), "--out", str(out)]
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "rank fidelity of tiny against the reference panel (3 layers): Spearman" in text
+    assert "rank fidelity of tiny against the reference panel (3 layers, " in text
+    assert "mean over 2 search seed(s)): Spearman" in text
     runs = [r for r in load_runs(out) if r.kind == "panel"]
     assert sorted((r.name, r.seed) for r in runs) == sorted(
         (n, s) for n in ("bn_relu", "evonorm_s0", "gn_relu") for s in (0, 1))

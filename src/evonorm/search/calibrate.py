@@ -413,14 +413,14 @@ def progress_line(rec: RunRecord, finished: int, total: int) -> str:
     return " ".join(parts)
 
 
-def proxy_scores(records: list[RunRecord], chance: float) -> dict[str, float]:
-    """Each panel layer's fitness at this proxy: the mean over its seeds, a run that was not
-    finite counting as chance (a layer that learns nothing)."""
-    scores: dict[str, list[float]] = {}
+def proxy_scores(records: list[RunRecord], chance: float) -> dict[str, dict[int, float]]:
+    """Each panel layer's fitness at this proxy, per search seed; a run that was not finite
+    counts as chance (a layer that learns nothing)."""
+    scores: dict[str, dict[int, float]] = {}
     for r in records:
         if r.kind == "panel":
-            scores.setdefault(r.name, []).append(r.fitness if r.fitness is not None else chance)
-    return {name: statistics.fmean(v) for name, v in scores.items()}
+            scores.setdefault(r.name, {})[r.seed] = r.fitness if r.fitness is not None else chance
+    return scores
 
 
 def panel_cost(records: list[RunRecord]) -> float | None:

@@ -68,43 +68,68 @@ def load_panel(path: str | Path) -> tuple[dict, list[PanelLayer]]:
 
 @dataclass
 class Fidelity:
-    """How a proxy's per-layer scores rank against the reference's."""
+    """How a proxy's per-layer fitness ranks against the reference's.
+
+    A search scores each candidate once, at its own seed: `spearman` and `kendall` are the mean
+    over the proxy's seeds of the correlation of one seed's fitness with the reference (what one
+    search sees); `spearman_of_mean` is that of the fitness averaged over the seeds (what
+    averaging that many evaluations would give). Intervals resample the layers.
+    """
 
     layers: list[str]
-    proxy: list[float]
+    proxy: list[float]  # per layer, the mean over seeds
     reference: list[float]
+    seeds: int
     spearman: float | None
     kendall: float | None
     spearman_ci95: tuple[float, float] | None
     kendall_ci95: tuple[float, float] | None
+    spearman_of_mean: float | None
     wrong_pairs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def rank_fidelity(proxy: dict[str, float], reference: dict[str, float], *,
+def rank_fidelity(proxy: dict[str, dict[int, float]], reference: dict[str, float], *,
                   rounds: int = 2000, seed: int = 0) -> Fidelity:
-    """Spearman and Kendall between `proxy` and `reference` over the layers both scored, with
-    percentile bootstrap 95% intervals over layers (resampled with replacement), and every pair
-    the reference separates by more than WRONG_PAIR_GAP that the proxy orders the other way."""
-    names = [n for n in reference if n in proxy and math.isfinite(proxy[n])]
-    xs, ys = [proxy[n] for n in names], [reference[n] for n in names]
+    """`proxy`: layer -> {search seed: fitness}; `reference`: layer -> accuracy. Correlations over
+    the layers both scored (at each seed, those scored at that seed), percentile bootstrap 95%
+    intervals over layers, and every pair the reference separates by more than WRONG_PAIR_GAP
+    that the proxy's mean fitness orders the other way."""
+    names = [n for n in reference if proxy.get(n)]
+    seeds = sorted({s for n in names for s in proxy[n]})
+    means = {n: statistics.fmean(proxy[n].values()) for n in names}
+
+    def per_seed(stat, idx: list[int]) -> float | None:
+        values = []
+        for s in seeds:
+            pairs = [(proxy[names[i]][s], reference[names[i]]) for i in idx if s in proxy[names[i]]]
+            v = stat([p for p, _ in pairs], [r for _, r in pairs])
+            if v is not None:
+                values.append(v)
+        return statistics.fmean(values) if values else None
+
+    every = list(range(len(names)))
 
     def interval(stat) -> tuple[float, float] | None:
-        return bootstrap_ci(lambda idx: stat([xs[i] for i in idx], [ys[i] for i in idx]),
-                            len(names), rounds=rounds, seed=seed) if len(names) >= 3 else None
+        if len(names) < 3:
+            return None
+        return bootstrap_ci(lambda idx: per_seed(stat, idx), len(names), rounds=rounds, seed=seed)
 
     wrong = []
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             hi, lo = (a, b) if reference[a] > reference[b] else (b, a)
-            if reference[hi] - reference[lo] > WRONG_PAIR_GAP and proxy[hi] < proxy[lo]:
+            if reference[hi] - reference[lo] > WRONG_PAIR_GAP and means[hi] < means[lo]:
                 wrong.append({"better": hi, "worse": lo,
                               "reference_gap": round(reference[hi] - reference[lo], 4),
-                              "proxy_gap": round(proxy[hi] - proxy[lo], 4)})
-    return Fidelity(names, xs, ys, spearman(xs, ys), kendall(xs, ys), interval(spearman),
-                    interval(kendall), sorted(wrong, key=lambda w: -w["reference_gap"]))
+                              "proxy_gap": round(means[hi] - means[lo], 4)})
+    return Fidelity(names, [means[n] for n in names], [reference[n] for n in names], len(seeds),
+                    per_seed(spearman, every), per_seed(kendall, every), interval(spearman),
+                    interval(kendall),
+                    spearman([means[n] for n in names], [reference[n] for n in names]),
+                    sorted(wrong, key=lambda w: -w["reference_gap"]))
 
 
 def format_fidelity(f: Fidelity, preset: str, seconds_per_candidate: float | None) -> str:
@@ -117,10 +142,13 @@ def format_fidelity(f: Fidelity, preset: str, seconds_per_candidate: float | Non
         return "" if v is None else f" (95% bootstrap interval {v[0]:.2f} to {v[1]:.2f})"
 
     cost = "-" if seconds_per_candidate is None else f"{seconds_per_candidate:.0f}"
-    lines = [f"rank fidelity of {preset} against the reference panel ({len(f.layers)} layers): "
-             f"Spearman {num(f.spearman)}{ci(f.spearman_ci95)}, Kendall {num(f.kendall)}"
-             f"{ci(f.kendall_ci95)}; {cost} worker-seconds per fully trained candidate", "",
-             "| layer | proxy fitness | reference accuracy |", "|---|---|---|"]
+    lines = [f"rank fidelity of {preset} against the reference panel ({len(f.layers)} layers, "
+             f"one evaluation per layer as a search makes it, mean over {f.seeds} search "
+             f"seed(s)): Spearman {num(f.spearman)}{ci(f.spearman_ci95)}, Kendall "
+             f"{num(f.kendall)}{ci(f.kendall_ci95)}; of the fitness averaged over the seeds: "
+             f"Spearman {num(f.spearman_of_mean)}; {cost} worker-seconds per fully trained "
+             f"candidate", "",
+             "| layer | proxy fitness (mean over seeds) | reference accuracy |", "|---|---|---|"]
     order = sorted(range(len(f.layers)), key=lambda i: -f.reference[i])
     lines += [f"| {f.layers[i]} | {100 * f.proxy[i]:.1f} | {100 * f.reference[i]:.1f} |"
               for i in order]
