@@ -1,0 +1,152 @@
+"""How the `demo` proxy's rank fidelity moves with its setting and its cost: the chart and table of
+docs/calibration.md, from which `demo`'s setting is chosen.
+
+Protocol (fixed before the runs):
+- ground truth: the reference panel `results/fidelity/panel.json` (experiments/fidelity_panel.py),
+  every layer in it, its reference accuracy the mean over both architectures and its seeds;
+- settings: `SETTINGS` below, each a change of the `demo` preset, chosen to span what could matter
+  at about demo's cost or up to 1.5x it: training length against runs averaged, images, the full
+  image against crops, learning rate, width, batch, one architecture against two;
+- per setting: every panel layer evaluated as a search evaluates a candidate that reaches the end
+  (`evonorm calibrate --panel`'s jobs: every stage and run, no hurdle, no quality bar), at search
+  seeds 0, 1, 2 (demo's data split 0 throughout), one worker of one thread per job;
+- measured: Spearman (the mean over the seeds of one seed's correlation with the panel: what one
+  search sees), its percentile bootstrap 95% interval over layers, Kendall, the Spearman of the
+  seeds' mean, the pairs the reference separates by > 3 points that the proxy orders wrongly, and
+  worker-seconds per candidate (the mean seconds of a panel layer's evaluation, all settings run
+  on the same machine under the same load where possible);
+- the choice: among settings at <= 1.5x demo's worker-seconds per candidate, the highest Spearman;
+  within 0.05 of it, the cheaper. The target is Spearman >= 0.8 with every > 3-point pair in order;
+  if no setting reaches it, the best one ships and the chart says how far it is.
+Each setting's runs go to `runs/fidelity/<setting>/` (resumable: a killed run repeats only the
+missing jobs) and its measurement into the panel file's `proxies` under `demo:<setting>`; the
+table to `results/fidelity/settings.{md,json}` and the chart to `results/fidelity/settings.png`.
+
+    python experiments/proxy_fidelity.py --workers 2 [--only demo steps600-1run ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RESULTS, ROOT, log, save_png, write_table  # noqa: E402
+
+_DEMO_TRAIN = {"steps": 150, "batch_size": 32, "width": 0.0625, "lr": 0.1, "lr_warmup": 10}
+
+# name -> changes of the demo preset (SearchConfig fields; `train` replaces demo's whole dict)
+SETTINGS: dict[str, dict] = {
+    "demo": {},
+    # one run per candidate, trained four times as long (demo's 4 final runs x 150 steps)
+    "steps600-1run": {"train": {**_DEMO_TRAIN, "steps": 600}, "stages": (150,), "train_seeds": 1,
+                      "final_train_seeds": 1},
+    # two runs of twice the length
+    "steps300-2runs": {"train": {**_DEMO_TRAIN, "steps": 300}, "stages": (75,), "train_seeds": 2,
+                       "final_train_seeds": 2},
+    # three times the images (9,000 to train, 3,000 held out), as demo otherwise
+    "images12k": {"n_train": 12000},
+    # the whole 32x32 (padded) image, no random crop
+    "nocrop": {"train": {**_DEMO_TRAIN, "crop": 32}},
+    # a lower learning rate on ResNet50 (MobileNetV2 keeps 0.03)
+    "lr0.05": {"train": {**_DEMO_TRAIN, "lr": 0.05}},
+    # twice the width, two runs at the end instead of four
+    "width0.125": {"train": {**_DEMO_TRAIN, "width": 0.125}, "final_train_seeds": 2},
+    # batch 64, two runs at the end
+    "batch64": {"train": {**_DEMO_TRAIN, "batch_size": 64}, "final_train_seeds": 2},
+    # ResNet50 alone, the MobileNetV2 budget spent on longer training
+    "resnet-only-450": {"archs": ("resnet50_cifar",), "train": {**_DEMO_TRAIN, "steps": 450},
+                        "stages": (75,)},
+}
+SEEDS = (0, 1, 2)
+COST_CAP = 1.5
+
+
+def measure_setting(name: str, panel_path: Path, workers: int, runs_root: Path, *,
+                    preset: str = "demo", dataset: str = "fashion_mnist") -> dict:
+    """Every panel layer at every seed under one setting (resumable); its fidelity entry."""
+    from evonorm.search.calibrate import (calibration_setup, load_runs, panel_cost, plan,
+                                          prepare_out, proxy_scores, run_jobs)
+    from evonorm.search.evaluator import search_dataset
+    from evonorm.search.fidelity import load_panel, rank_fidelity, write_proxy
+    from evonorm.search.presets import get_preset
+
+    _, layers = load_panel(panel_path)
+    panel = {layer.name: layer.graph for layer in layers}
+    cfg = get_preset(preset, workers=workers, threads=1, dataset=dataset,
+                     **SETTINGS[name]).with_dataset()
+    out = runs_root / name
+    prepare_out(out, calibration_setup(cfg, len(SEEDS), 0, panel))
+    jobs = [j for j in plan(cfg, len(SEEDS), 0, panel) if j.kind == "panel"]
+    run_jobs(jobs, cfg, out, workers=workers, timeout=3 * cfg.timeout, threads=1,
+             on_done=lambda r, i, n: log(f"{name} [{i}/{n}] {r.name} seed {r.seed}: {r.status} "
+                                         f"fitness {r.fitness} ({r.seconds:.0f} s)"))
+    records = [r for r in load_runs(out) if r.kind == "panel"]
+    fid = rank_fidelity(proxy_scores(records, 1.0 / search_dataset(cfg).num_classes),
+                        {layer.name: layer.accuracy for layer in layers})
+    cost = panel_cost(records)
+    entry = {"command": f"python experiments/proxy_fidelity.py --only {name}",
+             "setting": SETTINGS[name], "worker_seconds_per_candidate": cost,
+             "runs": [{"layer": r.name, "seed": r.seed, "fitness": r.fitness, "status": r.status}
+                      for r in records],
+             **{k: v for k, v in fid.to_dict().items() if k not in ("proxy", "reference")}}
+    write_proxy(panel_path, f"{preset}:{name}", entry)
+    return entry
+
+
+def chart(rows: list[dict], path: Path) -> None:
+    """Spearman (with its interval) against worker-seconds per candidate, one point a setting."""
+    from evonorm.report.figures import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    base = next((r["seconds"] for r in rows if r["setting"] == "demo"), None)
+    for r in rows:
+        lo, hi = r["ci_lo"], r["ci_hi"]
+        ax.errorbar([r["seconds"]], [r["spearman"]],
+                    yerr=None if lo is None else [[r["spearman"] - lo], [hi - r["spearman"]]],
+                    fmt="o", capsize=3)
+        ax.annotate(r["setting"], (r["seconds"], r["spearman"]), fontsize=7,
+                    xytext=(4, 3), textcoords="offset points")
+    if base:
+        ax.axvline(COST_CAP * base, color="grey", ls="--", lw=0.8, label=f"{COST_CAP}x demo's cost")
+    ax.axhline(0.8, color="green", ls=":", lw=0.8, label="target 0.8")
+    ax.set_xlabel("worker-seconds per fully trained candidate")
+    ax.set_ylabel("Spearman against the reference panel")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_png(fig, path)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--panel", type=Path, default=RESULTS / "fidelity" / "panel.json")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--only", nargs="*", choices=list(SETTINGS), help="these settings only")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "fidelity")
+    args = p.parse_args()
+    rows = []
+    for name in args.only or SETTINGS:
+        t0 = time.time()
+        e = measure_setting(name, args.panel, args.workers, args.runs)
+        ci = e["spearman_ci95"] or (None, None)
+        rows.append({"setting": name, "layers": len(e["layers"]), "seeds": e["seeds"],
+                     "seconds": e["worker_seconds_per_candidate"], "spearman": e["spearman"],
+                     "ci_lo": ci[0], "ci_hi": ci[1], "kendall": e["kendall"],
+                     "spearman_of_mean": e["spearman_of_mean"],
+                     "wrong_pairs": "; ".join(f"{w['better']}>{w['worse']}"
+                                              for w in e["wrong_pairs"]) or "none"})
+        log(f"{name}: Spearman {e['spearman']} ({time.time() - t0:.0f} s)")
+    out = args.panel.parent
+    write_table(out, "settings", rows, {"panel": str(args.panel), "seeds": list(SEEDS),
+                                        "settings": {r["setting"]: SETTINGS[r["setting"]]
+                                                     for r in rows}})
+    chart(rows, out / "settings.png")
+    print(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
