@@ -63,6 +63,10 @@ def test_first_sentence_of_table_and_page(tmp_path, data, start):
     first = body.split('<p class="verdict">', 1)[1]
     assert first.split("</b> ", 1)[1].startswith(start)
     assert body.index('class="verdict"') < body.index("<h2>")
+    # beside the verdict: how far the run's proxy orders layers as longer training does
+    fidelity = summary_table(run).splitlines()[1]
+    assert fidelity.startswith("rank fidelity of ") and "docs/calibration.md)" in fidelity
+    assert body.index('class="verdict"') < body.index("rank fidelity of ") < body.index("<h2>")
 
 
 def test_retrain_writes_a_line_per_layer_and_seed_and_resumes(tmp_path, monkeypatch, capsys):

@@ -52,6 +52,16 @@ class RunData:
         return int(self.config.get("final_train_seeds") or self.config.get("train_seeds", 1))
 
     @property
+    def fidelity(self) -> str:
+        """How far the run's proxy orders layers as longer training does (a line; empty for a
+        search on the user's own objective, whose proxy is the user's)."""
+        if self.config.get("objective"):
+            return ""
+        from evonorm.search.presets import fidelity_note
+
+        return fidelity_note(str(self.config.get("preset", "?")), str(self.config.get("space", "s")))
+
+    @property
     def finished(self) -> list[Candidate]:
         return [c for c in self.candidates if c.status in FINISHED]
 

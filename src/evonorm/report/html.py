@@ -163,7 +163,8 @@ def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes
     parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
              f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1>",
              *[f'<p class="verdict"><b>{esc(r.name)}:</b> {esc(verdict(r.retrain, train_seeds=r.train_seeds, objective=r.config.get("objective")))}</p>'
-               f'<p class="note">{esc(r.name)}: {esc(r.setup)}</p>' for r in runs],
+               + (f'<p class="note">{esc(r.fidelity)}</p>' if r.fidelity else "")
+               + f'<p class="note">{esc(r.name)}: {esc(r.setup)}</p>' for r in runs],
              f'<p class="note">Written {esc(time.strftime("%Y-%m-%d %H:%M:%S %Z"))} from the run store(s); '
              "a search still running shows what had finished by then.</p>",
              "<h2>Runs</h2>",

@@ -18,8 +18,9 @@ def summary_table(run_dir: str | Path, top: int = 10) -> str:
     run = load_run(Path(run_dir))
     archs = run.archs
     rows = top_layers(run.candidates, top, same=same_layer_keys())
-    head_lines = (verdict(run.retrain, str(run_dir), run.train_seeds, run.config.get("objective"))
-                  + "\n" + run.setup)
+    head_lines = "\n".join(line for line in (
+        verdict(run.retrain, str(run_dir), run.train_seeds, run.config.get("objective")),
+        run.fidelity, run.setup) if line)
     if not rows:
         return head_lines + "\nno valid layer found"
     head = ["rank", "id", "fitness"] + archs + ["spellings", "layer"]

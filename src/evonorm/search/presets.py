@@ -125,6 +125,24 @@ def calibration_note(preset: str, space: str) -> str:
             f"training-seed noise (`evonorm calibrate --preset {preset} --space {space}`)")
 
 
+# How each preset's fitness ranks layers against the reference panel trained long (`evonorm
+# calibrate --panel`, docs/calibration.md): the report prints it beside its verdict, since a
+# found layer's lead means only as much as the proxy's order agrees with longer training.
+FIDELITY: dict[tuple[str, str], str] = {}
+
+
+def fidelity_note(preset: str, space: str) -> str:
+    """One line on how far a preset's order of layers agrees with longer training."""
+    found = FIDELITY.get((preset, space))
+    if found:
+        return f"rank fidelity of {preset} ({space.upper()} space): {found} (docs/calibration.md)"
+    how = (f"`evonorm calibrate --preset {preset} --panel PANEL.json`" if preset in PRESETS
+           else "`evonorm calibrate --panel PANEL.json` measures a preset's")
+    return (f"rank fidelity of {preset if preset in PRESETS else 'this proxy'} ({space.upper()} "
+            f"space): not measured; its order of layers may differ from that of longer training "
+            f"({how}, docs/calibration.md)")
+
+
 def list_presets() -> list[str]:
     return list(PRESETS)
 
