@@ -1,0 +1,53 @@
+"""The reference panel's runs: a killed run resumes from its checkpoint and ends where an
+uninterrupted one does; the panel file keeps what calibrate wrote into it."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+import fidelity_panel as fp  # noqa: E402
+
+SETTING = {**fp.SETTING, "dataset": "synthetic", "steps": 10, "n_train": 256, "n_test": 64,
+           "lr_warmup": 2, "eval_batch_size": 64}
+
+
+def test_a_killed_run_resumes_from_its_checkpoint_and_ends_alike(tmp_path, monkeypatch):
+    from evonorm.train import Run
+
+    job = ("evonorm_s0", "evonorm_s0", "resnet50_cifar", 0, str(tmp_path / "a"), SETTING)
+    whole = fp.train_one(job)
+    assert [p for p, _ in whole["curve"]] == [2, 4, 6, 8, 10]  # every fifth for EvoNorm-S0
+    assert whole["graph"] == {"nodes": [["mul", 3, 0], ["sigmoid", 4], ["mul", 0, 5],
+                                        ["group_std", 0], ["div", 6, 7]]}
+
+    killed = (*job[:4], str(tmp_path / "b"), SETTING)
+    advance = Run.advance
+
+    def die_at_step_6(self, to_step=None, **kw):
+        if to_step == 6:
+            raise KeyboardInterrupt
+        return advance(self, to_step, **kw)
+
+    monkeypatch.setattr(Run, "advance", die_at_step_6)
+    with pytest.raises(KeyboardInterrupt):
+        fp.train_one(killed)
+    assert Path(whole["ckpt"].replace("/a/", "/b/")).is_file()  # the step-4 checkpoint
+    monkeypatch.setattr(Run, "advance", advance)
+    resumed = fp.train_one(killed)
+    assert resumed["curve"] == whole["curve"] and resumed["test_accuracy"] == whole["test_accuracy"]
+    assert resumed["final_loss"] == whole["final_loss"]
+
+
+def test_the_panel_file_keeps_the_proxies(tmp_path):
+    (tmp_path / "panel.json").write_text(json.dumps({"reference": {}, "proxies": {"demo": {"x": 1}}}))
+    row = {"layer": "bn_relu", "graph": None, "arch": "resnet50_cifar", "seed": 0,
+           "test_accuracy": 0.5, "status": "ok", "curve": [[6, 0.4], [8, 0.5], [10, 0.5]],
+           "seconds": 3.0}
+    fp.write_panel(tmp_path, [row], 12.0, "python experiments/fidelity_panel.py", SETTING)
+    data = json.loads((tmp_path / "panel.json").read_text())
+    assert data["proxies"] == {"demo": {"x": 1}}
+    assert data["reference"]["runs"] == [row] and data["reference"]["wall_seconds"] == 12.0
+    assert len(data["reference"]["setting"]["layers"]) >= 16 and data["reference"]["machine"]
