@@ -1,7 +1,7 @@
 """Shared bits of the experiment scripts: output folder, tables as CSV/Markdown/JSON, figures.
 
 Each experiment writes `results/<name>/<name>.{csv,md,json,png}`; the JSON also records the
-command line and settings, so every number in the README can be traced to the run that made it.
+command line and settings, so every number in docs/ can be traced to the run that made it.
 """
 
 from __future__ import annotations

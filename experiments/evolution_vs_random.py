@@ -1,6 +1,6 @@
 """Experiment 2: evolution vs random search at equal compute (the paper's Fig. 10).
 
-Protocol, fixed before the runs (README, "Evolution vs random search"):
+Protocol, fixed before the runs (docs/findings.md, "Evolution vs random search"):
 - Preset `scratch` (`--preset`): S space from random graphs only (no seed layers), Fashion-MNIST, staged
   training with progressive dynamic hurdles, the preset's rejection. Both arms run the same
   driver, evaluator, rejection and hurdles; only the proposals differ (`evolution`: tournament
