@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from evonorm.cli import CommandError
+from evonorm.files import DamagedFile
 from evonorm.report.text import summary_table
 from evonorm.search import store
 from evonorm.search.evaluator import train_config
@@ -120,6 +121,31 @@ def check_store(run: Path) -> None:
         raise CommandError(f"cannot read {run}: {err.strerror or err}") from None
     except store.StoreError as err:
         raise CommandError(str(err)) from None
+
+
+def check_run_values(run: Path) -> None:
+    """Every value a command that continues the run will read, checked before it writes anything (one
+    line, exit 2, naming the file and the field): the store's fields, the graphs that the search parses
+    again (its valid layers, the parents of new ones, and the proposals still to evaluate), the
+    re-training rows and the references."""
+    from evonorm.graph import Graph
+    from evonorm.search.references import REFERENCES_FILE, read_references
+    from evonorm.search.retrain import read_rows
+
+    with store.Store(run, readonly=True) as s:
+        try:
+            read_rows(run)
+            read_references(store.run_folder(run) / REFERENCES_FILE)
+            s.check_values()
+            graphs = [(f"candidate {c.id}", c.graph) for c in s.candidates() if c.status == "valid"]
+            graphs += [(f"proposal {p.idx}", p.graph) for p in s.pending_proposals()]
+            for where, graph in graphs:
+                try:
+                    Graph.from_json(graph)
+                except (ValueError, TypeError, KeyError) as err:
+                    raise DamagedFile(s.path, f"{where}: graph", (str(err).splitlines() or [""])[0]) from None
+        except DamagedFile as err:
+            raise CommandError(str(err)) from None
 
 
 @contextmanager

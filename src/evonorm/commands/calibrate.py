@@ -11,6 +11,7 @@ from evonorm.commands._common import ARCHS_HELP, DATA_HELP, dataset_arg
 from evonorm.commands.search import check_setup
 from evonorm.search.calibrate import calibration_setup, format_summary, load_runs, plan, prepare_out, progress_line, run_jobs, summarize
 from evonorm.search.config import SPACES
+from evonorm.files import write_atomic
 from evonorm.search.evaluator import search_dataset
 from evonorm.search.presets import PRESETS, get_preset
 from evonorm.search.rejection import quality_threshold
@@ -76,7 +77,7 @@ def main(argv: list[str]) -> int:
     threshold = quality_threshold(ds.num_classes, cfg.quality_factor)
     table = format_summary(summarize(records, list(cfg.archs)), threshold, cfg.train_seeds,
                            cfg.final_runs)
-    (out / "table.md").write_text(table + "\n")
+    write_atomic(out / "table.md", (table + "\n").encode())
     print(table)
     print(f"calibration done in {time.perf_counter() - start:.0f}s; table in {out / 'table.md'}",
           file=sys.stderr)

@@ -33,6 +33,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from evonorm.files import open_regular, write_atomic
 from evonorm.graph.fast import FastSpec, Plan, like_input, plain_formula
 from evonorm.graph.primitives import NUM_INPUTS
 from evonorm.layers import differentiable_grads
@@ -216,11 +217,11 @@ def owned_by_me(st: os.stat_result, path: Path, kind: Callable[[int], bool], wha
 def read_private(path: Path) -> bytes | None:
     """A regular file of this user (not followed if a symbolic link; None when absent)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_regular(path)
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise CacheRefused(f"the kernel cache's {path} cannot be opened ({err.strerror})") from None
+        raise CacheRefused(f"the kernel cache's {err}") from None
     with os.fdopen(fd, "rb") as f:
         owned_by_me(os.fstat(fd), path, stat.S_ISREG, "regular file")
         return f.read()
@@ -267,7 +268,10 @@ def earlier_failure(folder: Path, compiler: str) -> str | None:
 def build_lock(folder: Path, wait_s: float) -> Iterator[bool]:
     """Hold the folder's build lock (an flock, which the OS drops when its holder dies, even by SIGKILL);
     yields False when another process still holds it after `wait_s`."""
-    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fd = open_regular(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as err:
+        raise CacheRefused(f"the kernel cache's {err}") from None
     try:
         owned_by_me(os.fstat(fd), folder / LOCK, stat.S_ISREG, "regular file")
         deadline = time.monotonic() + wait_s
@@ -335,6 +339,7 @@ def build(folder: Path, build_s: float, compiler: str, notice: Callable[[str], N
         if proc.returncode != 0:
             return remember_failure(folder, compiler, first_error(out.decode("utf-8", "replace")), notice)
         data = (work / LIBRARY).read_bytes()
+        os.chmod(work / LIBRARY, 0o755)  # whatever the umask: a group-writable library would be refused
         os.replace(work / LIBRARY, folder / LIBRARY)
         write_atomic(folder / STAMP, (stamp_of(data) + "\n").encode())
         return None
@@ -379,20 +384,6 @@ def remember_failure(folder: Path, compiler: str, reason: str, notice: Callable[
     notice(f"the CPU graph kernel could not be built ({reason}); graph layers run the Python path "
            f"(remembered: remove {folder / FAILED} to retry)")
     return reason
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write beside `path` and rename over it: a reader sees the old bytes or the new, never a part."""
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def environment_ninja_first() -> None:
