@@ -230,13 +230,23 @@ def check_archs(archs) -> None:
 
 
 def probe_archs(cfg, ds) -> None:
-    """Build each external architecture of `cfg` once for the data `ds` (ValueError in one line)."""
+    """Build each external architecture of `cfg` once and run it on a training batch of `ds`, as a
+    candidate will be trained (ValueError in one line: `evonorm.models.probe_arch`)."""
     from evonorm.models import is_builtin, probe_arch
 
     for arch in cfg.archs:
         if not is_builtin(arch):
-            probe_arch(arch, num_classes=ds.num_classes, in_chans=ds.channels,
-                       **train_config(cfg, arch).layer_kwargs())
+            tcfg = train_config(cfg, arch)
+            probe_arch(arch, num_classes=ds.num_classes, in_chans=ds.channels, batch=probe_batch(ds, tcfg),
+                       **tcfg.layer_kwargs())
+
+
+def probe_batch(ds, tcfg):
+    """Two training images of `ds` cropped and normalized as the trainer feeds them (`tcfg`'s crop)."""
+    from evonorm.data import train_batches
+
+    x, _ = next(train_batches(ds, 2, 1, seed=tcfg.seed, crop=tcfg.crop, flip=tcfg.flip))
+    return x
 
 
 def check_run_archs(run, archs, given) -> list[str]:

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import ARCH_HELP, DATA_HELP, check_device, check_writable, dataset_arg, write_errors
+from evonorm.commands._common import (ARCH_HELP, DATA_HELP, check_device, check_writable, dataset_arg, probe_batch,
+                                      write_errors)
 
 
 def build_parser() -> ArgumentParser:
@@ -108,7 +109,7 @@ def main(argv: list[str]) -> int:
             if n is not None and n > have:
                 raise ValueError(f"{flag} {n} is more than the {have} images {ds.name} has")
         if not is_builtin(cfg.arch):  # the user's builder or timm: checked by building it once
-            probe_arch(cfg.arch, num_classes=ds.num_classes, in_chans=ds.channels,
+            probe_arch(cfg.arch, num_classes=ds.num_classes, in_chans=ds.channels, batch=probe_batch(ds, cfg),
                        **cfg.layer_kwargs())
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise CommandError(str(err)) from None
