@@ -8,6 +8,12 @@ them and runs autograd's rule for each primitive. The graph reaches it as a tabl
 code. The kernel is built from source by torch's C++ extension loader on first use (a C++ compiler is
 needed; about 20 s, once per machine and torch version) into EVONORM_CPP_CACHE (default
 ~/.cache/evonorm/kernels); where it cannot be built, `impl="auto"` runs the fast path instead.
+
+The cache is kept as a package manager keeps its own (`load_from`): the build and a first load run in a
+child process, the library is renamed into place and stamped, and a process loads only a library that
+matches its stamp, from a folder only this user may write; the build lock is an flock with a bounded
+wait; a failed build is remembered per compiler. Loading a library is the one thing no check after the
+fact can undo (a damaged one ends the process), so every check comes before it.
 """
 
 from __future__ import annotations
