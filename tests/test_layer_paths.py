@@ -2,6 +2,8 @@
 one line: the C++ kernel of graph layers (`impl="cpp"`), the Triton kernels of EvoNorm layers (`impl="triton"`).
 A search's candidate records its layer's calls per path."""
 
+import json
+
 import pytest
 import torch
 
@@ -77,3 +79,13 @@ def test_a_candidate_records_the_path_its_layer_ran_on():
     evaluation = run_trial(_objectives.mixed, payload)
     assert evaluation.status == "valid" and evaluation.timings["calls:cpp"] == 1.0
     assert not any(k.startswith("calls:") and k != "calls:cpp" for k in evaluation.timings)
+
+
+def test_a_training_record_says_which_path_the_layer_ran_on(tmp_path, capsys):
+    from evonorm.cli import main
+
+    out = tmp_path / "r.json"
+    assert main(["train", "--layer", "s_top1", "--preset", "tiny", "--dataset", "synthetic", "--steps", "2",
+                 "--out", str(out)]) == 0
+    calls = json.loads(out.read_text())["layer_calls"]
+    assert set(calls) == {"cpp"} and calls["cpp"] > 0

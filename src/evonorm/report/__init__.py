@@ -9,7 +9,6 @@ The figures module is imported where the figures are drawn: it loads matplotlib,
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Sequence
 
