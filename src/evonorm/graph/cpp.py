@@ -119,12 +119,13 @@ class CppStatus:
 
 @dataclass(frozen=True)
 class KernelCache:
-    """Where the kernel is built and how long a process waits for it: a build another process holds is
-    waited for at most `wait_s`, a build of our own is stopped after `build_s`."""
+    """Where the kernel is built and how long a process waits for it: a build of our own is stopped after
+    `build_s` (a 20 s build that takes 15 times as long is stuck), and another process's build is waited
+    for at most `wait_s`, a little longer, so that no waiter gives up on a build that is still healthy."""
 
     folder: Path
-    wait_s: float = 120.0
-    build_s: float = 600.0
+    wait_s: float = 330.0
+    build_s: float = 300.0
 
 
 class CacheRefused(Exception):
