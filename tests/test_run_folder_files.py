@@ -103,6 +103,15 @@ def test_a_report_folder_linked_elsewhere_gets_no_figures(run, tmp_path):
     assert not any(elsewhere.iterdir())
 
 
+@pytest.mark.parametrize("command", [["resume", "--quiet", "--budget", "50"], ["rerank"], ["retrain", "--seeds", "2"]])
+def test_a_stages_folder_linked_elsewhere_stops_a_command_before_it_writes(run, tmp_path, command):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run / "stages").symlink_to(elsewhere, target_is_directory=True)
+    assert_refused([command[0], str(run), *command[1:]], tmp_path, "stages is a symbolic link")
+    assert not any(elsewhere.iterdir())
+
+
 def test_a_report_file_linked_elsewhere_is_replaced_not_followed(run, tmp_path):
     pytest.importorskip("matplotlib", reason="reports need the optional `plots` extra")
     target = tmp_path / "victim.html"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from evonorm.cli import CommandError
-from evonorm.files import DamagedFile
+from evonorm.files import DamagedFile, UnsafePath, check_folder
 from evonorm.report.text import summary_table
 from evonorm.search import store
 from evonorm.search.evaluator import train_config
@@ -132,10 +132,14 @@ def check_run_values(run: Path) -> None:
     from evonorm.search.references import REFERENCES_FILE, read_references
     from evonorm.search.retrain import read_rows
 
+    folder = store.run_folder(run)
     with store.Store(run, readonly=True) as s:
         try:
+            for sub in ("stages", "report"):  # folders the commands write in: never through a link
+                if (folder / sub).exists() or (folder / sub).is_symlink():
+                    check_folder(folder / sub)
             read_rows(run)
-            read_references(store.run_folder(run) / REFERENCES_FILE)
+            read_references(folder / REFERENCES_FILE)
             s.check_values()
             graphs = [(f"candidate {c.id}", c.graph) for c in s.candidates() if c.status == "valid"]
             graphs += [(f"proposal {p.idx}", p.graph) for p in s.pending_proposals()]
@@ -144,7 +148,7 @@ def check_run_values(run: Path) -> None:
                     Graph.from_json(graph)
                 except (ValueError, TypeError, KeyError) as err:
                     raise DamagedFile(s.path, f"{where}: graph", (str(err).splitlines() or [""])[0]) from None
-        except DamagedFile as err:
+        except (DamagedFile, UnsafePath) as err:
             raise CommandError(str(err)) from None
 
 

@@ -303,7 +303,9 @@ def stop(*_):  # ninja, told too, stops its compilers (each in a process group o
     os.killpg(0, signal.SIGTERM)
     os._exit(1)
 signal.signal(signal.SIGTERM, stop)
-ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG: the caller's death stops the build
+prctl = getattr(ctypes.CDLL(None), "prctl", None)  # Linux: PR_SET_PDEATHSIG, the caller's death stops the build
+if prctl is not None:
+    prctl(1, int(signal.SIGTERM))
 if os.getppid() != int(sys.argv[1]):
     stop()
 import torch
