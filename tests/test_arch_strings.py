@@ -38,6 +38,29 @@ BUILDERS = textwrap.dedent('''
     def raises(norm_act, num_classes, in_chans):
         raise RuntimeError("no model today")
 
+    def no_norm_act(norm_act, num_classes, in_chans):  # every candidate would score alike
+        return nn.Sequential(nn.Conv2d(in_chans, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                             nn.Flatten(), nn.Linear(8, num_classes))
+
+    class Unused(nn.Module):  # builds the layer, never runs it
+        def __init__(self, norm_act, num_classes, in_chans):
+            super().__init__()
+            self.conv, self.layer = nn.Conv2d(in_chans, 8, 3, padding=1), norm_act(8)
+            self.head = nn.Linear(8, num_classes)
+
+        def forward(self, x):
+            return self.head(self.conv(x).mean((2, 3)))
+
+    def unused_layer(norm_act, num_classes, in_chans):
+        return Unused(norm_act, num_classes, in_chans)
+
+    def three_channels(norm_act, num_classes, in_chans):  # cannot take the search's 1-channel images
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), norm_act(8), nn.AdaptiveAvgPool2d(1),
+                             nn.Flatten(), nn.Linear(8, num_classes))
+
+    def no_logits(norm_act, num_classes, in_chans):  # features, not one score per class
+        return nn.Sequential(nn.Conv2d(in_chans, 8, 3, padding=1), norm_act(8))
+
     not_callable = 3
 ''')
 
@@ -118,6 +141,24 @@ def test_builder_that_fails_when_called(user_modules):
         probe_arch("archmods:raises", num_classes=3, in_chans=1)
 
 
+@pytest.mark.parametrize("arch, words", [
+    ("archmods:no_norm_act", "never calls a layer built by norm_act"),
+    ("archmods:unused_layer", "never calls a layer built by norm_act"),
+    ("archmods:three_channels", "raised RuntimeError"),
+    ("archmods:no_logits", "not 2x3 logits"),
+])
+def test_the_probe_runs_the_model_on_the_data_and_counts_the_layer(user_modules, arch, words):
+    """Built is not enough: one forward pass on a batch of the search's images must give a score per class and
+    run a layer that norm_act built (a builder that never does would score every candidate alike)."""
+    from evonorm.models import probe_arch
+
+    probe_arch(arch, num_classes=3, in_chans=1)  # it builds: only running it tells
+    with pytest.raises(ValueError) as err:
+        probe_arch(arch, num_classes=3, in_chans=1, batch=torch.randn(2, 1, 6, 6))
+    assert words in str(err.value) and "\n" not in str(err.value) and arch in str(err.value)
+    probe_arch("archmods:build", num_classes=3, in_chans=1, batch=torch.randn(2, 1, 6, 6))
+
+
 def test_train_config_takes_external_names_without_importing(user_modules):
     cfg = TrainConfig(arch="archplanted:build")  # its form only: nothing imported
     assert cfg.resolved_width() is None and not (user_modules / "ran").exists()
@@ -152,12 +193,14 @@ def test_train_on_my_data_with_my_architecture(user_modules, capsys):
     assert "archmods:build" in printed and str(path) in printed and "accuracy" in printed
     record = json.loads(out.read_text())
     assert record["status"] == "ok" and record["config"]["arch"] == "archmods:build"
+    assert set(record["layer_calls"]) == {"kernel"}  # EvoNorm-S0 on the CPU: its hand-written kernel
     assert record["dataset"] == str(path)
 
 
 BAD_ARCHS = ["nosuchmodule_xyz:build", "archmods:nothere", "archmods:not_callable",
              "archmods:one_argument", "archbroken:build", "archmods:raises", "archmods:returns_none",
-             "not an arch"]
+             "not an arch", "archmods:no_norm_act", "archmods:unused_layer", "archmods:three_channels",
+             "archmods:no_logits"]
 
 
 def _workspace(ws: Path) -> None:

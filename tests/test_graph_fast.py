@@ -13,6 +13,7 @@ import torch
 from evonorm.graph import OP_NAMES, PRIMITIVES, Graph, random_graph
 from evonorm.graph.fast import make_plan
 from evonorm.graph.library import get_graph
+from evonorm.layers.paths import recording
 
 NORM_RELU = {k: Graph.from_json({"nodes": [[f"{k}_mean", 0], ["neg", 4], ["add", 0, 5], [f"{k}_std", 0],
                                            ["div", 6, 7], ["max", 8, 1]]}) for k in ("group", "layer", "instance")}
@@ -57,7 +58,10 @@ def _assert_same(graph: Graph, shape=(3, 8, 4, 5), groups=4, *, x=None, training
     gen = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(shape, generator=gen, dtype=torch.float64) if x is None else x
     dy = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-    want, got = _run(plain, x, dy), _run(fast, x, dy)
+    with recording() as calls:
+        want, got = _run(plain, x, dy), _run(fast, x, dy)
+    if fast.fast_spec is not None and device == "cpu":  # the path under test ran, and no other beside plain's
+        assert set(calls) == {"plain", impl} and calls[impl] == 1, calls
     for i, (a, b) in enumerate(zip(want, got)):
         if a is None or b is None:  # no gradient reached it on one path: it must be zero on the other
             assert (a if b is None else b) is None or not (a if b is None else b).any(), (graph.dumps(), i)

@@ -11,6 +11,7 @@ from evonorm.layers import create_norm_act
 from evonorm.layers._common import update_running_var
 from evonorm.layers._formula import b_formula, s_formula
 from evonorm.layers.impl import resolve_impl
+from evonorm.layers.paths import recording
 
 triton_evonorm = pytest.importorskip("evonorm.layers.kernels.evonorm_triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -52,7 +53,9 @@ def _reference(layer, x: torch.Tensor, g: torch.Tensor):
 
 def _run(layer, x: torch.Tensor, g: torch.Tensor):
     x = x.detach().requires_grad_()
-    y = layer(x)
+    with recording() as calls:
+        y = layer(x)
+    assert dict(calls) == {"triton": 1}  # the Triton kernel ran, no other path
     y.backward(g)
     return y, [x.grad] + [p.grad for p in layer.parameters()], getattr(layer, "running_var", None)
 

@@ -4,12 +4,14 @@ held-out split, a run that reads the very file it started with, and every bad fi
 
 from __future__ import annotations
 
+import io
 import pickle
 import zipfile
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from evonorm.data import NPZ_TEST_FRACTION, load_dataset, load_npz
 from evonorm.search.presets import get_preset
@@ -134,7 +136,33 @@ def _bad_files(ws):
          "no "),
         ("bomb", bomb, "2.0 MiB uncompressed"),
         ("too_few", lambda p: np.savez(p, x=x[:2], y=y[:2]), "too few to hold out"),
+        ("huge_header", lambda p: _header_only(p, "|u1", (10**13, 8, 8), y), "declare"),
+        ("raw_member", lambda p: _zip(p, {"x": b"\x00" * 64, "y.npy": _npy(y)}), "not a numpy array"),
+        ("bytes_dtype", lambda p: np.savez(p, x=np.array([b"abc"] * 40), y=y), "integers or floats"),
+        ("void_dtype", lambda p: np.savez(p, x=np.zeros(40, "V8"), y=y), "integers or floats"),
+        ("huge_test_label", lambda p: np.savez(p, x=x, y=y, x_test=x, y_test=np.full(40, 2**64 - 1, np.uint64)),
+         "label 18446744073709551615"),
+        ("huge_label", lambda p: np.savez(p, x=x, y=np.full(40, 2**64 - 1, np.uint64)), "label 18446744073709551615"),
     ]
+
+
+def _npy(array) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
+
+
+def _zip(path, members: dict) -> None:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+
+
+def _header_only(path, descr: str, shape: tuple, y) -> None:
+    """An x.npy whose header declares `shape` of `descr` and holds no data: its size is only in the header."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": shape})
+    _zip(path, {"x.npy": buf.getvalue(), "y.npy": _npy(y)})
 
 
 def _npz_bytes(ws, **arrays):
@@ -244,3 +272,22 @@ def test_resume_and_rerank_read_the_runs_file_or_stop_in_one_line(tmp_path, monk
     synthetic = tmp_path / "synth"
     init_run(synthetic, get_preset("tiny"))
     refused(["rerank", str(synthetic), "--data", "moved.npz"], "not a file of its own")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(descr=st.sampled_from(["|u1", "<f4", "<f8", "<i8", "<u8", "|b1", "<c8", "|V8", "|S3", "<U2", "<M8[s]", ">i4",
+                              "<f2"]),
+       shape=st.lists(st.integers(0, 10**9), min_size=0, max_size=5).map(tuple), key=st.sampled_from(["x", "y"]))
+def test_any_declared_array_loads_or_is_refused_in_one_line(tmp_path_factory, descr, shape, key):
+    """Fuzz: whatever dtype and shape a member's header declares (and however little it holds), the file loads or
+    is a ValueError naming it in one line; no allocation of the declared size, no other exception."""
+    path = tmp_path_factory.mktemp("npz") / "d.npz"
+    x, y = _images()
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": shape})
+    members = {"x.npy": _npy(x), "y.npy": _npy(y), f"{key}.npy": buf.getvalue()}
+    _zip(path, members)
+    try:
+        load_npz(path, max_bytes=1 << 20)
+    except ValueError as err:
+        assert str(path) in str(err) and "\n" not in str(err)

@@ -12,6 +12,7 @@ import sys
 from typing import NoReturn, Sequence
 
 from evonorm import __version__
+from evonorm.files import DamagedFile, UnsafePath
 
 COMMANDS: dict[str, str] = {
     "search": "run a layer search (regularized evolution or random search) into a run folder",
@@ -61,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(f"evonorm.commands.{name}")
     try:
         return int(module.main(rest) or 0)
-    except CommandError as err:
+    except (CommandError, DamagedFile, UnsafePath) as err:  # a damaged or linked run-folder file: one line too
         print(f"evonorm {name}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import math
 import os
 import pickle
 import shutil
@@ -527,10 +528,16 @@ def load_npz(path: str | Path, *, sha256: str | None = None,
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as zf:
             unpacked = sum(info.file_size for info in zf.infolist())
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+            if unpacked <= max_bytes:
+                declared = sum(_npy_bytes(zf, key, bad) for key in NPZ_ARRAYS
+                               if key in zf.namelist() or f"{key}.npy" in zf.namelist())
+    except (zipfile.BadZipFile, OSError, EOFError):
         raise bad("not a .npz archive (save one with numpy.savez(path, x=images, y=labels))") from None
     if unpacked > max_bytes:
         raise bad(f"its arrays take {_size(unpacked)} uncompressed, more than the "
+                  f"{_size(max_bytes)} a dataset may take")
+    if declared > max_bytes:  # a header may declare more than its member holds: checked before any allocation
+        raise bad(f"its arrays declare {_size(declared)} in their headers, more than the "
                   f"{_size(max_bytes)} a dataset may take")
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
@@ -586,6 +593,30 @@ def load_npz(path: str | Path, *, sha256: str | None = None,
                    classes, mean, std)
 
 
+NPZ_ARRAYS = ("x", "y", "x_test", "y_test")
+
+
+def _npy_bytes(zf: zipfile.ZipFile, key: str, bad) -> int:
+    """The bytes a member's .npy header declares (shape x item size), read without loading the array: it
+    must be a .npy array (not raw bytes) of integers or floats."""
+    if f"{key}.npy" not in zf.namelist():
+        raise bad(f"{key} is not a numpy array (a raw file in the archive): save arrays with numpy.savez")
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    with zf.open(f"{key}.npy") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            if version not in readers:
+                raise ValueError(f"npy format version {version}")
+            shape, _, dtype = readers[version](f)
+        except ValueError as err:
+            raise bad(f"{key} is not a plain numpy array ({str(err).splitlines()[0][:120]})") from None
+    if dtype.hasobject:
+        raise bad("an array holds Python objects (a pickle), which is never loaded: save plain numeric arrays")
+    if dtype.kind not in "iuf" or dtype.fields is not None:
+        raise bad(f"{key} is {dtype}: arrays must hold integers or floats")
+    return math.prod(shape) * dtype.itemsize
+
+
 def _npz_images(x: np.ndarray, key: str, bad) -> np.ndarray:
     """Images as N x C x H x W, uint8 or float32 (the layout rule: `load_npz`)."""
     if x.dtype != np.uint8 and x.dtype.kind != "f":
@@ -616,13 +647,17 @@ def _npz_images(x: np.ndarray, key: str, bad) -> np.ndarray:
 
 
 def _npz_labels(y: np.ndarray, key: str, bad) -> np.ndarray:
-    """Labels as int64, 1-D, >= 0."""
+    """Labels as int64, 1-D, >= 0 (checked after the cast, and before it for what int64 cannot hold: a uint64
+    2**64 - 1 would become -1)."""
     if y.dtype.kind not in "iu":
         raise bad(f"{key} is {y.dtype}: labels must be integers 0..K-1")
     if y.ndim != 1:
         raise bad(f"{key} has shape {y.shape}: labels must be one integer per image")
     if y.size == 0:
         raise bad(f"{key} holds no labels")
-    if y.min() < 0:
+    if int(y.max()) > np.iinfo(np.int64).max:
+        raise bad(f"{key} has label {int(y.max())}: labels must be 0..K-1")
+    labels = y.astype(np.int64)
+    if labels.min() < 0:
         raise bad(f"{key} has label {int(y.min())}: labels must be 0..K-1")
-    return y.astype(np.int64)
+    return labels

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from evonorm.cli import CommandError
+from evonorm.files import DamagedFile, UnsafePath, check_folder
 from evonorm.report.text import summary_table
 from evonorm.search import store
 from evonorm.search.evaluator import train_config
@@ -122,6 +123,35 @@ def check_store(run: Path) -> None:
         raise CommandError(str(err)) from None
 
 
+def check_run_values(run: Path) -> None:
+    """Every value a command that continues the run will read, checked before it writes anything (one
+    line, exit 2, naming the file and the field): the store's fields, the graphs that the search parses
+    again (its valid layers, the parents of new ones, and the proposals still to evaluate), the
+    re-training rows and the references."""
+    from evonorm.graph import Graph
+    from evonorm.search.references import REFERENCES_FILE, read_references
+    from evonorm.search.retrain import read_rows
+
+    folder = store.run_folder(run)
+    with store.Store(run, readonly=True) as s:
+        try:
+            for sub in ("stages", "report"):  # folders the commands write in: never through a link
+                if (folder / sub).exists() or (folder / sub).is_symlink():
+                    check_folder(folder / sub)
+            read_rows(run)
+            read_references(folder / REFERENCES_FILE)
+            s.check_values()
+            graphs = [(f"candidate {c.id}", c.graph) for c in s.candidates() if c.status == "valid"]
+            graphs += [(f"proposal {p.idx}", p.graph) for p in s.pending_proposals()]
+            for where, graph in graphs:
+                try:
+                    Graph.from_json(graph)
+                except (ValueError, TypeError, KeyError) as err:
+                    raise DamagedFile(s.path, f"{where}: graph", (str(err).splitlines() or [""])[0]) from None
+        except (DamagedFile, UnsafePath) as err:
+            raise CommandError(str(err)) from None
+
+
 @contextmanager
 def write_errors(what: str) -> Iterator[None]:
     """Report an unwritable folder or store (read-only, full disk, not a folder) in one line."""
@@ -204,13 +234,23 @@ def check_archs(archs) -> None:
 
 
 def probe_archs(cfg, ds) -> None:
-    """Build each external architecture of `cfg` once for the data `ds` (ValueError in one line)."""
+    """Build each external architecture of `cfg` once and run it on a training batch of `ds`, as a
+    candidate will be trained (ValueError in one line: `evonorm.models.probe_arch`)."""
     from evonorm.models import is_builtin, probe_arch
 
     for arch in cfg.archs:
         if not is_builtin(arch):
-            probe_arch(arch, num_classes=ds.num_classes, in_chans=ds.channels,
-                       **train_config(cfg, arch).layer_kwargs())
+            tcfg = train_config(cfg, arch)
+            probe_arch(arch, num_classes=ds.num_classes, in_chans=ds.channels, batch=probe_batch(ds, tcfg),
+                       **tcfg.layer_kwargs())
+
+
+def probe_batch(ds, tcfg):
+    """Two training images of `ds` cropped and normalized as the trainer feeds them (`tcfg`'s crop)."""
+    from evonorm.data import train_batches
+
+    x, _ = next(train_batches(ds, 2, 1, seed=tcfg.seed, crop=tcfg.crop, flip=tcfg.flip))
+    return x
 
 
 def check_run_archs(run, archs, given) -> list[str]:

@@ -12,6 +12,7 @@ from evonorm.commands.search import check_setup
 from evonorm.search.calibrate import (calibration_setup, format_summary, load_runs, panel_cost, plan,
                                      prepare_out, progress_line, proxy_scores, run_jobs, summarize)
 from evonorm.search.config import SPACES
+from evonorm.files import write_atomic
 from evonorm.search.fidelity import format_fidelity, load_panel, rank_fidelity, write_proxy
 from evonorm.search.evaluator import search_dataset
 from evonorm.search.presets import PRESETS, get_preset
@@ -95,7 +96,7 @@ def main(argv: list[str]) -> int:
     if panel_data is not None:
         table += "\n\n" + rank_fidelity_section(records, layers, cfg.preset, out, args.panel, argv,
                                                   ds.num_classes)
-    (out / "table.md").write_text(table + "\n")
+    write_atomic(out / "table.md", (table + "\n").encode())
     print(table)
     print(f"calibration done in {time.perf_counter() - start:.0f}s; table in {out / 'table.md'}",
           file=sys.stderr)
@@ -117,6 +118,6 @@ def rank_fidelity_section(records, layers, preset: str, out: Path, panel: Path, 
              "runs": [{"layer": r.name, "seed": r.seed, "fitness": r.fitness, "status": r.status}
                       for r in records if r.kind == "panel"],
              **{k: v for k, v in fid.to_dict().items() if k not in ("proxy", "reference")}}
-    (out / "fidelity.json").write_text(json.dumps(entry, indent=1) + "\n")
+    write_atomic(out / "fidelity.json", (json.dumps(entry, indent=1) + "\n").encode())
     write_proxy(panel, preset, entry)
     return format_fidelity(fid, preset, cost)

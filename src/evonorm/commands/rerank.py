@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import RUN_ARCH_HELP, check_device, check_executor, check_run_archs, check_store, check_workers, dataset_arg, run_lock, write_errors
+from evonorm.commands._common import (RUN_ARCH_HELP, check_device, check_executor, check_run_archs,
+                                      check_run_values, check_store, check_workers, dataset_arg, run_lock,
+                                      write_errors)
 from evonorm.report.text import rerank_table
 from evonorm.search.rerank import prepare, rerank
 from evonorm.search.store import Store
@@ -57,6 +59,7 @@ def main(argv: list[str]) -> int:
     from evonorm.train import TRAIN_PRESETS
 
     check_store(args.run)
+    check_run_values(args.run)
     device = check_device(args.device)
     if args.preset is not None and args.preset not in TRAIN_PRESETS:
         raise CommandError(f"unknown training preset {args.preset!r} "

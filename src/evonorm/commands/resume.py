@@ -7,8 +7,8 @@ from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import (RUN_ARCH_HELP, check_device, check_executor, check_run_archs,
-                                      check_store, check_workers, dataset_arg, report_result,
-                                      run_lock, write_errors)
+                                      check_run_values, check_store, check_workers, dataset_arg,
+                                      report_result, run_lock, write_errors)
 from evonorm.commands.search import load_objective_arg, run_facts
 from evonorm.report.text import summary_table
 from evonorm.search.api import check_resume_objective
@@ -51,11 +51,13 @@ def _plan(args):
     CommandError on anything wrong with the run or the arguments."""
 
     check_store(args.run)
+    check_run_values(args.run)
     device = check_device(args.device)
     try:
         with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
             cfg, done = store.search_config(), store.num_candidates()
             pending = len(store.pending_proposals())
+            store.last_rng_state()  # where the search continues its random stream: checked too
         changes = {k: v for k, v in dict(workers=args.workers, executor=args.executor,
                                          address=args.address, budget=args.budget,
                                          device=device).items()

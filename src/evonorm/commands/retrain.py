@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import RUN_ARCH_HELP, check_run, check_run_archs, run_lock, write_errors
+from evonorm.commands._common import (RUN_ARCH_HELP, check_run, check_run_archs, check_run_values, run_lock,
+                                      write_errors)
 from evonorm.search.evaluator import require_builtin
 from evonorm.search.references import DEFAULT_REFERENCES, train_references
 from evonorm.search.retrain import retrain
@@ -51,6 +52,7 @@ def main(argv: list[str]) -> int:
     if args.seeds == 0 and args.references is None:
         raise CommandError("nothing to train: --seeds 0 without --references")
     check_run(args.run)
+    check_run_values(args.run)
 
     try:
         with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:

@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import ARCH_HELP, DATA_HELP, check_device, check_writable, dataset_arg, write_errors
+from evonorm.files import write_atomic
+from evonorm.commands._common import (ARCH_HELP, DATA_HELP, check_device, check_writable, dataset_arg, probe_batch,
+                                      write_errors)
 
 
 def build_parser() -> ArgumentParser:
@@ -108,7 +110,7 @@ def main(argv: list[str]) -> int:
             if n is not None and n > have:
                 raise ValueError(f"{flag} {n} is more than the {have} images {ds.name} has")
         if not is_builtin(cfg.arch):  # the user's builder or timm: checked by building it once
-            probe_arch(cfg.arch, num_classes=ds.num_classes, in_chans=ds.channels,
+            probe_arch(cfg.arch, num_classes=ds.num_classes, in_chans=ds.channels, batch=probe_batch(ds, cfg),
                        **cfg.layer_kwargs())
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise CommandError(str(err)) from None
@@ -118,7 +120,10 @@ def main(argv: list[str]) -> int:
           f"{cfg.arch}{width_note(cfg)}, {ds.name}, preset {args.preset}: "
           f"{cfg.steps} steps of {cfg.batch_size} on {cfg.device}", flush=True)
     log = None if progress or args.progress is False else (lambda s: print(s, file=sys.stderr, flush=True))
-    result = train(factory, ds, cfg, progress=progress, log=log)
+    from evonorm.layers.paths import recording
+
+    with recording() as calls:  # which implementation the layer ran on, for the record
+        result = train(factory, ds, cfg, progress=progress, log=log)
     if result.status == "ok":
         print(f"accuracy {result.accuracy:.4f}  loss {result.final_loss:.4f}  "
               f"{result.seconds:.1f}s ({result.seconds / max(1, result.steps_done):.3f} s/step)")
@@ -127,11 +132,9 @@ def main(argv: list[str]) -> int:
               f"after {result.seconds:.1f}s")
     if args.out is not None:
         record = {"layer": args.layer, "dataset": ds.name, "preset": args.preset,
-                  **result.to_dict()}
+                  **result.to_dict(), "layer_calls": dict(sorted(calls.items()))}
         with write_errors("the result"):
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = args.out.with_name(args.out.name + ".tmp")
-            tmp.write_text(json.dumps(record, indent=2) + "\n")
-            os.replace(tmp, args.out)
+            write_atomic(args.out, (json.dumps(record, indent=2) + "\n").encode())
         print(f"wrote {args.out}")
     return 0 if result.status == "ok" else 1

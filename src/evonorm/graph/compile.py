@@ -23,6 +23,7 @@ from evonorm.graph.fast import FastGraphFunction, FastSpec, fast_applies, make_p
 from evonorm.graph.cpp import CppGraphFunction, cpp_applies, load as load_cpp, program
 from evonorm.graph.primitives import INPUTS, NUM_INPUTS, LayerGraph
 from evonorm.layers import resolve_groups
+from evonorm.layers.paths import fell_back, ran
 from evonorm.layers.tracing import exporting, fx_leaf
 
 IMPLS = ("auto", "plain", "fast", "cpp")
@@ -113,10 +114,29 @@ class GraphLayer(fx.GraphModule):
             if isinstance(x, torch.Tensor) and x.shape[1:2] == (self.num_features,) and not exporting(x):
                 if (self.cpp_program is not None and cpp_applies(x, (w, b, v0, v1))
                         and load_cpp().ok):
+                    ran("cpp")
                     return CppGraphFunction.apply(x, v0, v1, w, b, self.fast_spec, self.cpp_program)
                 if fast_applies(x, (w, b, v0, v1)):
+                    self._ran("fast", x)
                     return FastGraphFunction.apply(x, v0, v1, w, b, self.fast_spec)
+                self._ran("plain", x)
+            elif isinstance(x, torch.Tensor) and exporting(x):
+                self._ran("plain", None)
+        else:
+            ran("plain")
         return super().__call__(*args, **kwargs)
+
+    def _ran(self, path: str, x: torch.Tensor | None) -> None:
+        """Count a call on `path` (x: its input; None under tracing); said once if the kernel was asked for."""
+        if self.impl != "cpp":
+            ran(path)
+        elif x is None:
+            fell_back("cpp", path, "traced, exported or compiled")
+        elif not load_cpp().ok:
+            fell_back("cpp", path, "the CPU graph kernel is unavailable: " + load_cpp().reason)
+        else:
+            fell_back("cpp", path, f"the CPU graph kernel takes float32/float64 CPU tensors and parameters, "
+                                   f"got {x.dtype} on {x.device.type}")
 
     def _settings(self) -> dict:
         return dict(apply_act=self.apply_act, groups=self.groups, eps=self.eps, momentum=self.momentum,

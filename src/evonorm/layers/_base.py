@@ -7,6 +7,7 @@ from torch import nn
 
 from evonorm.layers._common import affine, check_input
 from evonorm.layers.impl import IMPLS
+from evonorm.layers.paths import fell_back
 from evonorm.layers.tracing import exporting, fx_leaf
 
 
@@ -42,6 +43,8 @@ class EvoNormBase(nn.Module):
             if leaf is not None:
                 return leaf
             if exporting(x):  # traced, exported or compiled: the plain formulas, whatever `impl` says
+                if self.impl == "triton":
+                    fell_back("triton", "plain", "traced, exported or compiled")
                 return self._plain(x, type(self).__name__)
             check_input(x, self.num_features, type(self).__name__)
             if not self.apply_act:

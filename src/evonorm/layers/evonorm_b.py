@@ -11,6 +11,7 @@ import torch
 from evonorm.layers._base import EvoNormBase
 from evonorm.layers._common import check_input, update_running_var
 from evonorm.layers.impl import compiled, resolve_impl, triton_kernels
+from evonorm.layers.paths import fell_back, ran
 from evonorm.layers.kernels.evonorm_b_cpu import B0, B1, B2, EvoNormBFunction
 from evonorm.layers._plain import b_plain
 from evonorm.layers.sync import b_norm_act_synced
@@ -40,9 +41,14 @@ class _EvoNormB(EvoNormBase):
 
     def _norm_act(self, x: torch.Tensor) -> torch.Tensor:
         if self.training and sync_active(self.sync):
+            if self.impl == "triton":
+                fell_back("triton", "synced", "batch statistics synced across processes")
+            else:
+                ran("synced")
             return b_norm_act_synced(x, self.v, self.weight, self.bias, self.running_var, self.momentum, self.eps,
                                      self.variant, self.sync)
         impl = resolve_impl(self.impl, x)
+        ran(impl)
         if impl == "compile":
             y, var = compiled("b")(x, self.v, self.weight, self.bias, self.running_var, self.training, self.eps,
                                    self.variant)

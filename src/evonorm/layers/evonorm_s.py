@@ -7,6 +7,7 @@ import torch
 from evonorm.layers._base import EvoNormBase
 from evonorm.layers._common import resolve_groups
 from evonorm.layers.impl import compiled, resolve_impl, triton_kernels
+from evonorm.layers.paths import ran
 from evonorm.layers.kernels.evonorm_s_cpu import S0, S1, S2, EvoNormSFunction
 from evonorm.layers._plain import s_plain
 
@@ -23,6 +24,7 @@ class _EvoNormS(EvoNormBase):
 
     def _norm_act(self, x: torch.Tensor) -> torch.Tensor:
         impl = resolve_impl(self.impl, x)
+        ran(impl)
         args = (x, self.v, self.weight, self.bias, self.groups, self.eps, self.variant)
         if impl == "compile":
             return compiled("s")(*args)

@@ -163,14 +163,53 @@ def build_external(arch: str, factory: Callable[..., nn.Module], *, num_classes:
     return model
 
 
-def probe_arch(arch: str, *, num_classes: int, in_chans: int, **layer_kw) -> None:
-    """Build `arch` once with a plain layer (bn_relu), as a run will: ValueError in one line naming
-    what the builder raised or returned, so a broken one fails before any work, not per candidate."""
-    from evonorm.models import build_model
+class CountingLayer(nn.Module):
+    """The probe's layer: a plain one (bn_relu) that counts its forward calls in `calls[0]`."""
+
+    def __init__(self, inner: nn.Module, calls: list[int]):
+        super().__init__()
+        self.inner, self.calls = inner, calls
+
+    def forward(self, x):
+        self.calls[0] += 1
+        return self.inner(x)
+
+
+def probe_arch(arch: str, *, num_classes: int, in_chans: int, batch=None, **layer_kw) -> None:
+    """Build `arch` once with a plain layer (bn_relu) that counts its calls, as a run will, and with `batch`
+    (images as the trainer feeds them) run one forward pass: ValueError in one line when the builder raises
+    or returns no module, when the forward pass raises or gives no (batch, num_classes) logits, or when the
+    model never calls a layer `norm_act` built (then every candidate would score alike). So a broken
+    architecture fails before any work, not once per candidate."""
+    import torch
+
+    from evonorm.models import build_model, resolve_norm_act
 
     check_arch(arch)
+    plain, calls = resolve_norm_act("bn_relu"), [0]
+
+    def probe(num_features: int, **kw) -> nn.Module:
+        return CountingLayer(plain(num_features, **kw), calls)
+
     try:
-        build_model(arch, "bn_relu", num_classes=num_classes, in_chans=in_chans, **layer_kw)
+        model = build_model(arch, probe, num_classes=num_classes, in_chans=in_chans, **layer_kw)
     except (Exception, SystemExit) as err:  # noqa: BLE001 - whatever the user's builder raises
         raise ValueError(f"--arch {arch}: building it for {num_classes} classes and {in_chans} "
                          f"input channel(s) raised {_first_line(err)}") from None
+    if batch is None:
+        return
+    shape = "x".join(map(str, batch.shape))
+    try:
+        with torch.no_grad():
+            out = model.train()(batch)
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - the model cannot take the search's images
+        raise ValueError(f"--arch {arch}: its model raised {_first_line(err)} on a batch of the search's "
+                         f"images ({shape})") from None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (len(batch), num_classes):
+        got = "x".join(map(str, out.shape)) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"--arch {arch}: its model gave {got} for a batch of {shape} images, not "
+                         f"{len(batch)}x{num_classes} logits")
+    if calls[0] == 0:
+        raise ValueError(f"--arch {arch}: its model never calls a layer built by norm_act in its forward "
+                         f"pass, so every candidate layer would score alike: use norm_act(num_features) "
+                         f"where its normalization-activation layers go")

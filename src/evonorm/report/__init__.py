@@ -9,10 +9,10 @@ The figures module is imported where the figures are drawn: it loads matplotlib,
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Sequence
 
+from evonorm.files import check_folder, write_atomic
 from evonorm.report.data import RunData, load_run, run_folder
 from evonorm.report.html import render_page
 
@@ -59,13 +59,13 @@ def build_report(runs: Sequence[RunData], out_dir: Path) -> Path:
     if not runs:
         raise ValueError("no run to report")
     out_dir = Path(out_dir)
-    fig_dir = out_dir / "report"
-    fig_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig_dir = check_folder(out_dir / "report", create=True)  # a link there would take the figures elsewhere
     figs = make_figures(runs)
     for stem, _, png in figs:
-        _atomic_write(fig_dir / f"{stem}.png", png)
+        write_atomic(fig_dir / f"{stem}.png", png)
     page = out_dir / "report.html"
-    _atomic_write(page, render_page(runs, figs).encode("utf-8"))
+    write_atomic(page, render_page(runs, figs).encode("utf-8"))
     return page
 
 
@@ -86,9 +86,3 @@ def _named(paths: list[Path]) -> list[RunData]:
             n = f"{run_folder(p).parent.name}/{n}"
         out.append(load_run(p, name=n))
     return out
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from evonorm.search.candidates import Candidate, as_candidate, reason_group
 from evonorm.search.evaluation import STATUSES, finite
-from evonorm.search.references import REFERENCES_FILE
+from evonorm.search.references import REFERENCES_FILE, read_references
 from evonorm.search.retrain import RetrainRow, read_rows
 from evonorm.search.store import Store, resolve_path, run_folder
 
@@ -107,7 +107,7 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
                 candidates=list(store.candidates()),
                 population=list(store.population()),
                 reranks=list(_safe(store, "reranks")),
-                config=dict(_safe(store, "config", {}) or {}),
+                config=store.checked_config(),
                 in_flight=len(_safe(store, "pending_proposals")),
                 status=_meta(store, "status"),
             )
@@ -167,21 +167,14 @@ def _safe(store: Any, method: str, default: Any = ()) -> Any:
 def _references(data: RunData, folder: Path) -> dict[str, dict[str, float]]:
     """Reference layers' accuracies: from `references.json` in the run folder or the report folder
     (written by `evonorm retrain --references` or the experiments), or from the config's
-    `references` entry, or from seed candidates whose graph is a named library layer."""
-    import json
-
+    `references` entry, or from seed candidates whose graph is a named library layer. A damaged
+    references file is a DamagedFile naming it."""
     refs: dict[str, dict[str, float]] = {}
     cfg_refs = data.config.get("references")
     if isinstance(cfg_refs, Mapping):
         refs.update({str(k): dict(v) for k, v in cfg_refs.items() if isinstance(v, Mapping)})
     for p in (folder / REFERENCES_FILE, folder / "report" / REFERENCES_FILE):
-        if p.is_file():
-            try:
-                obj = json.loads(p.read_text())
-            except (OSError, ValueError):
-                continue
-            refs.update({str(k): {a: x for a, x in v.items() if finite(x)}
-                         for k, v in obj.items() if isinstance(v, Mapping)})
+        refs.update({k: {a: x for a, x in v.items() if finite(x)} for k, v in read_references(p).items()})
     names = named_keys()
     for c in data.candidates:
         label = names.get(c.key or "")

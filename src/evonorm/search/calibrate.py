@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from evonorm.files import append_line, read_json, read_jsonl, write_atomic
 from evonorm.search.config import SearchConfig
 from evonorm.stats import mean_std
 from evonorm.search.evaluator import quality_config, search_dataset, train_stages
@@ -176,16 +177,9 @@ def measure(payload: dict) -> dict:
 # ----------------------------------------------------------------------------- resumable runs
 
 def load_runs(out: Path) -> list[RunRecord]:
-    """The finished runs in `out` (a truncated last line, from a kill mid-write, is ignored)."""
-    path = Path(out) / RUNS_NAME
-    records = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                records.append(RunRecord(**json.loads(line)))
-            except (json.JSONDecodeError, TypeError):
-                continue
-    return records
+    """The finished runs in `out` (a truncated last line, from a kill mid-write, is ignored; any other
+    damaged line is a DamagedFile naming it)."""
+    return read_jsonl(Path(out) / RUNS_NAME, RunRecord)
 
 
 NOT_MEASURED = ("workers", "threads", "executor", "address", "timeout", "retries", "budget",
@@ -220,11 +214,8 @@ def prepare_out(out: Path, setup: dict) -> list[RunRecord]:
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a folder")
     path = out / SETUP_NAME
-    if path.is_file():
-        try:
-            old = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            raise ValueError(f"{path} is not valid JSON; use another --out folder") from None
+    old = read_json(path)
+    if old is not None:
         if _measured(old) != _measured(setup):
             raise ValueError(f"{out} holds a calibration with other settings; use another --out "
                              f"folder (or the same preset/space/seeds/random)")
@@ -232,23 +223,13 @@ def prepare_out(out: Path, setup: dict) -> list[RunRecord]:
     if out.is_dir() and any(out.iterdir()):
         raise ValueError(f"--out {out} is not empty and holds no calibration")
     out.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(setup, indent=1) + "\n")
-    tmp.replace(path)
+    write_atomic(path, (json.dumps(setup, indent=1) + "\n").encode())
     return []
 
 
 def append_run(out: Path, rec: RunRecord) -> None:
     """One finished run, appended and flushed to disk before the next starts."""
-    import os
-
-    path = Path(out) / RUNS_NAME
-    torn = path.is_file() and path.stat().st_size > 0 and path.read_bytes()[-1:] != b"\n"
-    with open(path, "a") as f:
-        # a line torn by a kill ends before the new one starts, so only it is lost
-        f.write(("\n" if torn else "") + json.dumps(asdict(rec), sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append_line(Path(out) / RUNS_NAME, json.dumps(asdict(rec), sort_keys=True))
 
 
 def run_jobs(jobs: Iterable[Job], cfg: SearchConfig, out: Path, *, workers: int,

@@ -24,7 +24,7 @@ class Evaluation:
     detail: dict | None = None  # what the check measured (grad_norm, accuracy and threshold, ...)
     accuracies: dict[str, float] = field(default_factory=dict)  # held-out accuracy per arch
     fitness: float | None = None  # mean of `accuracies`, for valid evaluations only
-    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase; "calls:PATH": layer calls per path
     # multi-fidelity: accuracies per architecture after each stage reached; `accuracies` and
     # `fitness` are the last stage's. A valid layer stopped by a hurdle has fewer stages.
     stages: list[dict[str, float]] = field(default_factory=list)

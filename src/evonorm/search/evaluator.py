@@ -122,13 +122,14 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     scores `cfg.final_runs` runs: those beyond `train_seeds` train from scratch only for a layer
     that got that far.
     """
-    import os
+    import io
     import sys
     import warnings
     from pathlib import Path
 
     import torch
 
+    from evonorm.files import check_folder, read_bytes, write_atomic
     from evonorm.train import Run
 
     ends = [*cfg.stages, train_config(cfg, cfg.archs[0]).steps]
@@ -141,11 +142,11 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     runs: dict[tuple[str, int], Run] = {}
     stages: list[dict[str, float]] = []
     ckpt = Path(checkpoint) if checkpoint else None
-    if ckpt is not None and ckpt.is_file():
-        try:  # tensors and plain data only: a planted pickle is refused, never run
+    if ckpt is not None and (ckpt.is_file() or ckpt.is_symlink()):
+        try:  # tensors and plain data only: a planted pickle is refused, never run; a link never followed
             with warnings.catch_warnings():  # e.g. on the pickle protocol: the one line below
                 warnings.simplefilter("ignore")
-                saved = torch.load(ckpt, weights_only=True)
+                saved = torch.load(io.BytesIO(read_bytes(ckpt) or b""), weights_only=True)
             stages = [{str(a): float(v) for a, v in s.items()} for s in saved["stages"]]
             if (not 0 < len(stages) < len(ends) or any(set(s) != set(cfg.archs) for s in stages)
                     or set(saved["runs"]) != set(keys.values())):
@@ -197,11 +198,9 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
             if k < len(ends) - 1 and trial.should_stop():
                 break
             if ckpt is not None and k < len(ends) - 1:
-                ckpt.parent.mkdir(parents=True, exist_ok=True)
-                tmp = ckpt.with_name(ckpt.name + ".tmp")
-                torch.save({"stages": stages,
-                            "runs": {keys[ai]: r.state() for ai, r in runs.items()}}, tmp)
-                os.replace(tmp, ckpt)
+                buf = io.BytesIO()
+                torch.save({"stages": stages, "runs": {keys[ai]: r.state() for ai, r in runs.items()}}, buf)
+                write_atomic(check_folder(ckpt.parent, create=True) / ckpt.name, buf.getvalue())
         return decided(Evaluation.valid(stages[-1], stages=stages if cfg.stages else None))
     except Exception:  # the layer raised: decided too (a killed worker keeps its checkpoint)
         if ckpt is not None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evonorm.files import write_atomic
 from evonorm.stats import bootstrap_ci, kendall, spearman
 
 WRONG_PAIR_GAP = 0.03  # a pair of layers the reference separates by more than 3 points
@@ -165,6 +165,4 @@ def write_proxy(path: str | Path, key: str, entry: dict) -> None:
     path = Path(path)
     data = json.loads(path.read_text())
     data.setdefault("proxies", {})[key] = entry
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, (json.dumps(data, indent=1) + "\n").encode())

@@ -12,6 +12,8 @@ import os
 import socket
 from pathlib import Path
 
+from evonorm.files import open_regular
+
 LOCK_NAME = "lock"
 
 
@@ -27,7 +29,7 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> "RunLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)  # a link planted as RUN/lock is refused
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

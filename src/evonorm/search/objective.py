@@ -125,6 +125,11 @@ def error_reason(err: BaseException) -> str:
     return f"error: {type(err).__name__}: {msg}"[:280] + where
 
 
+PATH_PREFIX = "calls:"
+"""A candidate's timings also count its layer's calls per implementation path ("calls:cpp", "calls:fast",
+"calls:plain"), so a run shows whether its candidates ran on the C++ kernel or a slower path."""
+
+
 def run_trial(objective: Objective, payload: dict) -> Evaluation:
     """Evaluate one candidate with `objective` (runs in a worker).
 
@@ -133,6 +138,7 @@ def run_trial(objective: Objective, payload: dict) -> Evaluation:
     then the returned value (unless it was the last report, or a hurdle stopped the layer there).
     """
     from evonorm.graph import Graph
+    from evonorm.layers.paths import recording
 
     cfg = SearchConfig.from_dict(payload["config"])
     start = time.perf_counter()
@@ -140,10 +146,12 @@ def run_trial(objective: Objective, payload: dict) -> Evaluation:
                   checkpoint=payload.get("checkpoint"), hurdles=payload.get("hurdles") or ())
 
     def timings() -> dict[str, float]:
-        return dict(trial.timings) or {SCORE_NAME: time.perf_counter() - start}
+        spent = dict(trial.timings) or {SCORE_NAME: time.perf_counter() - start}
+        return spent | {f"{PATH_PREFIX}{path}": float(n) for path, n in sorted(calls.items())}
 
     try:
-        scores = as_scores(objective(trial.graph.to_module, trial))
+        with recording() as calls:  # which implementation the layer ran on: a kernel, or a slower path
+            scores = as_scores(objective(trial.graph.to_module, trial))
     except Reject as rej:
         return Evaluation.rejected(rej, rej.scores, timings())
     except (KeyboardInterrupt, SystemExit, MemoryError):

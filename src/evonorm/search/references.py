@@ -11,10 +11,10 @@ The trainer and models are imported where references train: they load torch.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Callable, Sequence
 
+from evonorm.files import DamagedFile, read_json, type_problem, write_atomic
 from evonorm.search.evaluator import require_builtin, search_dataset, train_config
 from evonorm.search.store import Store, run_folder
 
@@ -42,7 +42,7 @@ def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
     check_named_again(run, cfg.archs, user_archs)
     ds = search_dataset(cfg)
     path = run_folder(run) / REFERENCES_FILE
-    refs: dict[str, dict[str, float | None]] = json.loads(path.read_text()) if path.is_file() else {}
+    refs = read_references(path)  # a damaged file stops here, before any training
     for name in names:
         if name in refs and all(a in refs[name] for a in cfg.archs):
             continue
@@ -53,7 +53,18 @@ def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
             if log:
                 log(f"reference {name} on {arch}: {accs[arch]} ({res.seconds:.1f}s)")
         refs[name] = accs
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(refs, indent=1) + "\n")
-        os.replace(tmp, path)  # saved after each layer: an interrupted run keeps what it trained
+        # saved after each layer: an interrupted run keeps what it trained
+        write_atomic(path, (json.dumps(refs, indent=1) + "\n").encode())
+    return refs
+
+
+def read_references(path: Path) -> dict[str, dict[str, float | None]]:
+    """A references file ({} when absent): {layer: {arch: accuracy or null}}; DamagedFile naming the file and
+    the layer otherwise."""
+    refs = read_json(path)
+    if refs is None:
+        return {}
+    problem = type_problem(refs, dict[str, dict[str, float | None]])
+    if problem is not None:
+        raise DamagedFile(path, "", problem)
     return refs

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from evonorm.files import append_line, read_jsonl
 from evonorm.search.candidates import same_layer_keys, top_layers
 from evonorm.search.evaluator import require_builtin, search_dataset, train_config
 from evonorm.search.references import REFERENCES_BY_SPACE
@@ -35,7 +36,7 @@ class RetrainRow:
     layer: str
     kind: str
     seed: int
-    accuracies: dict
+    accuracies: dict[str, float | None]
     fitness: float | None
     candidate_id: int | None = None
     graph: Any = None
@@ -49,16 +50,10 @@ def read_rows(run: str | Path) -> list[RetrainRow]:
 
 
 def load_rows(path: Path) -> list[RetrainRow]:
-    """The rows of one re-training file (none when it does not exist); a line cut short by a crash
-    is skipped."""
-    rows = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(RetrainRow(**json.loads(line)))
-            except (ValueError, TypeError):
-                continue
-    return rows
+    """The rows of one re-training file (none when it does not exist), each checked: a line cut short by a
+    crash is skipped (its run trains again), any other damaged row is a DamagedFile naming it, so that a
+    row that cannot be used is never counted as done."""
+    return read_jsonl(path, RetrainRow)
 
 
 def pending(path: Path, label: str, seeds: Sequence[int]) -> list[int]:
@@ -139,8 +134,7 @@ def train_layers(cfg, layers: Sequence[tuple[str, str, Any, int | None]], seeds:
         fitness = None if reason else sum(accs.values()) / len(accs)  # type: ignore[arg-type]
         row = RetrainRow(label, kind, seed, accs, fitness, cid, spec if cid is not None else None,
                          round(time.perf_counter() - start, 2), reason)
-        with path.open("a") as f:  # one whole line per (layer, seed): a crash loses at most this one
-            f.write(json.dumps(asdict(row)) + "\n")
+        append_line(path, json.dumps(asdict(row)))  # one whole line per (layer, seed): a crash loses at most this one
         elapsed = time.perf_counter() - start_all
         eta = elapsed / n * (len(todo) - n)
         log(f"retrain [{n}/{len(todo)}] {kind} {label} seed {seed}: "

@@ -9,12 +9,16 @@ read-only while a search writes.
 from __future__ import annotations
 
 import json
+import os
+import random
 import sqlite3
 import time
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from evonorm.files import DamagedFile, UnsafePath, check_entry, check_record, open_regular, type_problem
 from evonorm.search.candidates import Candidate, Origin
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
@@ -130,6 +134,16 @@ def _readonly_uri(path: Path) -> str:
     return f"file:{path}?mode=ro" + ("" if wal else "&immutable=1")
 
 
+SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def check_files(path: Path) -> None:
+    """The store file and the files SQLite keeps beside it must be regular files where they exist (UnsafePath):
+    SQLite opens them by name and follows a symbolic link, so a planted link would send its writes elsewhere."""
+    for name in ("", *SIDECARS):
+        check_entry(path.with_name(path.name + name))
+
+
 class StoreError(ValueError):
     """A store file that is damaged, foreign (not ours) or from a newer schema: refused, untouched."""
 
@@ -146,9 +160,12 @@ def check_store(path: str | Path) -> None:
     """
     p = resolve_path(path)
     try:
-        size = p.stat().st_size
-        with open(p, "rb") as f:
-            head = f.read(100)
+        check_files(p)
+        fd = open_regular(p)
+        with os.fdopen(fd, "rb") as f:
+            size, head = os.fstat(fd).st_size, f.read(100)
+    except UnsafePath as err:
+        raise StoreError(str(err)) from None
     except OSError as err:
         raise StoreError(f"cannot read store {p}: {err.strerror or err}") from None
     if size == 0:
@@ -197,6 +214,7 @@ class Store:
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = resolve_path(path)
         self.readonly = readonly
+        check_files(self.path)
         if self.path.exists():
             check_store(self.path)
         if readonly:
@@ -217,18 +235,37 @@ class Store:
         """The search config as stored when the run started ({} before that)."""
         return self.get_meta("config", {})
 
-    def search_config(self) -> "SearchConfig":
-        """The run's config as a SearchConfig; FileNotFoundError when the store holds no search."""
-
+    def checked_config(self) -> dict:
+        """The stored config ({} before a search starts), each field of a known name checked against its
+        type in SearchConfig: a DamagedFile naming it otherwise."""
         raw = self.config()
+        return check_record(SearchConfig, raw, self.path, "config", unknown=True) if raw != {} else {}
+
+    def search_config(self) -> "SearchConfig":
+        """The run's config as a SearchConfig; FileNotFoundError when the store holds no search, a
+        DamagedFile (one line naming the field) when a field is damaged."""
+
+        raw = self.checked_config()
         if not raw:
             raise FileNotFoundError(f"{run_folder(self.path)} holds no search (no config in its store)")
-        return SearchConfig.from_dict(raw)
+        try:
+            return SearchConfig.from_dict(raw)
+        except (TypeError, ValueError) as err:
+            raise DamagedFile(self.path, "config", (str(err).splitlines() or [""])[0]) from None
+
+    def check_values(self) -> None:
+        """Read every stored value once, each checked where it is read (a DamagedFile names the first damaged
+        one): for a command that continues a run, before it writes anything. The random state is checked
+        where a search reads it (`last_rng_state`), as only a resumed search does."""
+        self.checked_config()
+        for (key,) in self._db.execute("SELECT key FROM meta").fetchall():
+            self.get_meta(key)
+        self.candidates(), self.pending_proposals(), self.reranks()
 
     def candidates(self) -> list[Candidate]:
         """Every finished evaluation, in evaluation order."""
         rows = self._db.execute("SELECT * FROM candidates ORDER BY id").fetchall()
-        return [_row_to_candidate(r) for r in rows]
+        return [self._candidate(r) for r in rows]
 
     def population(self) -> list[int]:
         """Candidate ids in the current population, oldest first."""
@@ -242,7 +279,7 @@ class Store:
         out = []
         for rank, r in enumerate(rows, 1):
             d = dict(r)
-            d["accuracies"] = json.loads(d["accuracies"])
+            d["accuracies"] = self._json(d["accuracies"], f"rerank {d['id']}: accuracies", dict)
             d["rank"] = rank
             d.setdefault("split", None)  # read-only open of an older store
             out.append(d)
@@ -260,7 +297,18 @@ class Store:
     # ------------------------------------------------------------------ meta
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return default if row is None else json.loads(row[0])
+        return default if row is None else self._json(row[0], f"meta {key}")
+
+    def _json(self, text: Any, where: str, hint: Any = Any) -> Any:
+        """A JSON column read back and checked against `hint`: DamagedFile naming the store and `where`."""
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError) as err:
+            raise DamagedFile(self.path, where, f"not valid JSON ({err})") from None
+        problem = type_problem(value, hint)
+        if problem is not None:
+            raise DamagedFile(self.path, where, problem)
+        return value
 
     def set_meta(self, key: str, value: Any) -> None:
         with self._db:
@@ -288,16 +336,27 @@ class Store:
         return self._db.execute("SELECT COUNT(*) FROM candidates").fetchone()[0]
 
     def last_rng_state(self) -> Any | None:
-        row = self._db.execute("SELECT rng_state FROM proposals ORDER BY idx DESC LIMIT 1").fetchone()
-        return None if row is None else json.loads(row[0])
+        """The search's random state after its last proposal (None before the first), checked: a state that
+        `random.Random.setstate` would refuse is a DamagedFile naming the proposal."""
+        row = self._db.execute("SELECT idx, rng_state FROM proposals ORDER BY idx DESC LIMIT 1").fetchone()
+        if row is None:
+            return None
+        where = f"proposal {row[0]}: rng_state"
+        state = self._json(row[1], where, list)
+        try:
+            version, internal, gauss = state
+            random.Random().setstate((version, tuple(internal), gauss))
+        except (TypeError, ValueError, OverflowError) as err:
+            raise DamagedFile(self.path, where, f"not a random state ({err})") from None
+        return state
 
     def pending_proposals(self) -> list[PendingProposal]:
         """Proposals without a finished candidate (in flight when the search stopped)."""
         rows = self._db.execute(
             "SELECT p.* FROM proposals p LEFT JOIN candidates c ON c.proposal = p.idx "
             "WHERE c.id IS NULL ORDER BY p.idx").fetchall()
-        return [PendingProposal(r["idx"], json.loads(r["graph"]), r["parent_id"], r["origin"],
-                                r["created_at"]) for r in rows]
+        return [PendingProposal(r["idx"], self._json(r["graph"], f"proposal {r['idx']}: graph", dict),
+                                r["parent_id"], r["origin"], r["created_at"]) for r in rows]
 
     # ------------------------------------------------------------------ candidates
     def add_candidate(self, proposal: PendingProposal, evaluation: Evaluation, *, key: str,
@@ -335,13 +394,36 @@ class Store:
         row = self._db.execute(sql.format("key"), (key,)).fetchone()
         if row is None and fingerprint:
             row = self._db.execute(sql.format("fingerprint"), (fingerprint,)).fetchone()
-        return None if row is None else _row_to_candidate(row)
+        return None if row is None else self._candidate(row)
 
     def get_candidate(self, cid: int) -> Candidate:
         row = self._db.execute("SELECT * FROM candidates WHERE id = ?", (cid,)).fetchone()
         if row is None:
             raise KeyError(f"no candidate {cid}")
-        return _row_to_candidate(row)
+        return self._candidate(row)
+
+    def _candidate(self, r: sqlite3.Row) -> Candidate:
+        """A candidates row, each JSON column checked against its Evaluation field (DamagedFile naming it)."""
+        cols, where = r.keys(), f"candidate {r['id']}"
+        hints = typing.get_type_hints(Evaluation)
+        for name, hint in (("status", str), ("reason", str | None), ("reason_step", int | None),
+                           ("fitness", float | None)):
+            problem = type_problem(r[name], hint)
+            if problem is not None:
+                raise DamagedFile(self.path, f"{where}: {name}", problem)
+        detail = r["detail"] if "detail" in cols else None  # read-only open of a version-1 store
+        stages = r["stages"] if "stages" in cols else None  # ... or of a version-2 one
+        evaluation = Evaluation(
+            status=r["status"], reason=r["reason"], reason_step=r["reason_step"],
+            detail=None if detail is None else self._json(detail, f"{where}: detail", hints["detail"]),
+            accuracies=self._json(r["accuracies"], f"{where}: accuracies", hints["accuracies"]),
+            fitness=r["fitness"], timings=self._json(r["timings"], f"{where}: timings", hints["timings"]),
+            stages=self._json(stages, f"{where}: stages", hints["stages"]) if stages else [])
+        return Candidate(
+            id=r["id"], evaluation=evaluation, graph=self._json(r["graph"], f"{where}: graph", dict), key=r["key"],
+            fingerprint=r["fingerprint"], parent_id=r["parent_id"], origin=r["origin"],
+            cache_hit=bool(r["cache_hit"]), seconds=r["seconds"], worker=r["worker"],
+            created_at=r["created_at"], finished_at=r["finished_at"], proposal=r["proposal"])
 
     def _write_population(self, ids: Iterable[int]) -> None:
         self._db.execute("DELETE FROM population")
@@ -367,18 +449,3 @@ class Store:
         return {r[0] for r in self._db.execute(
             f"SELECT candidate_id FROM reranks WHERE preset = ? AND split IS ? "
             f"AND status IN ({marks})", (preset, split, *statuses))}
-
-
-def _row_to_candidate(r: sqlite3.Row) -> Candidate:
-    detail = r["detail"] if "detail" in r.keys() else None  # read-only open of a version-1 store
-    stages = r["stages"] if "stages" in r.keys() else None  # ... or of a version-2 one
-    evaluation = Evaluation(
-        status=r["status"], reason=r["reason"], reason_step=r["reason_step"],
-        detail=None if detail is None else json.loads(detail),
-        accuracies=json.loads(r["accuracies"]), fitness=r["fitness"],
-        timings=json.loads(r["timings"]), stages=json.loads(stages) if stages else [])
-    return Candidate(
-        id=r["id"], evaluation=evaluation, graph=json.loads(r["graph"]), key=r["key"],
-        fingerprint=r["fingerprint"], parent_id=r["parent_id"], origin=r["origin"],
-        cache_hit=bool(r["cache_hit"]), seconds=r["seconds"], worker=r["worker"],
-        created_at=r["created_at"], finished_at=r["finished_at"], proposal=r["proposal"])
