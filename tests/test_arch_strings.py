@@ -126,7 +126,7 @@ def test_train_config_takes_external_names_without_importing(user_modules):
         TrainConfig(arch="archmods:build", width=0.5)
     with pytest.raises(ValueError, match="unknown architecture"):
         TrainConfig(arch="not an arch")
-    from evonorm.search.evaluator import train_config
+    from evonorm.proxy.training import train_config
 
     search = get_preset("tiny", archs=("archmods:build", "resnet50_cifar"))
     assert train_config(search, "archmods:build").width is None  # the preset's width: built-ins only
@@ -214,9 +214,9 @@ def test_timm_names_in_a_run_need_no_flag():
 
 
 def test_the_python_api_asks_for_the_names_again_too(user_modules):
-    from evonorm.search.references import train_references
-    from evonorm.search.rerank import rerank
-    from evonorm.search.retrain import retrain
+    from evonorm.proxy.references import train_references
+    from evonorm.proxy.rerank import rerank
+    from evonorm.proxy.retrain import retrain
 
     run = user_modules / "run"
     init_run(run, get_preset("tiny", archs=("archplanted:build", "resnet50_cifar")))

@@ -54,20 +54,21 @@ def test_overrides_reach_both_arms_and_progress_reads_a_run(tmp_path):
 
 def _tiny_run(path, algorithm: str, seed_layer: str):
     """A finished `tiny` search (synthetic data, seconds) whose best layer is the given seed layer."""
+    from evonorm.proxy.objective import ProxyObjective
     from evonorm.search.driver import init_run, run_search
     from evonorm.search.presets import PRESETS
 
     cfg = PRESETS["tiny"].replace(algorithm=algorithm, budget=1, seed_layers=(PRESETS["demo"].seed_layers[
         {"group": 0, "layer": 1}[seed_layer]],))
     init_run(path, cfg)
-    run_search(path, progress=False)
+    run_search(path, objective=ProxyObjective(cfg), progress=False)
 
 
 @pytest.mark.slow
 def test_fresh_seeds_retrain_the_arms_best_layers_and_test_the_differences(tmp_path):
     from types import SimpleNamespace
 
-    from evonorm.search.retrain import load_rows
+    from evonorm.proxy.retrain import load_rows
 
     runs, out = tmp_path / "runs", tmp_path / "out"
     out.mkdir()

@@ -24,6 +24,7 @@ import pytest
 from evonorm.cli import main
 from evonorm.graph import Graph
 from evonorm.graph.library import NAMED_GRAPHS
+from evonorm.proxy.objective import ProxyObjective
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.presets import get_preset
 from evonorm.search.store import SCHEMA_VERSION, Store
@@ -250,7 +251,8 @@ def test_no_run_is_left_running_after_an_early_failure(run):
     with Store(run, readonly=True) as s:
         assert s.get_meta("status") == "created"  # not "running" before any worker exists
     with pytest.raises(RuntimeError, match="executor broke"):
-        run_search(run, executor=_BrokenExecutor(), progress=False)
+        run_search(run, objective=ProxyObjective(get_preset("tiny")), executor=_BrokenExecutor(),
+                   progress=False)
     with Store(run, readonly=True) as s:
         assert s.get_meta("status") == "stopped"
 

@@ -66,12 +66,12 @@ def test_float_images_keep_their_scale(tmp_path):
 
 
 def test_the_run_reads_the_file_it_started_with(tmp_path, monkeypatch):
-    from evonorm.search.evaluator import search_dataset
+    from evonorm.proxy.training import search_dataset, with_dataset
 
     x, y = _images(n=60)
     path = _save(tmp_path / "d.npz", x=x, y=y)
     monkeypatch.chdir(tmp_path)
-    cfg = get_preset("tiny", dataset="d.npz").replace(n_train=None).with_dataset()
+    cfg = with_dataset(get_preset("tiny", dataset="d.npz").replace(n_train=None))
     assert cfg.dataset == str(path) and len(cfg.data_sha256) == 64
     assert search_dataset(cfg).num_classes == 4
     x[0, 0, 0] ^= 1

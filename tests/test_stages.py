@@ -11,7 +11,7 @@ from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.search.candidates import top_layers
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.evaluator import search_dataset, train_config, train_stages
+from evonorm.proxy.training import search_dataset, train_config, train_stages
 from evonorm.search.evolution import AgingPopulation, Member
 from evonorm.search.store import Store
 from evonorm.train import Run, TrainConfig, lr_at, train

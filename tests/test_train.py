@@ -149,7 +149,7 @@ def test_channels_last_matches_default(synthetic):
 def test_groups_reach_every_layer_with_group_statistics(synthetic):
     """A narrow proxy sets the group count (TrainConfig.groups); None keeps the layer's own 32."""
     from evonorm.graph.library import resolve_graph
-    from evonorm.search.evaluator import train_config
+    from evonorm.proxy.training import train_config
     from evonorm.search.presets import get_preset as search_preset
     from evonorm.train import Run
 

@@ -18,7 +18,7 @@ from typing import Iterator
 from evonorm.cli import CommandError
 from evonorm.report.text import summary_table
 from evonorm.search import store
-from evonorm.search.evaluator import train_config
+from evonorm.proxy.training import train_config
 from evonorm.search.lock import RunLock, RunLocked
 
 LOCAL_WORKERS_PER_CORE = 4

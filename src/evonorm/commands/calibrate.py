@@ -9,11 +9,11 @@ from pathlib import Path
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import ARCHS_HELP, DATA_HELP, dataset_arg
 from evonorm.commands.search import check_setup
-from evonorm.search.calibrate import calibration_setup, format_summary, load_runs, plan, prepare_out, progress_line, run_jobs, summarize
+from evonorm.proxy.calibrate import calibration_setup, format_summary, load_runs, plan, prepare_out, progress_line, run_jobs, summarize
 from evonorm.search.config import SPACES
-from evonorm.search.evaluator import search_dataset
+from evonorm.proxy.training import search_dataset
 from evonorm.search.presets import PRESETS, get_preset
-from evonorm.search.rejection import quality_threshold
+from evonorm.proxy.rejection import quality_threshold
 
 
 def build_parser() -> ArgumentParser:

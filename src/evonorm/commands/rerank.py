@@ -12,7 +12,7 @@ from pathlib import Path
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import RUN_ARCH_HELP, check_device, check_executor, check_run_archs, check_store, check_workers, dataset_arg, run_lock, write_errors
 from evonorm.report.text import rerank_table
-from evonorm.search.rerank import prepare, rerank
+from evonorm.proxy.rerank import prepare, rerank
 from evonorm.search.store import Store
 
 

@@ -14,7 +14,8 @@ from evonorm.report.text import summary_table
 from evonorm.search.api import check_resume_objective
 from evonorm.search.config import EXECUTORS
 from evonorm.search.driver import run_search
-from evonorm.search.evaluator import search_dataset
+from evonorm.proxy.objective import ProxyObjective
+from evonorm.proxy.training import search_dataset
 from evonorm.search.store import Store
 
 
@@ -111,7 +112,8 @@ def main(argv: list[str]) -> int:
                   f"(in flight when it stopped), {cfg.num_workers} {cfg.executor} worker(s) on "
                   f"{cfg.device}", file=sys.stderr)
 
-        result = run_search(args.run, objective=objective, progress=not args.quiet,
+        result = run_search(args.run, objective=objective or ProxyObjective(cfg),
+                            progress=not args.quiet,
                             ship=args.ship)
         report_result(result, args.run, args.top)
     return 0

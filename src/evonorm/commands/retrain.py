@@ -14,9 +14,9 @@ from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import RUN_ARCH_HELP, check_run, check_run_archs, run_lock, write_errors
-from evonorm.search.evaluator import require_builtin
-from evonorm.search.references import DEFAULT_REFERENCES, train_references
-from evonorm.search.retrain import retrain
+from evonorm.proxy.training import require_builtin
+from evonorm.proxy.references import DEFAULT_REFERENCES, train_references
+from evonorm.proxy.retrain import retrain
 from evonorm.search.store import Store, run_folder
 
 

@@ -15,7 +15,8 @@ from evonorm.commands._common import (ARCHS_HELP, DATA_HELP, check_archs, check_
 from evonorm.search.api import own_objective_config
 from evonorm.search.config import EXECUTORS, SPACES
 from evonorm.search.driver import init_run, run_search
-from evonorm.search.evaluator import search_dataset, train_config
+from evonorm.proxy.objective import ProxyObjective
+from evonorm.proxy.training import search_dataset, train_config, with_dataset
 from evonorm.search.evolution import ALGORITHMS, CRITERIA
 from evonorm.search.lock import LOCK_NAME
 from evonorm.search.objective import load_objective
@@ -148,7 +149,7 @@ def check_setup(cfg):
 
     check_archs(cfg.archs)
     try:
-        cfg = cfg.with_dataset()  # never a silent fall-back to the synthetic set
+        cfg = with_dataset(cfg)  # never a silent fall-back to the synthetic set
         _check_seed_layers(cfg, resolve_graph)
         train_config(cfg, cfg.archs[0])
         train_config(cfg, cfg.archs[0], cfg.rerank_training)
@@ -247,6 +248,7 @@ def main(argv: list[str]) -> int:
                   f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
 
             print(calibration_note(cfg.preset, cfg.space), file=sys.stderr)
-        result = run_search(run, objective=objective, progress=not args.quiet, ship=args.ship)
+        result = run_search(run, objective=objective or ProxyObjective(cfg),
+                            progress=not args.quiet, ship=args.ship)
         report_result(result, run, args.top)
     return 0

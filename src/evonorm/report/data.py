@@ -18,8 +18,8 @@ from typing import Any, Mapping
 
 from evonorm.search.candidates import Candidate, as_candidate, reason_group
 from evonorm.search.evaluation import STATUSES, finite
-from evonorm.search.references import REFERENCES_FILE
-from evonorm.search.retrain import RetrainRow, read_rows
+from evonorm.proxy.references import REFERENCES_FILE
+from evonorm.proxy.retrain import RetrainRow, read_rows
 from evonorm.search.store import Store, resolve_path, run_folder
 
 FINISHED = STATUSES

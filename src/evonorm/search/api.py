@@ -1,5 +1,6 @@
-"""The search from Python, on the user's own objective or the built-in proxy task:
-`search(objective, out=...)`, `resume(out, objective)`, `load(out)`.
+"""The search from Python, on an objective the caller hands in: `search(objective, out=...)`,
+`resume(out, objective)`, `load(out)`. The built-in proxy task has its own entry points
+(`evonorm.proxy.search` / `resume`), which hand its objective to this engine.
 
 A run records its objective's name ("module:function") and never imports it from there: resuming
 a run searched on an objective of one's own takes that function again, and checks its name.
@@ -17,26 +18,26 @@ from evonorm.search.objective import (SCORE_NAME, Objective, check_objective, ch
                                       objective_name)
 from evonorm.search.presets import get_preset
 from evonorm.search.store import Store
-from evonorm.search.proxy import check_data
 
 
-def search(objective: Objective | None = None, *, out: str | Path, preset: str = "demo",
+BUILTIN_ELSEWHERE = ("the built-in proxy task is searched with evonorm.proxy.search(out=...) and "
+                     "resumed with evonorm.proxy.resume(out)")
+
+
+def search(objective: Objective, *, out: str | Path, preset: str = "demo",
            space: str = "s", budget: int | None = None, workers: int | None = None,
            executor: str = "local", seed: int = 0, force: bool = False, progress: bool = True,
            ship: list[str] | None = None, **overrides: Any) -> SearchResult:
-    """Search layers for `objective(norm_act, trial)` (None: the built-in proxy task) into the
-    run folder `out`, with a preset's search settings (`evonorm.search.presets`) and field
+    """Search layers for `objective(norm_act, trial)` into the run folder `out`, with a preset's search settings (`evonorm.search.presets`) and field
     overrides (`SearchConfig` names). `ship`: what Ray workers need to import the objective
     (default: its top-level package or module file). ValueError / TypeError on bad input,
     before any worker starts."""
     cfg = get_preset(preset, space=space, budget=budget, workers=workers, executor=executor,
                      seed=seed, **overrides)
-    if objective is not None:
-        check_picklable(check_objective(objective))
-        cfg = own_objective_config(cfg, objective)
-    else:
-        cfg = cfg.with_dataset()
-        check_data(cfg)
+    if objective is None:
+        raise ValueError(f"search() needs an objective: {BUILTIN_ELSEWHERE}")
+    check_picklable(check_objective(objective))
+    cfg = own_objective_config(cfg, objective)
     Path(out).mkdir(parents=True, exist_ok=True)
     with RunLock(out):
         init_run(out, cfg, force=force)
@@ -53,13 +54,14 @@ def own_objective_config(cfg: SearchConfig, objective: Objective) -> SearchConfi
 
 def resume(out: str | Path, objective: Objective | None = None, *, progress: bool = True,
            ship: list[str] | None = None) -> SearchResult:
-    """Continue the search in `out` until its budget is spent. A run searched on an objective of
-    one's own needs that objective again (ValueError without it, or with another)."""
+    """Continue the search in `out` until its budget is spent, with the objective it was searched
+    on (ValueError without it, or with another)."""
     with Store(out, readonly=True) as store:
         cfg = store.search_config()
+    if objective is None and not cfg.objective:
+        raise ValueError(f"the run in {out} was searched on the built-in proxy task: "
+                         f"{BUILTIN_ELSEWHERE}")
     check_resume_objective(cfg.objective, objective, "the objective")
-    if objective is None:
-        check_data(cfg)
     with RunLock(out):
         return run_search(out, objective=objective, progress=progress, ship=ship)
 

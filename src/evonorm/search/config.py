@@ -2,9 +2,6 @@
 `resume`, `rerank` and the report read back exactly what the search ran with; training settings are a
 `evonorm.train.TRAIN_PRESETS` name plus field overrides (`TrainSetting`). The named presets are in
 `evonorm.search.presets`.
-
-The data module is imported where a dataset is resolved: it loads torch, which reading a config
-does not need.
 """
 
 from __future__ import annotations
@@ -54,7 +51,7 @@ class SearchConfig:
     objective: str | None = None
     # data: the search trains on (1 - holdout) of the training split and scores on the rest,
     # so it never sees the test set.
-    dataset: str | None = None  # None -> `with_dataset()`: the default, when the run starts
+    dataset: str | None = None  # None: the default, named when the run starts
     data_root: str | None = None
     # a user's own data (`dataset` a file.npz, stored as its absolute path): the file's sha256,
     # taken when the run starts, so resume, rerank and report read that very file or fail
@@ -217,20 +214,6 @@ class SearchConfig:
     def num_stages(self) -> int:
         """Scored stages of a fully trained layer: the `stages` plus the end of training."""
         return len(self.stages) + 1
-
-    def with_dataset(self) -> "SearchConfig":
-        """The config with its dataset named (the default one when unset): resolved once, when a
-        run starts, and stored with it. Never a silent fall-back to the synthetic set: without
-        Fashion-MNIST installed, FileNotFoundError says how to install it. A file.npz is named by
-        its absolute path, with its sha256 (`data_sha256`)."""
-        from evonorm.data import default_dataset_name, file_sha256, is_npz, read_npz_bytes
-
-        if self.dataset is None:
-            return self.replace(dataset=default_dataset_name(self.data_root, fallback=False))
-        if is_npz(self.dataset) and self.data_sha256 is None:
-            path = os.path.abspath(self.dataset)
-            return self.replace(dataset=path, data_sha256=file_sha256(read_npz_bytes(path)))
-        return self
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

@@ -26,8 +26,7 @@ from evonorm.search.evaluation import Evaluation
 from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, Executor, make_executor
 from evonorm.search.lock import LOCK_NAME
-from evonorm.search.objective import (BUILTIN, Objective, layer_identity, load_objective,
-                                      run_trial, ship_path)
+from evonorm.search.objective import Objective, layer_identity, run_trial, ship_path
 from evonorm.search.store import STORE_NAME, PendingProposal, Store
 
 
@@ -124,8 +123,8 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> 
             raise FileExistsError(f"run folder {run} is not empty (use --force to overwrite)")
         for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm"):
             (run / name).unlink(missing_ok=True)
-    with Store(run) as store:  # the built-in objective's data is named now (an own one has its own)
-        store.set_config((cfg if cfg.objective else cfg.with_dataset()).to_dict())
+    with Store(run) as store:  # the caller has resolved what the config names (e.g. its dataset)
+        store.set_config(cfg.to_dict())
         store.set_meta("status", "created")  # "running" only once run_search has its workers
         store.set_meta("created_at", time.time())
     return run
@@ -171,7 +170,6 @@ class _Search:
         self.pending: deque[PendingProposal] = deque(store.pending_proposals())
         self.in_flight: dict[int, InFlight] = {}  # by proposal idx
         self.waiting: dict[str, list[PendingProposal]] = {}  # behind an in-flight key
-        self.payload_config = cfg.to_dict()
 
     def _joins(self, e: Evaluation) -> bool:
         """Valid layers join the population; with `near_misses`, the quality test's near misses."""
@@ -239,8 +237,7 @@ class _Search:
             return e
         if self.cfg.objective and self.tally.valid == 0:
             self.cfg = self.cfg.replace(archs=tuple(e.accuracies))
-            self.payload_config = self.cfg.to_dict()
-            self.store.set_config(self.payload_config)
+            self.store.set_config(self.cfg.to_dict())
             return e
         return Evaluation("rejected", reason=(
             f"error: the objective returned {', '.join(sorted(names))}, not the run's "
@@ -287,7 +284,8 @@ class _Search:
         self._submit(InFlight(prop, key, fp, attempts))
 
     def _submit(self, job: InFlight) -> None:
-        payload = {"graph": job.proposal.graph, "config": self.payload_config}
+        payload = {"graph": job.proposal.graph, "seed": self.cfg.seed, "device": self.cfg.device,
+                   "staged": bool(self.cfg.stages)}
         if self.cfg.stages:  # a retried or resumed candidate continues from its last stage
             payload["hurdles"] = self.hurdles()
             if self.cfg.executor == "local":
@@ -348,15 +346,13 @@ def as_evaluation(result: Any) -> Evaluation:
     return result if isinstance(result, Evaluation) else Evaluation.from_dict(result)
 
 
-def run_search(run_dir: str | Path, *, objective: Objective | None = None,
-               executor: Executor | None = None, progress: bool = True,
+def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor | None = None, progress: bool = True,
                progress_every: float = 10.0, ship: list[str] | None = None) -> SearchResult:
     """Run (or continue) the search stored in `run_dir` until its budget is spent.
 
-    `objective(norm_act, trial)` scores each candidate (`evonorm.search.objective`); without one,
-    the built-in proxy task, which a run started with an objective of its own refuses (its name
-    is stored, and never imported from there). It must be picklable by name (a top-level
-    function); `executor` defaults to the config's. `ship`: folders or files a Ray worker needs to
+    `objective(norm_act, trial)` scores each candidate (`evonorm.search.objective`): the caller
+    hands it in (the engine never looks one up, nor imports a name stored in the run). It must be
+    picklable (a top-level function, or an object of a top-level class); `executor` defaults to the config's. `ship`: folders or files a Ray worker needs to
     import the objective (default: its top-level package). Safe to call again after any
     interruption. Progress: a bar on a terminal, else a line per candidate and a status line every
     `progress_every` seconds in between.
@@ -366,10 +362,8 @@ def run_search(run_dir: str | Path, *, objective: Objective | None = None,
     try:
         cfg = store.search_config()
         if objective is None:
-            if cfg.objective:
-                raise ValueError(f"the run in {run} was searched with the objective "
-                                 f"{cfg.objective}: pass it again (--objective {cfg.objective})")
-            objective = load_objective(BUILTIN)
+            raise ValueError("run_search needs the objective to score candidates with (the built-in "
+                             "proxy task's: evonorm.proxy.ProxyObjective)")
         if ship is None:
             ship = [p for p in [ship_path(objective)] if p]
         fn = partial(run_trial, objective)
@@ -377,7 +371,7 @@ def run_search(run_dir: str | Path, *, objective: Objective | None = None,
         if executor is None:
             executor = make_executor(cfg.executor, fn, cfg.num_workers, timeout=cfg.timeout,
                                      address=cfg.address, device=cfg.device,
-                                     gpus_per_worker=cfg.gpus_per_worker, data_root=cfg.data_root,
+                                     gpus_per_worker=cfg.gpus_per_worker, data_dir=cfg.data_root,
                                      threads=cfg.threads, ship=ship)
         bar = None
         if progress and sys.stderr.isatty():

@@ -1,5 +1,5 @@
-"""The built-in proxy task, written as an objective (`objective(norm_act, trial)`): the one a search
-runs when it names none.
+"""The built-in proxy task, written as an objective (`objective(norm_act, trial)`): a
+`ProxyObjective` holds the run's settings and is handed to the search engine like any objective.
 
 Per candidate: pre-checks, the stability stress test and the quality test, then the full training
 on every anchor architecture of the run's config (in stages, with hurdles, over `train_seeds`
@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import time
 
+from dataclasses import dataclass
+
+from evonorm.proxy.rejection import Rejection, precheck, quality, stability
+from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
+from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.evaluator import quality_config, search_dataset, train_config, train_stages
 from evonorm.search.objective import Reject, Trial, run_trial
-from evonorm.search.rejection import Rejection, precheck, quality, stability
 
 
 def _reject(rej: Rejection, accuracies: dict | None = None) -> Reject:
@@ -27,14 +30,28 @@ def _error(err: BaseException) -> Rejection:
     return Rejection(f"error: {type(err).__name__}: {msg}"[:300])
 
 
-def objective(norm_act, trial: Trial) -> dict[str, float]:
-    """The proxy task on `trial.graph` under `trial.config` (see the module docstring).
+@dataclass(frozen=True)
+class ProxyObjective:
+    """The proxy task under a run's settings, as an objective: picklable, so that the engine hands
+    it to its workers like a user's function."""
+
+    config: SearchConfig
+
+    def __call__(self, norm_act, trial: Trial) -> dict[str, float]:
+        """The task on `trial.graph`, at the trial's seed and device (`objective`)."""
+        cfg = self.config.replace(seed=trial.seed, device=trial.device,
+                                  data_root=trial.data_dir or self.config.data_root)
+        return objective(cfg, trial)
+
+
+def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
+    """The proxy task on `trial.graph` under `cfg` (see the module docstring).
 
     A layer that raises is rejected with reason "error: ..." (the layer's fault, so cached like any
     rejection); a non-finite loss with "nonfinite". Missing data raises: the run's problem, not the
     layer's, so the candidate is failed. Phase times go to `trial.timings`.
     """
-    cfg, graph = trial.config, trial.graph
+    graph = trial.graph
     t = time.perf_counter()
 
     def lap(phase: str) -> None:
@@ -86,10 +103,8 @@ def objective(norm_act, trial: Trial) -> dict[str, float]:
 
 
 def evaluate_candidate(payload: dict) -> Evaluation:
-    """One candidate through the proxy objective (`run_trial`), as a search's worker runs it."""
-    return run_trial(objective, payload)
-
-
-def check_data(cfg) -> None:
-    """Load the run's data once in the driver, so a missing dataset fails in one line up front."""
-    search_dataset(cfg)
+    """One candidate through the proxy objective (`run_trial`), as a search's worker runs it.
+    payload: {"graph": graph JSON, "config": SearchConfig.to_dict()}."""
+    cfg = SearchConfig.from_dict(payload["config"])
+    return run_trial(ProxyObjective(cfg), {"graph": payload["graph"], "seed": cfg.seed,
+                                           "device": cfg.device, "staged": bool(cfg.stages)})

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence
 
-from evonorm.search.evaluator import require_builtin, search_dataset, train_config
+from evonorm.proxy.training import require_builtin, search_dataset, train_config
 from evonorm.search.store import Store, run_folder
 
 # The one list of reference layers per search space: what a calibration must rank above random

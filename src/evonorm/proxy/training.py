@@ -1,6 +1,6 @@
 """The built-in proxy task's pieces: the run's data (`search_dataset`), the training settings
 (`train_config`) and the staged full training on each anchor architecture (`train_stages`).
-The objective that runs them for each candidate is `evonorm.search.proxy.objective`. Fitness is the
+The objective that runs them for each candidate is `evonorm.proxy.objective.objective`. Fitness is the
 vector of held-out accuracies, one per architecture; the search never sees the dataset's test split.
 
 The trainer, models and data are imported in the functions that train: they load torch, which
@@ -10,25 +10,41 @@ the search engine's processes need only where candidates are trained.
 from __future__ import annotations
 
 import dataclasses
+import os
 from functools import lru_cache
 from typing import Any
 
 from evonorm.search.config import SearchConfig, TrainSetting
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.objective import Trial
-from evonorm.search.rejection import Rejection, quality_threshold
+from evonorm.proxy.rejection import Rejection, quality_threshold
+
+
+def with_dataset(cfg: SearchConfig) -> SearchConfig:
+    """The config with its dataset named (the default one when unset): resolved once, when a
+    run starts, and stored with it. Never a silent fall-back to the synthetic set: without
+    Fashion-MNIST installed, FileNotFoundError says how to install it. A file.npz is named by
+    its absolute path, with its sha256 (`data_sha256`)."""
+    from evonorm.data import default_dataset_name, file_sha256, is_npz, read_npz_bytes
+
+    if cfg.dataset is None:
+        return cfg.replace(dataset=default_dataset_name(cfg.data_root, fallback=False))
+    if is_npz(cfg.dataset) and cfg.data_sha256 is None:
+        path = os.path.abspath(cfg.dataset)
+        return cfg.replace(dataset=path, data_sha256=file_sha256(read_npz_bytes(path)))
+    return cfg
 
 
 def search_dataset(cfg: SearchConfig):
     """The run's data: (1 - holdout) of the (subset) training split to train, the rest to score,
     with its tensors on the run's device.
 
-    The config names its dataset (`SearchConfig.with_dataset()`, stored when the run starts).
+    The config names its dataset (`with_dataset`, stored when the run starts).
     Cached per process and device, so each worker loads the data and moves it to its device once.
     """
     if cfg.dataset is None:
-        raise ValueError("the search config names no dataset (SearchConfig.with_dataset() "
-                         "resolves the default when a run starts)")
+        raise ValueError("the search config names no dataset (with_dataset() resolves the "
+                         "default when a run starts)")
     return _load_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.split_seed,
                        cfg.device, cfg.data_sha256)
 
@@ -160,7 +176,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
                   flush=True)
             ckpt.unlink(missing_ok=True)
             runs, stages = {}, []
-    trial = trial if trial is not None else Trial(graph, cfg, hurdles=list(hurdles))
+    trial = trial if trial is not None else Trial(graph, hurdles=list(hurdles))
     for k, accs in enumerate(stages):  # the saved stages, as if just measured
         trial.report(accs, ends[k])
     bar = quality_threshold(ds.num_classes, cfg.quality_factor) if cfg.stages and screen else None

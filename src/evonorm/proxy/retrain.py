@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from evonorm.search.candidates import same_layer_keys, top_layers
-from evonorm.search.evaluator import require_builtin, search_dataset, train_config
-from evonorm.search.references import REFERENCES_BY_SPACE
+from evonorm.proxy.training import require_builtin, search_dataset, train_config
+from evonorm.proxy.references import REFERENCES_BY_SPACE
 from evonorm.search.store import Store, run_folder
 
 RETRAIN_FILE = "retrain.jsonl"
@@ -113,7 +113,7 @@ def train_layers(cfg, layers: Sequence[tuple[str, str, Any, int | None]], seeds:
     With `rerank`, the setting and data are the rerank's instead (`cfg.rerank_training`, trained on
     the dataset's training split less the search's held-out images, scored on its test split).
     Logs one line per finished pair with the count done, so it shows progress anywhere."""
-    from evonorm.search.rerank import rerank_dataset
+    from evonorm.proxy.rerank import rerank_dataset
     from evonorm.train import train
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))

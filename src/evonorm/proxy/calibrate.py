@@ -24,11 +24,11 @@ from typing import Callable, Iterable
 
 from evonorm.search.config import SearchConfig
 from evonorm.stats import mean_std
-from evonorm.search.evaluator import quality_config, search_dataset
+from evonorm.proxy.training import quality_config, search_dataset
 from evonorm.search.executors import OK, LocalExecutor
-from evonorm.search.proxy import evaluate_candidate
-from evonorm.search.references import REFERENCES_BY_SPACE
-from evonorm.search.rejection import quality, quality_threshold
+from evonorm.proxy.objective import evaluate_candidate
+from evonorm.proxy.references import REFERENCES_BY_SPACE
+from evonorm.proxy.rejection import quality, quality_threshold
 
 RUNS_NAME = "runs.jsonl"
 SETUP_NAME = "calibration.json"

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
-from evonorm.search.evaluator import require_builtin, search_dataset, train_config
+from evonorm.proxy.training import require_builtin, search_dataset, train_config
 from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor
 from evonorm.search.store import Store
 
