@@ -34,7 +34,7 @@ import torch
 from evonorm.graph import Graph
 from evonorm.graph.cpp import load as load_cpp
 from evonorm.graph.library import get_graph
-from evonorm.search.presets import PRESETS
+from evonorm.proxy.presets import PRESETS
 
 NATIVE = ("bn_relu", "gn_relu", "evonorm_s0")
 

@@ -95,7 +95,7 @@ def extrapolate(presets: list[str], steps: int) -> None:
     from evonorm.data import holdout_split, load_dataset, synthetic_dataset
     from evonorm.graph.library import get_graph
     from evonorm.proxy.training import train_config
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
     from evonorm.proxy.rejection import stability
 
     torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -133,7 +133,7 @@ def throughput(preset: str, budget: int, order: list[int]) -> None:
     from evonorm.proxy.objective import ProxyObjective
     from evonorm.proxy.training import with_dataset
     from evonorm.search.driver import init_run, run_search
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
 
     rates = {}
     for workers in order:
@@ -168,7 +168,7 @@ def staged(preset: str, budget: int, out: Path) -> None:
     from multiprocessing import get_context
 
     from evonorm.proxy.training import with_dataset
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
     from evonorm.search.store import Store
 
     # staging alone: one training run per candidate in both (unstaged takes no train_seeds)
@@ -207,7 +207,7 @@ def fidelity(preset: str, out: Path, workers: int, top: int = 5) -> None:
     from evonorm.proxy.calibrate import (Job, load_runs, norm_relu_graph, prepare_out,
                                           run_jobs)
     from evonorm.proxy.training import with_dataset
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
 
     cfg = with_dataset(get_preset(preset, workers=workers))
     if not cfg.stages:
@@ -245,7 +245,7 @@ def early(preset: str, seeds: int, checks: list[int]) -> None:
     import math
 
     from evonorm.proxy.training import search_dataset, train_config, with_dataset
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
     from evonorm.proxy.references import REFERENCES_BY_SPACE
     from evonorm.proxy.rejection import quality_threshold
     from evonorm.train import Run
@@ -283,7 +283,8 @@ def _evaluate_before_objectives(payload: dict):
     from evonorm.search.config import SearchConfig
     from evonorm.search.evaluation import Evaluation
     from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
-    from evonorm.proxy.rejection import Rejection, precheck, quality, stability
+    from evonorm.proxy.rejection import precheck, quality, stability
+    from evonorm.search.objective import Reject
 
     cfg = SearchConfig.from_dict(payload["config"])
     timings: dict[str, float] = {}
@@ -328,7 +329,7 @@ def _evaluate_before_objectives(payload: dict):
         return dataclasses.replace(result, timings={**timings, **result.timings})
     except Exception as err:
         msg = str(err).splitlines()[0] if str(err) else ""
-        return Evaluation.rejected(Rejection(f"error: {type(err).__name__}: {msg}"[:300]),
+        return Evaluation.rejected(Reject(f"error: {type(err).__name__}: {msg}"[:300]),
                                    timings=timings)
 
 
@@ -341,7 +342,7 @@ def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) ->
     from evonorm.graph import random_graph
     from evonorm.graph.library import resolve_graph
     from evonorm.proxy.training import search_dataset, with_dataset
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
     from evonorm.proxy.objective import evaluate_candidate
 
     torch.set_num_threads(1)

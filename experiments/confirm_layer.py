@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     from evonorm.graph.library import resolve_graph
     from evonorm.layers import list_norm_acts
     from evonorm.proxy.training import search_dataset, with_dataset
-    from evonorm.search.presets import PRESETS
+    from evonorm.proxy.presets import PRESETS
     from evonorm.proxy.retrain import pending
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -61,7 +61,7 @@ TESTS = {"mann-whitney": "one-sided exact Mann-Whitney U (evolution > random)",
 def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float, overrides: dict | None = None):
     """One arm's search: the preset with `overrides` (the same for both arms), one worker of one thread."""
     from evonorm.proxy.training import with_dataset
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
 
     return with_dataset(get_preset(preset, **for_seed(overrides or {}, seed), algorithm=algorithm, seed=seed,
                       budget=100_000, budget_seconds=budget_seconds, workers=1, threads=1,

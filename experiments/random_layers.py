@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from evonorm.data import default_dataset_name
     from evonorm.graph import random_graph
     from evonorm.proxy.training import quality_config
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
 
     name = args.dataset or default_dataset_name()
     cfg = get_preset(args.preset, dataset=name, data_root=args.data_root, n_train=args.n_train,

@@ -10,7 +10,7 @@ ARCHS = ("a1", "a2")  # the fake objectives' score names, as `fake_config` names
 
 def fake_config(**kw):
     """The tiny preset on the synthetic set with two fake architectures (for the fake evaluators below)."""
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
 
     base = dict(dataset="synthetic", budget=30, workers=2, window=6, initial_population=3,
                 tournament_fraction=0.5, archs=ARCHS, timeout=60.0)

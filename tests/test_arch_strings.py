@@ -17,7 +17,7 @@ from torch import nn
 from _timm import load_timm
 from evonorm.models import build_model, check_arch
 from evonorm.search.driver import init_run
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from evonorm.train import TrainConfig
 from test_cli_fuzz import check_refused
 
@@ -147,7 +147,7 @@ def test_train_on_my_data_with_my_architecture(user_modules, capsys):
     path = _npz(user_modules)
     out = user_modules / "r.json"
     assert main(["train", "--layer", "evonorm_s0", "--data", str(path), "--arch", "archmods:build",
-                 "--preset", "tiny", "--steps", "4", "--out", str(out)]) == 0
+                 "--train-preset", "tiny", "--steps", "4", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "archmods:build" in printed and str(path) in printed and "accuracy" in printed
     record = json.loads(out.read_text())
@@ -171,7 +171,7 @@ def test_bad_archs_exit_2_in_one_line_writing_nothing(command, monkeypatch):
     monkeypatch.setattr(sys, "path", list(sys.path))
     _forget_modules(monkeypatch)
     flag = "--arch" if command == "train" else "--archs"
-    tail = {"train": ["--layer", "bn_relu", "--preset", "tiny", "--steps", "2"],
+    tail = {"train": ["--layer", "bn_relu", "--train-preset", "tiny", "--steps", "2"],
             "search": ["--preset", "tiny", "--out", "new"],
             "calibrate": ["--preset", "tiny", "--out", "cal"]}[command]
     for arch in BAD_ARCHS:
@@ -235,10 +235,10 @@ def test_train_a_timm_model_on_my_data(user_modules, monkeypatch, capsys):
     load_timm(monkeypatch)  # in-process: the command imports the timm loaded here
     path = _npz(user_modules, n=80)
     assert main(["train", "--layer", "evonorm_s0", "--data", str(path), "--arch", "timm:resnet18",
-                 "--preset", "tiny", "--steps", "2", "--batch-size", "8", "--groups", "8"]) == 0
+                 "--train-preset", "tiny", "--steps", "2", "--batch-size", "8", "--groups", "8"]) == 0
     out = capsys.readouterr().out
     assert "timm:resnet18" in out and "accuracy" in out
     assert main(["train", "--layer", "bn_relu", "--data", str(path), "--arch", "timm:no_such_net",
-                 "--preset", "tiny", "--steps", "2"]) == 2
+                 "--train-preset", "tiny", "--steps", "2"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "timm has no model 'no_such_net'" in err

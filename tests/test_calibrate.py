@@ -9,10 +9,10 @@ import pytest
 
 from _calibrate_fakes import fake_measure
 from evonorm.cli import main
-from evonorm.proxy.calibrate import (RUNS_NAME, RunRecord, format_summary, load_runs, plan,
+from evonorm.proxy.calibrate import (RUNS_NAME, RunRecord, format_summary, load_runs, calibration_jobs,
                                       prepare_out, run_jobs, summarize)
 from evonorm.graph.library import NAMED_GRAPHS
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")
 ARCHS = ["a1", "a2"]
@@ -63,7 +63,7 @@ def test_summary_all_pass_and_no_valid_random():
 
 def test_run_jobs_saves_each_run_and_resumes(tmp_path):
     cfg = get_preset("tiny", n_train=-9)  # marker: the fake's second random graph kills its worker
-    jobs = plan(cfg, seeds=2, n_random=3)
+    jobs = calibration_jobs(cfg, seeds=2, n_random=3)
     assert [j.kind for j in jobs].count("reference") == 6 and len(jobs) == 9
     assert len({j.key for j in jobs}) == 9
     setup = {"config": cfg.to_dict(), "seeds": 2, "random": 3}

@@ -72,7 +72,7 @@ def test_train_layers_in_the_rerank_setting_uses_its_data_and_steps(tmp_path, mo
     # test split; the search setting: the search's split (what `evonorm retrain` trains on)
     import evonorm.train
     from evonorm.proxy.training import search_dataset, with_dataset
-    from evonorm.search.presets import PRESETS
+    from evonorm.proxy.presets import PRESETS
     from evonorm.proxy.rerank import rerank_dataset
     from evonorm.proxy.retrain import train_layers
 

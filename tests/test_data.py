@@ -178,7 +178,7 @@ def test_default_dataset_is_looked_for_in_the_given_data_root(tmp_path, monkeypa
     # a machine without the system package or the default folder
     import evonorm.data
     from evonorm.proxy.training import with_dataset
-    from evonorm.search.presets import PRESETS
+    from evonorm.proxy.presets import PRESETS
 
     monkeypatch.setattr(evonorm.data, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "absent")
     monkeypatch.setenv("EVONORM_DATA", str(tmp_path / "default"))

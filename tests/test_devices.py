@@ -12,7 +12,7 @@ from evonorm.data import synthetic_dataset, to_device, train_batches
 from evonorm.search.config import SearchConfig
 from evonorm.proxy.training import quality_config, search_dataset, train_config
 from evonorm.search.executors import make_executor
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
 
 HERE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -31,7 +31,7 @@ def _refused(argv, capsys, message):
 
 @pytest.mark.parametrize("command", [
     ["search", "--preset", "tiny", "--out", "{tmp}/run"],
-    ["train", "--layer", "evonorm_s0", "--preset", "tiny", "--dataset", "synthetic"],
+    ["train", "--layer", "evonorm_s0", "--train-preset", "tiny", "--dataset", "synthetic"],
     ["rerank", "{tmp}/done"],
     ["resume", "{tmp}/done"],
 ])

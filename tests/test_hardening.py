@@ -26,7 +26,7 @@ from evonorm.graph import Graph
 from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.search.driver import init_run, run_search
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from evonorm.search.store import SCHEMA_VERSION, Store
 
 
@@ -157,7 +157,7 @@ def test_planted_cifar_pickle_runs_no_code_and_is_named(tmp_path):
     assert not target.exists()
     # and through the CLI: one line, exit 2, the planted code never ran
     assert_refused(["train", "--layer", "bn_relu", "--dataset", "cifar10", "--data-root",
-                    str(tmp_path), "--preset", "tiny"], tmp_path, "data_batch_3")
+                    str(tmp_path), "--train-preset", "tiny"], tmp_path, "data_batch_3")
     assert not target.exists()
 
 

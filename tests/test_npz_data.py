@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from evonorm.data import NPZ_TEST_FRACTION, load_dataset, load_npz
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from test_cli_fuzz import check_refused
 
 
@@ -171,7 +171,7 @@ def test_bad_files_exit_2_in_one_line_writing_nothing(command):
             name, write, _ = _bad_files(ws)[index]
             path = ws / f"{name}.npz"
             write(path)
-            tail = {"train": ["--layer", "bn_relu", "--preset", "tiny", "--steps", "2"],
+            tail = {"train": ["--layer", "bn_relu", "--train-preset", "tiny", "--steps", "2"],
                     "search": ["--preset", "tiny", "--out", str(ws / "new")],
                     "calibrate": ["--preset", "tiny", "--out", str(ws / "cal")]}[command]
             return [command, "--data", str(path), *tail]
@@ -194,7 +194,7 @@ def test_train_on_a_npz_runs_and_names_the_file(tmp_path, capsys):
     x, y = _images(n=48, shape=(8, 8, 3))
     path = _save(tmp_path / "mine.npz", x=x, y=y)
     out = tmp_path / "r.json"
-    assert main(["train", "--layer", "evonorm_s0", "--data", str(path), "--preset", "tiny",
+    assert main(["train", "--layer", "evonorm_s0", "--data", str(path), "--train-preset", "tiny",
                  "--steps", "3", "--width", "0.0625", "--out", str(out)]) == 0
     assert str(path) in capsys.readouterr().out
     import json

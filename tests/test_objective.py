@@ -14,7 +14,7 @@ from evonorm.cli import main as cli
 from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.search import Reject, Trial, load, resume, search
 from evonorm.search.objective import load_objective, run_trial
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
 
 TESTS = Path(__file__).resolve().parent
@@ -93,8 +93,8 @@ def test_search_on_own_objective_stores_every_outcome_and_ranks_distinct_layers(
     with Store(tmp_path / "run", readonly=True) as store:
         by_proposal = {c.proposal: c for c in store.candidates()}
         cfg = store.search_config()
-    assert cfg.objective == "_objectives:mixed" and cfg.archs == ("objective",)
-    assert cfg.dataset is None  # an own objective brings its own data
+    assert cfg.objective == "_objectives:mixed" and cfg.scores == ("objective",)
+    assert cfg.task is None  # an own objective holds its own settings
     assert by_proposal[0].status == "valid"
     assert (by_proposal[1].status, by_proposal[1].reason) == ("rejected", "too slow on my phone")
     assert (by_proposal[2].status, by_proposal[2].reason) == ("rejected", "nonfinite")
@@ -117,7 +117,7 @@ def test_dict_objective_names_the_scores_of_the_pareto_tournament(tmp_path):
                  initial_population=1, p_random=0.0, progress=False)
     assert res.done == 6
     with Store(tmp_path / "run", readonly=True) as store:
-        assert store.search_config().archs == ("acc", "speed")  # named by the first valid result
+        assert store.search_config().scores == ("acc", "speed")  # named by the first valid result
         cands = store.candidates()
     assert all(set(c.accuracies) == {"acc", "speed"} for c in cands if c.status == "valid")
     assert any(c.origin == "mutation" for c in cands)  # tournaments ran on the named scores

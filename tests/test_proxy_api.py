@@ -7,7 +7,7 @@ import pytest
 from evonorm import proxy
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.search import Trial, load, resume, search
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
 
 
@@ -41,3 +41,10 @@ def test_proxy_search_then_resume_and_load(tmp_path):
     again = proxy.resume(run, progress=False)  # budget spent: opens and finishes
     assert again.complete and again.done == 2
     assert load(run).done == 2
+
+
+def test_moved_names_say_where_they_went():
+    with pytest.raises(ImportError, match=r"moved to evonorm\.proxy\.presets\.get_preset"):
+        from evonorm.search import get_preset  # noqa: F401
+    with pytest.raises(ImportError, match=r"moved to evonorm\.proxy\.presets"):
+        import evonorm.search.presets  # noqa: F401

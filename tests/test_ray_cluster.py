@@ -83,7 +83,7 @@ def test_existing_cluster_gets_package_and_data(ray_head, tmp_path):
     from evonorm.proxy.objective import ProxyObjective
     from evonorm.search.driver import init_run, run_search
     from evonorm.search.executors import OK, make_executor
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
     from evonorm.search.store import Store
 
     data = tmp_path / "data"

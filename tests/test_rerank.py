@@ -14,7 +14,7 @@ from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 from evonorm.proxy.training import search_dataset
 from evonorm.search.objective import layer_identity
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from evonorm.proxy.rerank import outside_holdout, prepare, rerank, rerank_dataset
 from evonorm.search.store import Store
 

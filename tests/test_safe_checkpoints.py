@@ -9,7 +9,7 @@ import torch
 
 from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.proxy.training import search_dataset, train_stages
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from evonorm.train import Run
 
 

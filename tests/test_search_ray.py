@@ -10,7 +10,7 @@ import _search_fakes  # noqa: E402
 from evonorm.proxy.objective import ProxyObjective  # noqa: E402
 from evonorm.search.driver import init_run, run_search  # noqa: E402
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, RayExecutor  # noqa: E402
-from evonorm.search.presets import get_preset  # noqa: E402
+from evonorm.proxy.presets import get_preset  # noqa: E402
 from evonorm.search.store import Store  # noqa: E402
 
 

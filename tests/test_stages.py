@@ -18,7 +18,7 @@ from evonorm.train import Run, TrainConfig, lr_at, train
 
 
 def _staged_cfg(**kw):
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
 
     base = dict(dataset="synthetic", n_train=96, quality_steps=0, stages=(3,), quality_factor=0.0,
                 train={"steps": 6, "batch_size": 8, "width": 0.0625, "eval_batch_size": 64})

@@ -9,8 +9,10 @@ The data and models modules are imported in the checks that use them: they load 
 
 from __future__ import annotations
 
+import argparse
 import os
 import sqlite3
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -18,6 +20,7 @@ from typing import Iterator
 from evonorm.cli import CommandError
 from evonorm.report.text import summary_table
 from evonorm.search import store
+from evonorm.proxy.config import proxy_config
 from evonorm.proxy.training import train_config
 from evonorm.search.lock import RunLock, RunLocked
 
@@ -105,10 +108,10 @@ def check_run(run: Path) -> None:
         exists = False
     if not exists:
         raise CommandError(f"no such run folder or store: {run}")
-    check_store(run)
+    require_store(run)
 
 
-def check_store(run: Path) -> None:
+def require_store(run: Path) -> None:
     """The run's store must exist and be an intact store of a known schema (read-only check)."""
     try:
         path = store.resolve_path(run)
@@ -207,7 +210,7 @@ def probe_archs(cfg, ds) -> None:
     """Build each external architecture of `cfg` once for the data `ds` (ValueError in one line)."""
     from evonorm.models import is_builtin, probe_arch
 
-    for arch in cfg.archs:
+    for arch in proxy_config(cfg).archs:
         if not is_builtin(arch):
             probe_arch(arch, num_classes=ds.num_classes, in_chans=ds.channels,
                        **train_config(cfg, arch).layer_kwargs())
@@ -228,3 +231,20 @@ def check_run_archs(run, archs, given) -> list[str]:
 
 RUN_ARCH_HELP = ("the run's MODULE:FUNCTION architecture(s), named again (comma-separated or "
                  "repeated): code named in a run folder is never imported otherwise")
+
+
+def add_train_preset(p, default: str | None, help: str) -> None:
+    """`--train-preset`, a training preset (`evonorm.train.TRAIN_PRESETS`), and its old spelling
+    `--preset`, hidden: `--preset` is a search preset wherever else it appears."""
+    p.add_argument("--train-preset", default=default, help=help)
+    p.add_argument("--preset", dest="old_train_preset", default=None, help=argparse.SUPPRESS)
+
+
+def train_preset_arg(args, prog: str) -> str | None:
+    """The training preset asked for; the old spelling `--preset` still works for one release,
+    with a one-line note on stderr."""
+    if args.old_train_preset is None:
+        return args.train_preset
+    print(f"{prog}: --preset is now --train-preset (the old spelling goes in the next release)",
+          file=sys.stderr)
+    return args.old_train_preset

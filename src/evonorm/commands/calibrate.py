@@ -9,10 +9,11 @@ from pathlib import Path
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import ARCHS_HELP, DATA_HELP, dataset_arg
 from evonorm.commands.search import check_setup
-from evonorm.proxy.calibrate import calibration_setup, format_summary, load_runs, plan, prepare_out, progress_line, run_jobs, summarize
+from evonorm.proxy.calibrate import calibration_setup, format_summary, load_runs, calibration_jobs, prepare_out, progress_line, run_jobs, summarize
 from evonorm.search.config import SPACES
 from evonorm.proxy.training import search_dataset
-from evonorm.search.presets import PRESETS, get_preset
+from evonorm.proxy.config import proxy_config
+from evonorm.proxy.presets import PRESETS, get_preset
 from evonorm.proxy.rejection import quality_threshold
 
 
@@ -62,9 +63,10 @@ def main(argv: list[str]) -> int:
         earlier = prepare_out(out, setup)
     except (ValueError, OSError) as err:
         raise CommandError(str(err)) from None
-    jobs = plan(cfg, args.seeds, args.random)
-    print(f"calibrate: preset {cfg.preset}, space {cfg.space}, dataset {cfg.dataset}, archs "
-          f"{', '.join(cfg.archs)}, {args.seeds} seed(s) x {len(jobs) - args.random} reference "
+    jobs = calibration_jobs(cfg, args.seeds, args.random)
+    task = proxy_config(cfg)
+    print(f"calibrate: preset {cfg.preset}, space {cfg.space}, dataset {task.dataset}, archs "
+          f"{', '.join(task.archs)}, {args.seeds} seed(s) x {len(jobs) - args.random} reference "
           f"run(s) + {args.random} random, {cfg.num_workers} worker(s) -> {out}"
           + (f" (resuming: {len(earlier)} done)" if earlier else ""), file=sys.stderr, flush=True)
     start = time.perf_counter()
@@ -73,9 +75,9 @@ def main(argv: list[str]) -> int:
     keys = {j.key for j in jobs}
     records = [r for r in load_runs(out) if r.key in keys]
     ds = search_dataset(cfg)  # cached
-    threshold = quality_threshold(ds.num_classes, cfg.quality_factor)
-    table = format_summary(summarize(records, list(cfg.archs)), threshold, cfg.train_seeds,
-                           cfg.final_runs)
+    threshold = quality_threshold(ds.num_classes, task.quality_factor)
+    table = format_summary(summarize(records, list(task.archs)), threshold, task.train_seeds,
+                           task.final_runs)
     (out / "table.md").write_text(table + "\n")
     print(table)
     print(f"calibration done in {time.perf_counter() - start:.0f}s; table in {out / 'table.md'}",

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import (RUN_ARCH_HELP, check_device, check_executor, check_run_archs,
-                                      check_store, check_workers, dataset_arg, report_result,
+                                      require_store, check_workers, dataset_arg, report_result,
                                       run_lock, write_errors)
 from evonorm.commands.search import load_objective_arg, run_facts
 from evonorm.report.text import summary_table
 from evonorm.search.api import check_resume_objective
 from evonorm.search.config import EXECUTORS
 from evonorm.search.driver import run_search
+from evonorm.proxy.config import anchor_archs, proxy_config
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.training import search_dataset
 from evonorm.search.store import Store
@@ -51,7 +52,7 @@ def _plan(args):
     """(config with the command's changes, candidates done, proposals re-queued), read-only;
     CommandError on anything wrong with the run or the arguments."""
 
-    check_store(args.run)
+    require_store(args.run)
     device = check_device(args.device)
     try:
         with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
@@ -64,14 +65,15 @@ def _plan(args):
         if "budget" in changes and changes["budget"] < cfg.budget:
             raise ValueError(f"--budget cannot shrink the run's budget of {cfg.budget}")
         if args.data is not None:  # the same file (its sha256 is checked when it is read)
-            if cfg.data_sha256 is None:
+            task = proxy_config(cfg)
+            if task.data_sha256 is None:
                 raise ValueError(f"--data gives a moved data file, and this run trained on "
-                                 f"{cfg.dataset}, not a file of its own")
+                                 f"{task.dataset}, not a file of its own")
             changes["dataset"] = dataset_arg(None, args.data)
         cfg = cfg.replace(**changes)
     except (ValueError, TypeError, FileNotFoundError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
-    check_run_archs(args.run, cfg.archs, args.arch)
+    check_run_archs(args.run, anchor_archs(cfg), args.arch)
     check_executor(cfg)
     check_workers(cfg)
     return cfg, done, pending

@@ -13,7 +13,7 @@ from evonorm.proxy.training import search_dataset, with_dataset
 from evonorm.search.driver import SearchResult, init_run, run_search
 from evonorm.search.executors import Executor
 from evonorm.search.lock import RunLock
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
 
 
@@ -39,9 +39,10 @@ def resume(out: str | Path, *, progress: bool = True, executor: Executor | None 
     searched on an objective of one's own: resume it with `evonorm.search.resume(out, objective)`).
     `executor`: one to run the candidates on instead of the run's own (tests)."""
     with Store(out, readonly=True) as store:
-        cfg = store.search_config()
+        cfg, done = store.search_config(), store.num_candidates()
     check_proxy_run(cfg, out)
-    search_dataset(cfg)
+    if done < cfg.budget:  # candidates will train: the data must still be there
+        search_dataset(cfg)
     with RunLock(out):
         return run_search(out, objective=ProxyObjective(cfg), progress=progress,
                           executor=executor)

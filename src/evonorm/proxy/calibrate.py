@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from evonorm.proxy.config import proxy_config
 from evonorm.search.config import SearchConfig
 from evonorm.stats import mean_std
 from evonorm.proxy.training import quality_config, search_dataset
@@ -89,7 +90,7 @@ class RunRecord:
         return (self.kind, self.name, self.seed)
 
 
-def plan(cfg: SearchConfig, seeds: int, n_random: int) -> list[Job]:
+def calibration_jobs(cfg: SearchConfig, seeds: int, n_random: int) -> list[Job]:
     """References x seeds 0..seeds-1 and `n_random` random graphs of the space (at cfg.seed), in
     rounds (every reference at one seed, then a share of the random graphs), so that a
     calibration stopped early has covered every layer."""
@@ -124,6 +125,7 @@ def measure(payload: dict) -> dict:
     t0 = time.perf_counter()
     job = Job(**payload["job"])
     cfg = SearchConfig.from_dict(payload["config"]).replace(seed=job.seed)
+    task = proxy_config(cfg)
     rec = RunRecord(job.kind, job.name, job.seed, "rejected", None, graph=job.graph)
     if cfg.stages:  # staged: the quality test is the first stage; train on past it, bar at 0
         res = evaluate_candidate({"graph": job.graph,
@@ -131,7 +133,7 @@ def measure(payload: dict) -> dict:
         rec.reason, rec.accuracies = res.reason, dict(res.accuracies)
         if res.status == "valid":
             rec.fitness = res.fitness
-            bar = quality_threshold(search_dataset(cfg).num_classes, cfg.quality_factor)
+            bar = quality_threshold(search_dataset(cfg).num_classes, task.quality_factor)
             for arch, acc in res.stages[0].items():
                 rec.quality[arch], rec.quality_pass[arch] = acc, acc >= bar
                 if acc < bar and rec.reason is None:
@@ -151,9 +153,9 @@ def measure(payload: dict) -> dict:
             rec.fitness = res.fitness
         ds = search_dataset(cfg)
         graph = Graph.from_json(job.graph)
-        for arch in cfg.archs:
+        for arch in task.archs:
             rej, accs = quality(graph, ds, [arch], lambda a: quality_config(cfg, a),
-                                factor=cfg.quality_factor)
+                                factor=task.quality_factor)
             if arch in accs:
                 rec.quality[arch] = accs[arch]
             rec.quality_pass[arch] = rej is None

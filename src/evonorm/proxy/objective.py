@@ -14,20 +14,17 @@ import time
 
 from dataclasses import dataclass
 
-from evonorm.proxy.rejection import Rejection, precheck, quality, stability
+from evonorm.proxy.config import proxy_config
+from evonorm.proxy.rejection import precheck, quality, stability
 from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.objective import Reject, Trial, run_trial
 
 
-def _reject(rej: Rejection, accuracies: dict | None = None) -> Reject:
-    return Reject(rej.reason, step=rej.step, detail=rej.detail, scores=accuracies)
-
-
-def _error(err: BaseException) -> Rejection:
+def _error(err: BaseException) -> Reject:
     msg = str(err).splitlines()[0] if str(err) else ""
-    return Rejection(f"error: {type(err).__name__}: {msg}"[:300])
+    return Reject(f"error: {type(err).__name__}: {msg}"[:300])
 
 
 @dataclass(frozen=True)
@@ -39,8 +36,9 @@ class ProxyObjective:
 
     def __call__(self, norm_act, trial: Trial) -> dict[str, float]:
         """The task on `trial.graph`, at the trial's seed and device (`objective`)."""
-        cfg = self.config.replace(seed=trial.seed, device=trial.device,
-                                  data_root=trial.data_dir or self.config.data_root)
+        cfg = self.config.replace(seed=trial.seed, device=trial.device)
+        if trial.data_dir:  # the data folder as a remote worker received it
+            cfg = cfg.replace(data_root=trial.data_dir)
         return objective(cfg, trial)
 
 
@@ -51,6 +49,7 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
     rejection); a non-finite loss with "nonfinite". Missing data raises: the run's problem, not the
     layer's, so the candidate is failed. Phase times go to `trial.timings`.
     """
+    task = proxy_config(cfg)
     graph = trial.graph
     t = time.perf_counter()
 
@@ -64,28 +63,28 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
     lap("data")
     try:
         screen = cfg.algorithm != "random-norej"
-        if screen and cfg.prechecks:
+        if screen and task.prechecks:
             rej = precheck(graph, seed=cfg.seed)
             lap("precheck")
             if rej:
-                raise _reject(rej)
-        if screen and cfg.stability_steps > 0:
-            for arch in cfg.archs[:cfg.stability_archs]:
+                raise rej
+        if screen and task.stability_steps > 0:
+            for arch in task.archs[:task.stability_archs]:
                 tcfg = train_config(cfg, arch)
                 rej = stability(graph, ds, arch=arch, width=tcfg.resolved_width(),
-                                steps=cfg.stability_steps, threshold=cfg.stability_threshold,
-                                batch=cfg.stability_batch, lr=cfg.stability_lr, seed=cfg.seed,
+                                steps=task.stability_steps, threshold=task.stability_threshold,
+                                batch=task.stability_batch, lr=task.stability_lr, seed=cfg.seed,
                                 model_kwargs=tcfg.layer_kwargs())
                 if rej:
                     lap("stability")
-                    raise _reject(rej)
+                    raise rej
             lap("stability")
-        if screen and cfg.quality_steps > 0:
-            rej, accs = quality(graph, ds, cfg.archs, lambda a: quality_config(cfg, a),
-                                factor=cfg.quality_factor)
+        if screen and task.quality_steps > 0:
+            rej = quality(graph, ds, task.archs, lambda a: quality_config(cfg, a),
+                          factor=task.quality_factor)[0]
             lap("quality")
             if rej:
-                raise _reject(rej, accs)
+                raise rej
         result = train_stages(graph, ds, cfg, checkpoint=trial.checkpoint, screen=screen,
                               trial=trial)
         lap("train")
@@ -95,10 +94,10 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
         raise
     except Exception as err:  # an exception in the layer is a rejection with its reason
         lap("error")
-        raise _reject(_error(err)) from None
+        raise _error(err) from None
     if result.status != "valid":
-        raise _reject(Rejection(result.reason or "rejected", result.reason_step, result.detail),
-                      result.accuracies)
+        raise Reject(result.reason or "rejected", step=result.reason_step, detail=result.detail,
+                     scores=result.accuracies)
     return dict(result.accuracies)
 
 

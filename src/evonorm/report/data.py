@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from evonorm.search.candidates import Candidate, as_candidate, reason_group
+from evonorm.search.config import flat_config
 from evonorm.search.evaluation import STATUSES, finite
 from evonorm.proxy.references import REFERENCES_FILE
 from evonorm.proxy.retrain import RetrainRow, read_rows
@@ -97,7 +98,7 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
                 candidates=list(store.candidates()),
                 population=list(store.population()),
                 reranks=list(_safe(store, "reranks")),
-                config=dict(_safe(store, "config", {}) or {}),
+                config=flat_config(_safe(store, "config", {}) or {}),
                 in_flight=len(_safe(store, "pending_proposals")),
                 status=_meta(store, "status"),
             )

@@ -100,18 +100,6 @@ class SearchResult:
             return [row.best for row in top_layers(store.candidates(), k, same=same_layer_keys())]
 
 
-def load_result(run_dir: str | Path) -> SearchResult:
-    """A run folder's search as it stands (read only)."""
-    run = Path(run_dir)
-    with Store(run, readonly=True) as store:
-        cfg = store.search_config()
-        tally = Tally(stages=cfg.num_stages)
-        for c in store.candidates():
-            tally.add(c)
-        complete = store.get_meta("status") == "complete"
-    return SearchResult(run, cfg.budget, tally.done, complete, tally)
-
-
 def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> Path:
     """Create a run folder and store its config. A non-empty folder needs `force` (it is cleared
     of an earlier store only; other files are left alone)."""
@@ -179,7 +167,7 @@ class _Search:
         """A candidate as a population member: a valid one at its stage, whose stage fitnesses
         feed the hurdles (a cache hit's too: every proposal of a layer counts, as in the
         population); a near miss at stage 0, so any valid contestant beats it."""
-        scores = tuple(float(c.accuracies.get(a, 0.0)) for a in self.cfg.archs)
+        scores = tuple(float(c.accuracies.get(a, 0.0)) for a in self.cfg.scores)
         if c.status != "valid":
             return Member(c.id, c.graph, scores, 0)
         for k, f in enumerate(c.evaluation.stage_fitness[:len(self.reached)]):
@@ -229,19 +217,19 @@ class _Search:
             self.last_line = time.perf_counter()
 
     def _named(self, e: Evaluation) -> Evaluation:
-        """A valid result scored under the run's objective names (`cfg.archs`: the anchor
-        architectures of the built-in objective). An own objective's first valid result names them
-        (stored in the config); a later result under other names is the objective's error."""
+        """A valid result scored under the run's score names (`cfg.scores`). The first valid
+        result names them (stored in the config); a later result under other names is the
+        objective's error."""
         names = set(e.accuracies)
-        if e.status != "valid" or names == set(self.cfg.archs):
+        if e.status != "valid" or names == set(self.cfg.scores):
             return e
-        if self.cfg.objective and self.tally.valid == 0:
-            self.cfg = self.cfg.replace(archs=tuple(e.accuracies))
+        if self.tally.valid == 0:
+            self.cfg = self.cfg.replace(scores=tuple(e.accuracies))
             self.store.set_config(self.cfg.to_dict())
             return e
         return Evaluation("rejected", reason=(
             f"error: the objective returned {', '.join(sorted(names))}, not the run's "
-            f"{', '.join(self.cfg.archs)}")[:300], timings=e.timings)
+            f"{', '.join(self.cfg.scores)}")[:300], timings=e.timings)
 
     def status_line(self) -> str:
         """done / valid / best / ETA, from this session's pace."""
@@ -371,7 +359,7 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
         if executor is None:
             executor = make_executor(cfg.executor, fn, cfg.num_workers, timeout=cfg.timeout,
                                      address=cfg.address, device=cfg.device,
-                                     gpus_per_worker=cfg.gpus_per_worker, data_dir=cfg.data_root,
+                                     gpus_per_worker=cfg.gpus_per_worker, data_dir=cfg.execution.data_dir,
                                      threads=cfg.threads, ship=ship)
         bar = None
         if progress and sys.stderr.isatty():
