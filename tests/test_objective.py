@@ -125,7 +125,7 @@ def test_dict_objective_names_the_scores_of_the_pareto_tournament(tmp_path):
 
 def test_own_objective_search_honours_hurdles(tmp_path):
     search(_objectives.staged, out=tmp_path / "run", preset="tiny", budget=12, workers=1,
-           stages=(1,), quality_steps=0, hurdle_min=2, progress=False)
+           stages=(1,), hurdle_min=2, progress=False)
     with Store(tmp_path / "run", readonly=True) as store:
         cands = [c for c in store.candidates() if c.status == "valid"]
     assert {c.stage for c in cands} == {1, 2}  # some stopped below the hurdle, some went on

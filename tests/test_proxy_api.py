@@ -48,3 +48,11 @@ def test_moved_names_say_where_they_went():
         from evonorm.search import get_preset  # noqa: F401
     with pytest.raises(ImportError, match=r"moved to evonorm\.proxy\.presets"):
         import evonorm.search.presets  # noqa: F401
+
+
+def test_a_proxy_setting_for_an_own_objective_is_refused_in_one_line(tmp_path):
+    import _objectives
+
+    with pytest.raises(ValueError, match="quality_steps .not the engine's"):
+        search(_objectives.two, out=tmp_path / "run", preset="tiny", quality_steps=0)
+    assert not (tmp_path / "run").exists()

@@ -237,8 +237,9 @@ class SearchConfig:
             top[part] = dataclasses.replace(top.get(part, getattr(self, part)), **kw)
         if rest:
             task = top.get("task", self.task)
-            if task is None:
-                raise ValueError(f"unknown search config field(s): {', '.join(sorted(rest))}")
+            if task is None:  # e.g. a proxy-task setting given for an objective of one's own
+                raise ValueError(f"unknown search config field(s): {', '.join(sorted(rest))} "
+                                 "(not the engine's; an objective of one's own holds its settings)")
             top["task"] = {**task, **rest}
         return dataclasses.replace(self, **top)
 
