@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from evonorm.proxy.config import ProxyConfig, proxy_config, with_task
 from evonorm.search.config import SearchConfig
 from evonorm.search.settings import ENGINE_PRESETS
@@ -40,20 +42,6 @@ TASKS: dict[str, ProxyConfig] = {
         train_seeds=2, final_train_seeds=4, data_seed=0, rerank_preset="tiny",
         rerank_train={"steps": 300, "batch_size": 64, "width": 0.0625, "n_train": 10000,
                       "n_test": None, "lr_warmup": 10}, rerank_top=3),  # the whole test split
-    # From scratch: `demo`'s proxy at one training run per candidate. Valid layers are rare from
-    # random graphs (1 in ~1,500 distinct ones), so near misses of the quality test (learned on
-    # ResNet50, not on MobileNetV2) join the population below every valid layer as parents. For
-    # `experiments/evolution_vs_random.py`, whose third run measured this preset: evolution did
-    # not beat random search (near misses lead it to more layers that fail on MobileNetV2).
-    "scratch": ProxyConfig(
-        n_train=4000, holdout=0.25, archs=("resnet50_cifar", "mobilenetv2_cifar"),
-        train_preset="tiny", train={"steps": 150, "batch_size": 32, "width": 0.0625, "lr": 0.1,
-                                    "lr_warmup": 10},
-        arch_train={"mobilenetv2_cifar": {"lr": 0.03}},
-        stability_steps=10, stability_batch=8, quality_steps=0, quality_factor=1.2,
-        rerank_preset="tiny",
-        rerank_train={"steps": 300, "batch_size": 64, "width": 0.0625, "n_train": 10000,
-                      "n_test": 2000, "lr_warmup": 10}, rerank_top=3),
     # The paper's settings (Sec. 5.1): CIFAR-10, 3 archs, 2000 steps constant lr / 5000 cosine.
     "paper-b": ProxyConfig(dataset="cifar10", train_preset="paper-b", rerank_preset="paper-b",
                            rerank_train={"steps": 10000}),
@@ -61,18 +49,27 @@ TASKS: dict[str, ProxyConfig] = {
                            rerank_train={"steps": 20000}),
 }
 
+# From scratch: `demo`'s proxy at one training run per candidate. Valid layers are rare from
+# random graphs (1 in ~1,500 distinct ones), so near misses of the quality test (learned on
+# ResNet50, not on MobileNetV2) join the population below every valid layer as parents. For
+# `experiments/evolution_vs_random.py`, whose third run measured this preset: evolution did
+# not beat random search (near misses lead it to more layers that fail on MobileNetV2).
+TASKS["scratch"] = dataclasses.replace(
+    TASKS["demo"], train_seeds=1, final_train_seeds=None, data_seed=None,
+    rerank_train={**TASKS["demo"].rerank_train, "n_test": 2000})
+
 # `demo` for the B space: EvoNorm-B0 stays at chance in 2 of 3 seeds on MobileNetV2 at `demo`'s
 # lr 0.03, and the seed spread is larger than the gaps between the B references there; at lr 0.03
 # on ResNet50 and 0.01 on MobileNetV2 it learns in every seed (docs/calibration.md). It starts
 # from BN-ReLU written as a graph (GN-ReLU fails the quality test on ResNet50 at lr 0.03).
-TASKS["demo-b"] = ProxyConfig.from_dict({
-    **TASKS["demo"].to_dict(), "train": {**TASKS["demo"].train, "lr": 0.03},
-    "arch_train": {"mobilenetv2_cifar": {"lr": 0.01}},
-    "train_seeds": 1, "final_train_seeds": None, "data_seed": None,  # as calibrated: one run, split per seed
-    "rerank_train": {**TASKS["demo"].rerank_train, "lr": 0.03}})
+TASKS["demo-b"] = dataclasses.replace(
+    TASKS["demo"], train={**TASKS["demo"].train, "lr": 0.03},
+    arch_train={"mobilenetv2_cifar": {"lr": 0.01}},
+    train_seeds=1, final_train_seeds=None, data_seed=None,  # as calibrated: one run, split per seed
+    rerank_train={**TASKS["demo"].rerank_train, "lr": 0.03})
 
-PRESETS: dict[str, SearchConfig] = {name: with_task(ENGINE_PRESETS[name], task)
-                                    for name, task in TASKS.items()}
+PRESETS: dict[str, SearchConfig] = {name: with_task(engine, TASKS[name])
+                                    for name, engine in ENGINE_PRESETS.items()}
 
 # What `evonorm calibrate` measured for a preset's proxy, per search space (docs/calibration.md);
 # a search prints it when it starts, and says where nothing was measured.
