@@ -61,18 +61,21 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
     the same relative rate). Rejects at the first step where the norm exceeds `threshold` or is
     non-finite; passes after `steps` ascent steps otherwise. `trace` collects the norm per step.
     Runs on the device the dataset's tensors are on (the search's, `search_dataset`).
+
+    The model is the trainer's (`evonorm.train.Run` at `seed`: the model, initialisation and device
+    a training run of this layer starts from); the ascent is this test's own loop, as it climbs
+    the gradient norm rather than descending the loss.
     """
     import torch
     import torch.nn.functional as F
 
     from evonorm.data import crop_size, normalize, random_crop_flip
-    from evonorm.models import build_model
+    from evonorm.train import Run, TrainConfig
 
-    torch.manual_seed(seed)
-    c = dataset.train_x.shape[1]
     device = dataset.train_x.device
-    model = build_model(arch, norm_act, num_classes=dataset.num_classes, width=width, in_chans=c,
-                        **(model_kwargs or {})).to(device)
+    groups = (model_kwargs or {}).get("groups")
+    model = Run(norm_act, dataset, TrainConfig(arch=arch, width=width, seed=seed, groups=groups,
+                                               device=str(device))).model
     model.train()
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randperm(len(dataset.train_y), generator=gen)[:batch].to(device)
