@@ -87,7 +87,7 @@ def load(out: str | Path) -> SearchResult:
     run = Path(out)
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
-        tally = Tally(stages=cfg.num_stages)
+        tally = Tally(num_stages=cfg.num_stages)
         for c in store.candidates():
             tally.add(c)
         complete = store.get_meta("status") == "complete"

@@ -49,7 +49,7 @@ class Tally:
     cache_hits: int = 0
     rejected: Counter = field(default_factory=Counter)
     best: float | None = None  # of the layers trained to the end
-    stages: int = 1  # scored stages of a fully trained layer
+    num_stages: int = 1  # scored stages of a fully trained layer
     stopped: int = 0  # valid layers a hurdle stopped before the end
 
     def add(self, c: Candidate) -> None:
@@ -57,8 +57,8 @@ class Tally:
         self.cache_hits += c.cache_hit
         if c.status == "valid":
             self.valid += 1
-            self.stopped += c.stage < self.stages
-            final = c.stage >= self.stages  # with hurdles, a stopped layer's fitness is earlier
+            self.stopped += c.stage < self.num_stages
+            final = c.stage >= self.num_stages  # with hurdles, a stopped layer's fitness is earlier
             if final and c.fitness is not None and (self.best is None or c.fitness > self.best):
                 self.best = c.fitness
         elif c.status == "rejected":
@@ -68,7 +68,7 @@ class Tally:
 
     def line(self) -> str:
         rej = " ".join(f"{k}:{v}" for k, v in sorted(self.rejected.items())) or "0"
-        hurdled = f" ({self.stopped} stopped by a hurdle)" if self.stages > 1 else ""
+        hurdled = f" ({self.stopped} stopped by a hurdle)" if self.num_stages > 1 else ""
         return (f"valid {self.valid}{hurdled} | rejected {rej} | failed {self.failed} | "
                 f"cache hits {self.cache_hits} | best {self.best_text()}")
 
@@ -143,7 +143,7 @@ class _Search:
         self.started = self.last_line = time.perf_counter()
         self.done_before = store.num_candidates()
         self.rng = rng_from_state(store.last_rng_state(), cfg.seed)
-        self.tally = Tally(stages=cfg.num_stages)
+        self.tally = Tally(num_stages=cfg.num_stages)
         self.spent = 0.0  # worker-seconds of the finished candidates (for `budget_seconds`)
         # each hurdle: the stage fitness of the last `window` layers that reached that stage
         self.reached: list[deque[float]] = [deque(maxlen=cfg.window) for _ in cfg.stages]
