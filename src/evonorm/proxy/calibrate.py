@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from evonorm.proxy.config import proxy_config
-from evonorm.search.config import SearchConfig
+from evonorm.search.config import SearchConfig, flat_config
 from evonorm.stats import mean_std
 from evonorm.proxy.training import quality_config, search_dataset
 from evonorm.search.executors import OK, LocalExecutor
@@ -184,9 +184,10 @@ def load_runs(out: Path) -> list[RunRecord]:
 NOT_MEASURED = ("workers", "threads", "executor", "address", "timeout", "retries", "budget",
                 "budget_seconds", "window", "initial_population", "tournament_fraction",
                 "tournament_min", "criterion", "mutations", "p_random", "near_misses",
-                "seed_layers", "rerank_preset", "rerank_train", "rerank_top")
+                "seed_layers", "rerank_preset", "rerank_train", "rerank_top", "data_dir", "scores")
 """Config fields no calibration run depends on (how the search proposes, how long it runs, how it
-is executed, how it reranks): changing them keeps a calibration folder's runs."""
+is executed, how it reranks; `scores` repeats `archs`), by their flat names: changing them keeps a
+calibration folder's runs."""
 
 
 def calibration_setup(cfg: SearchConfig, seeds: int, n_random: int) -> dict:
@@ -195,11 +196,13 @@ def calibration_setup(cfg: SearchConfig, seeds: int, n_random: int) -> dict:
 
 
 def _measured(setup: dict) -> dict:
-    """A setup without NOT_MEASURED fields (folders written before the list grew have some)."""
+    """A setup's config in the flat spelling, without NOT_MEASURED fields (folders written before
+    the list grew have some; before the config had parts, it was flat)."""
     config = setup.get("config")
     if not isinstance(config, dict):
         return setup
-    return {**setup, "config": {k: v for k, v in config.items() if k not in NOT_MEASURED}}
+    flat = flat_config(config)
+    return {**setup, "config": {k: v for k, v in flat.items() if k not in NOT_MEASURED}}
 
 
 def prepare_out(out: Path, setup: dict) -> list[RunRecord]:
