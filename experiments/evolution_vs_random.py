@@ -78,8 +78,8 @@ def _one_run(run: str, cfg_dict: dict) -> None:
     cfg, run, stored = SearchConfig.from_dict(cfg_dict), Path(run), None
     if (run / "store.sqlite").is_file():
         with Store(run, readonly=True) as st:
-            stored = st.config()
-    if stored != cfg.to_dict():
+            stored = SearchConfig.from_dict(st.config())  # flat or nested, as its version wrote it
+    if stored != cfg:
         init_run(run, cfg, force=True)
     log(f"{run.name}: {run_search(run, objective=ProxyObjective(cfg), progress=False).tally.line()}")
 
