@@ -65,7 +65,7 @@ class RerankPlan:
     @property
     def label(self) -> str:
         """The setting's name in the store (`TrainSetting.label`)."""
-        return self.cfg.rerank_training.label
+        return proxy_config(self.cfg).rerank_training.label
 
     @property
     def split(self) -> str:
@@ -96,7 +96,8 @@ class RerankPlan:
         for arch in self.cfg.archs:
             lines += [f"  {arch}: search {self.search[arch].text()}",
                       f"  {arch}: rerank {self.rerank[arch].text()}"]
-        return [f"rerank setting {self.label} vs the search's {self.cfg.training.label}:", *lines,
+        searched = proxy_config(self.cfg).training.label
+        return [f"rerank setting {self.label} vs the search's {searched}:", *lines,
                 f"  trained on the {self.cfg.dataset} training images the search did not score "
                 f"on ({self.available} available); scored on the {self.split}, never seen by "
                 f"the search"]
@@ -192,13 +193,15 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
 
 def train_layer(payload: dict) -> dict:
     """Retrain one layer on every architecture in the rerank setting (runs in a worker; must be
-    importable by name). payload: {"graph": graph JSON, "config": the plan's config dict}.
+    importable by name). payload: {"graph": graph JSON, "config": the plan's config dict, and "data_dir" on a remote Ray worker}.
     Returns {"status", "reason", "accuracies"}: "failed" with the reason at the first
     architecture where the loss goes non-finite or the layer raises."""
     from evonorm.graph import Graph
     from evonorm.train import train
 
     cfg = SearchConfig.from_dict(payload["config"])
+    if payload.get("data_dir"):  # the data folder as a remote Ray worker received it
+        cfg = cfg.replace(data_root=payload["data_dir"])
     task = proxy_config(cfg)
     data = rerank_dataset(cfg)  # outside the try: missing data is the run's problem
     accs: dict[str, float] = {}
@@ -267,7 +270,7 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
             with make_executor(cfg.executor, fn or train_layer, n_workers, timeout=plan.timeout,
                                address=cfg.address, device=cfg.device,
                                gpus_per_worker=cfg.gpus_per_worker,
-                               data_root=task.data_root, threads=cfg.threads) as pool:
+                               data_dir=task.data_root, threads=cfg.threads) as pool:
                 while queue or running:
                     while queue and pool.free_slots() > 0:
                         c, attempts = queue.pop(0)
