@@ -193,7 +193,8 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
 
 def train_layer(payload: dict) -> dict:
     """Retrain one layer on every architecture in the rerank setting (runs in a worker; must be
-    importable by name). payload: {"graph": graph JSON, "config": the plan's config dict, and "data_dir" on a remote Ray worker}.
+    importable by name). payload: {"graph": graph JSON, "config": the plan's config dict, and
+    "data_dir" on a remote Ray worker}.
     Returns {"status", "reason", "accuracies"}: "failed" with the reason at the first
     architecture where the loss goes non-finite or the layer raises."""
     from evonorm.graph import Graph
