@@ -34,7 +34,7 @@ import torch
 from evonorm.graph import Graph
 from evonorm.graph.cpp import load as load_cpp
 from evonorm.graph.library import get_graph
-from evonorm.search.presets import PRESETS
+from evonorm.proxy.presets import PRESETS
 
 NATIVE = ("bn_relu", "gn_relu", "evonorm_s0")
 
@@ -56,13 +56,13 @@ def _variants(impls: list[str], graphs: list[str]) -> dict[str, object]:
 
 def _dataset(cfg):
     from evonorm.data import default_dataset_name, synthetic_dataset
-    from evonorm.search.evaluator import search_dataset
+    from evonorm.proxy.training import search_dataset, with_dataset
 
     try:
         default_dataset_name(fallback=False)
     except FileNotFoundError:
         return synthetic_dataset(2048, 256, channels=1, size=28, seed=0), "synthetic"
-    return search_dataset(cfg.with_dataset()), "fashion_mnist"
+    return search_dataset(with_dataset(cfg)), "fashion_mnist"
 
 
 def _clock(device: str):
@@ -97,7 +97,7 @@ def candidate_seconds(layers: dict, ds, tcfg, block: int = 10) -> dict[str, floa
 
 
 def bench_train(args) -> list[dict]:
-    from evonorm.search.evaluator import train_config
+    from evonorm.proxy.training import train_config
 
     cfg = PRESETS["demo"]
     ds, ds_name = _dataset(cfg)

@@ -94,9 +94,9 @@ def extrapolate(presets: list[str], steps: int) -> None:
 
     from evonorm.data import holdout_split, load_dataset, synthetic_dataset
     from evonorm.graph.library import get_graph
-    from evonorm.search.evaluator import train_config
-    from evonorm.search.presets import get_preset
-    from evonorm.search.rejection import stability
+    from evonorm.proxy.training import train_config
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.rejection import stability
 
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     layer = get_graph("evonorm_s0")
@@ -130,17 +130,19 @@ def extrapolate(presets: list[str], steps: int) -> None:
 
 
 def throughput(preset: str, budget: int, order: list[int]) -> None:
+    from evonorm.proxy.objective import ProxyObjective
+    from evonorm.proxy.training import with_dataset
     from evonorm.search.driver import init_run, run_search
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
 
     rates = {}
     for workers in order:
-        cfg = get_preset(preset, algorithm="random", budget=budget, workers=workers,
-                         seed_layers=())
+        cfg = with_dataset(get_preset(preset, algorithm="random", budget=budget, workers=workers,
+                                      seed_layers=()))
         with tempfile.TemporaryDirectory() as tmp:
             init_run(Path(tmp) / "run", cfg)
             t0 = time.perf_counter()
-            res = run_search(Path(tmp) / "run", progress=False)
+            res = run_search(Path(tmp) / "run", objective=ProxyObjective(cfg), progress=False)
             dt = time.perf_counter() - t0
         rates[workers] = res.done / dt * 60
         print(f"{workers} worker(s): {res.done} candidates in {dt:.1f} s = "
@@ -151,24 +153,27 @@ def throughput(preset: str, budget: int, order: list[int]) -> None:
 
 def _search_alone(run: str, cfg_dict: dict, walls) -> None:
     """One search (in its own process); its wall time into `walls` (a multiprocessing dict)."""
+    from evonorm.proxy.objective import ProxyObjective
     from evonorm.search.config import SearchConfig
     from evonorm.search.driver import init_run, run_search
 
-    init_run(run, SearchConfig.from_dict(cfg_dict), force=True)
+    cfg = SearchConfig.from_dict(cfg_dict)
+    init_run(run, cfg, force=True)
     t0 = time.perf_counter()
-    run_search(run, progress=False)
+    run_search(run, objective=ProxyObjective(cfg), progress=False)
     walls[run] = time.perf_counter() - t0
 
 
 def staged(preset: str, budget: int, out: Path) -> None:
     from multiprocessing import get_context
 
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.presets import get_preset
     from evonorm.search.store import Store
 
     # staging alone: one training run per candidate in both (unstaged takes no train_seeds)
-    after = get_preset(preset, budget=budget, workers=1, threads=1, timeout=3600.0,
-                       train_seeds=1).with_dataset()
+    after = with_dataset(get_preset(preset, budget=budget, workers=1, threads=1, timeout=3600.0,
+                                    train_seeds=1))
     before = after.replace(stages=(), quality_steps=50)
     jobs = [(str(out / name), cfg.to_dict()) for name, cfg in (("before", before), ("after", after))]
     ctx = get_context("spawn")  # plain processes: each search has its own worker pool
@@ -199,11 +204,12 @@ def fidelity(preset: str, out: Path, workers: int, top: int = 5) -> None:
     resumable runner, one training seed); Spearman between first-stage and full fitness."""
     from evonorm.graph.library import NAMED_GRAPHS
     from evonorm.stats import spearman
-    from evonorm.search.calibrate import (Job, load_runs, norm_relu_graph, prepare_out,
+    from evonorm.proxy.calibrate import (Job, load_runs, norm_relu_graph, prepare_out,
                                           run_jobs)
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.presets import get_preset
 
-    cfg = get_preset(preset, workers=workers).with_dataset()
+    cfg = with_dataset(get_preset(preset, workers=workers))
     if not cfg.stages:
         raise SystemExit(f"preset {preset} has no stages")
     graphs = {f"{axes}_norm_relu": norm_relu_graph(axes)
@@ -238,13 +244,13 @@ def early(preset: str, seeds: int, checks: list[int]) -> None:
     stage end that the quality test uses. A reference at chance at a check step would be lost."""
     import math
 
-    from evonorm.search.evaluator import search_dataset, train_config
-    from evonorm.search.presets import get_preset
-    from evonorm.search.references import REFERENCES_BY_SPACE
-    from evonorm.search.rejection import quality_threshold
+    from evonorm.proxy.training import search_dataset, train_config, with_dataset
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.references import REFERENCES_BY_SPACE
+    from evonorm.proxy.rejection import quality_threshold
     from evonorm.train import Run
 
-    cfg = get_preset(preset).with_dataset()
+    cfg = with_dataset(get_preset(preset))
     if not cfg.stages:
         raise SystemExit(f"preset {preset} has no stages")
     ds = search_dataset(cfg)
@@ -276,8 +282,9 @@ def _evaluate_before_objectives(payload: dict):
     from evonorm.graph import Graph
     from evonorm.search.config import SearchConfig
     from evonorm.search.evaluation import Evaluation
-    from evonorm.search.evaluator import quality_config, search_dataset, train_config, train_stages
-    from evonorm.search.rejection import Rejection, precheck, quality, stability
+    from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
+    from evonorm.proxy.rejection import precheck, quality, stability
+    from evonorm.search.objective import Reject
 
     cfg = SearchConfig.from_dict(payload["config"])
     timings: dict[str, float] = {}
@@ -322,7 +329,7 @@ def _evaluate_before_objectives(payload: dict):
         return dataclasses.replace(result, timings={**timings, **result.timings})
     except Exception as err:
         msg = str(err).splitlines()[0] if str(err) else ""
-        return Evaluation.rejected(Rejection(f"error: {type(err).__name__}: {msg}"[:300]),
+        return Evaluation.rejected(Reject(f"error: {type(err).__name__}: {msg}"[:300]),
                                    timings=timings)
 
 
@@ -334,12 +341,12 @@ def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) ->
 
     from evonorm.graph import random_graph
     from evonorm.graph.library import resolve_graph
-    from evonorm.search.evaluator import search_dataset
-    from evonorm.search.presets import get_preset
-    from evonorm.search.proxy import evaluate_candidate
+    from evonorm.proxy.training import search_dataset, with_dataset
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.objective import evaluate_candidate
 
     torch.set_num_threads(1)
-    cfg = get_preset(preset).with_dataset()
+    cfg = with_dataset(get_preset(preset))
     if not full:  # the same pipeline (pre-checks, stability, staged training), shortened; no
         # quality bar, so that every layer the pre-checks pass trains to the end
         cfg = cfg.replace(n_train=500, stability_steps=3, quality_factor=0.0,

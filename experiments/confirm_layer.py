@@ -42,7 +42,7 @@ def _train(cfg_dict: dict, layer: tuple, seeds: list[int], path: str, rerank: bo
     import torch
 
     from evonorm.search.config import SearchConfig
-    from evonorm.search.retrain import train_layers
+    from evonorm.proxy.retrain import train_layers
 
     torch.set_num_threads(1)
     train_layers(SearchConfig.from_dict(cfg_dict), [layer], seeds, Path(path), log=log, rerank=rerank)
@@ -56,7 +56,7 @@ def rows_file(d: Path, data_seed: int, label: str) -> Path:
 def analyze(d: Path, labels: list[str], data_seeds: list[int], seeds: list[int], chance: float,
             primary: str) -> dict:
     """Per layer its fitness on every (split, seed); per rival the paired differences and both one-sided p."""
-    from evonorm.search.retrain import load_rows
+    from evonorm.proxy.retrain import load_rows
     from evonorm.stats import mean_std, paired_sign_flip_greater
 
     fit: dict[str, dict[tuple[int, int], float]] = {}
@@ -116,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     from evonorm.graph import Graph
     from evonorm.graph.library import resolve_graph
     from evonorm.layers import list_norm_acts
-    from evonorm.search.evaluator import search_dataset
-    from evonorm.search.presets import PRESETS
-    from evonorm.search.retrain import pending
+    from evonorm.proxy.training import search_dataset, with_dataset
+    from evonorm.proxy.presets import PRESETS
+    from evonorm.proxy.retrain import pending
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graph", required=True,
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     d = out_dir("confirm_layer", args.out)
     labels = ["layer", *args.against]
     seeds = [SEED_BASE + i for i in range(args.seeds)]
-    cfgs = {ds: PRESETS[args.preset].replace(data_seed=ds).with_dataset() for ds in args.data_seeds}
+    cfgs = {ds: with_dataset(PRESETS[args.preset].replace(data_seed=ds)) for ds in args.data_seeds}
     if not args.analyze_only:
         jobs = [(cfgs[ds].to_dict(), (label, "found" if label == "layer" else "reference",
                                       spec if label == "layer" else label, None),

@@ -60,15 +60,17 @@ TESTS = {"mann-whitney": "one-sided exact Mann-Whitney U (evolution > random)",
 
 def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float, overrides: dict | None = None):
     """One arm's search: the preset with `overrides` (the same for both arms), one worker of one thread."""
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.presets import get_preset
 
-    return get_preset(preset, **for_seed(overrides or {}, seed), algorithm=algorithm, seed=seed,
+    return with_dataset(get_preset(preset, **for_seed(overrides or {}, seed), algorithm=algorithm, seed=seed,
                       budget=100_000, budget_seconds=budget_seconds, workers=1, threads=1,
-                      executor="local").with_dataset()
+                      executor="local"))
 
 
 def _one_run(run: str, cfg_dict: dict) -> None:
     """One search to its worker-seconds budget (in its own process; resumes an earlier one)."""
+    from evonorm.proxy.objective import ProxyObjective
     from evonorm.search.config import SearchConfig
     from evonorm.search.driver import init_run, run_search
     from evonorm.search.store import Store
@@ -76,10 +78,10 @@ def _one_run(run: str, cfg_dict: dict) -> None:
     cfg, run, stored = SearchConfig.from_dict(cfg_dict), Path(run), None
     if (run / "store.sqlite").is_file():
         with Store(run, readonly=True) as st:
-            stored = st.config()
-    if stored != cfg.to_dict():
+            stored = SearchConfig.from_dict(st.config())  # flat or nested, as its version wrote it
+    if stored != cfg:
         init_run(run, cfg, force=True)
-    log(f"{run.name}: {run_search(run, progress=False).tally.line()}")
+    log(f"{run.name}: {run_search(run, objective=ProxyObjective(cfg), progress=False).tally.line()}")
 
 
 def within_budget(candidates, budget_seconds: float) -> list:
@@ -120,7 +122,7 @@ def read_run(run: Path, budget_seconds: float):
     """(config, status, chance accuracy, candidates finished within the budget) of one run; None before
     its store exists."""
     from evonorm.search.config import SearchConfig
-    from evonorm.search.evaluator import search_dataset
+    from evonorm.proxy.training import search_dataset
     from evonorm.search.store import Store
 
     if not (run / "store.sqlite").is_file():
@@ -193,7 +195,7 @@ def _train_fresh(cfg_dict: dict, layer: tuple, seeds: list[int], path: str) -> N
     import torch
 
     from evonorm.search.config import SearchConfig
-    from evonorm.search.retrain import train_layers
+    from evonorm.proxy.retrain import train_layers
 
     torch.set_num_threads(1)
     train_layers(SearchConfig.from_dict(cfg_dict), [layer], seeds, Path(path), log=log)
@@ -203,7 +205,7 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
     """Train each seed's two best layers (where they differ) with `n` fresh training seeds, two at a
     time, and test the paired differences of their means; writes fresh_seeds.{json,md}. A fresh run
     that fails (non-finite) counts as chance accuracy, as a layer that trains nothing."""
-    from evonorm.search.retrain import SEED_OFFSET, load_rows, pending
+    from evonorm.proxy.retrain import SEED_OFFSET, load_rows, pending
 
     def fresh_file(seed: int, arm: str) -> Path:
         return runs_dir / f"fresh_s{seed}_{arm}.jsonl"

@@ -49,7 +49,7 @@ def table(run: Path, candidates: list) -> tuple[list[dict], list[str]]:
     """One row per re-trained layer, and one sentence per found layer (`candidates`: the run's,
     for the found layers' search fitness)."""
     from evonorm.report.data import formula
-    from evonorm.search.retrain import read_rows
+    from evonorm.proxy.retrain import read_rows
     from evonorm.stats import mean_std
 
     fitness = {c.id: c.fitness for c in candidates}
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from evonorm.report import write_report
     from evonorm.search import resume, search
-    from evonorm.search.retrain import RETRAIN_FILE, retrain
+    from evonorm.proxy.retrain import RETRAIN_FILE, retrain
     from evonorm.search.store import Store
 
     if not (args.run / "store.sqlite").is_file():

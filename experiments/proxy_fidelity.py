@@ -68,19 +68,19 @@ COST_CAP = 1.5
 def measure_setting(name: str, panel_path: Path, workers: int, runs_root: Path, *,
                     preset: str = "demo", dataset: str = "fashion_mnist") -> dict:
     """Every panel layer at every seed under one setting (resumable); its fidelity entry."""
-    from evonorm.search.calibrate import (calibration_setup, load_runs, panel_cost, plan,
-                                          prepare_out, proxy_scores, run_jobs)
-    from evonorm.search.evaluator import search_dataset
-    from evonorm.search.fidelity import load_panel, rank_fidelity, write_proxy
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.calibrate import (calibration_jobs, calibration_setup, load_runs,
+                                         panel_cost, prepare_out, proxy_scores, run_jobs)
+    from evonorm.proxy.fidelity import load_panel, rank_fidelity, write_proxy
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.training import search_dataset, with_dataset
 
     _, layers = load_panel(panel_path)
     panel = {layer.name: layer.graph for layer in layers}
-    cfg = get_preset(preset, workers=workers, threads=1, dataset=dataset,
-                     **SETTINGS[name]).with_dataset()
+    cfg = with_dataset(get_preset(preset, workers=workers, threads=1, dataset=dataset,
+                                  **SETTINGS[name]))
     out = runs_root / name
     prepare_out(out, calibration_setup(cfg, len(SEEDS), 0, panel))
-    jobs = [j for j in plan(cfg, len(SEEDS), 0, panel) if j.kind == "panel"]
+    jobs = [j for j in calibration_jobs(cfg, len(SEEDS), 0, panel) if j.kind == "panel"]
     run_jobs(jobs, cfg, out, workers=workers, timeout=3 * cfg.timeout, threads=1,
              on_done=lambda r, i, n: log(f"{name} [{i}/{n}] {r.name} seed {r.seed}: {r.status} "
                                          f"fitness {r.fitness} ({r.seconds:.0f} s)"))

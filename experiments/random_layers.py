@@ -2,7 +2,7 @@
 works on one architecture may fail on another (finding 2, Fig. 4).
 
 Draws --graphs random graphs from the search space and puts each through the search's quality
-test (`evonorm.search.rejection.quality` with a search preset's settings: train --steps steps on each
+test (`evonorm.proxy.rejection.quality` with a search preset's settings: train --steps steps on each
 anchor architecture, score on the held-out 10% of the training split) on all three architectures, without stopping at the first failure so the calibration can be
 drawn. A non-finite loss or an exception counts as chance, as a layer that does not learn.
 BN-ReLU, EvoNorm-B0 and EvoNorm-S0 go through the same test as references.
@@ -37,8 +37,8 @@ def cfg_schedule(cfg) -> str:
 
 def quality_accuracy(norm_act, ds, cfg, arch: str) -> tuple[float | None, str]:
     """The search's quality test on one architecture: (accuracy or None, outcome); never raises."""
-    from evonorm.search.evaluator import quality_config
-    from evonorm.search.rejection import quality
+    from evonorm.proxy.training import quality_config
+    from evonorm.proxy.rejection import quality
 
     try:
         rej, accs = quality(norm_act, ds, [arch], lambda a: quality_config(cfg, a, cfg_schedule(cfg)),
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from evonorm.data import default_dataset_name
     from evonorm.graph import random_graph
-    from evonorm.search.evaluator import quality_config
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.training import quality_config
+    from evonorm.proxy.presets import get_preset
 
     name = args.dataset or default_dataset_name()
     cfg = get_preset(args.preset, dataset=name, data_root=args.data_root, n_train=args.n_train,
@@ -128,7 +128,7 @@ def evaluate_layer(job) -> dict:
     import torch
 
     from evonorm.graph import Graph
-    from evonorm.search.evaluator import search_dataset
+    from evonorm.proxy.training import search_dataset
     from evonorm.search.config import SearchConfig
 
     torch.set_num_threads(1)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The test command: sets up ./.venv on a fresh machine, installs Fashion-MNIST where it can (as
-# scripts/main.sh does; without it the tests that need it skip, naming the install command), then
-# runs the test suite. Extra arguments go to pytest (e.g. `scripts/test.sh -m slow` for the heavy,
-# bounded runs).
+# scripts/main.sh does; without it the tests that need it skip, naming the install command), checks
+# the import contracts of pyproject.toml (`lint-imports`: the search engine imports no task; a
+# broken contract fails the command before any test runs), then runs the test suite. Extra
+# arguments go to pytest (e.g. `scripts/test.sh -m slow` for the heavy, bounded runs).
 source "$(dirname "$0")/env.sh"
 ensure_fashion_mnist || true
+lint-imports --no-cache || exit 1
 exec python -m pytest "$@"

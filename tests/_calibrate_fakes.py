@@ -1,14 +1,17 @@
-"""A stand-in for `evonorm.search.calibrate.measure` (importable by spawned workers)."""
+"""A stand-in for `evonorm.proxy.calibrate.measure` (importable by spawned workers)."""
 
 import os
+
+from evonorm.search.config import SearchConfig
 
 
 def fake_measure(payload: dict) -> dict:
     """References score 0.8 + 0.01 * seed on both archs; random graphs are rejected, or die when
     the config's n_train is the marker -9 and the graph is the second random one."""
     job = payload["job"]
-    archs = payload["config"]["archs"]
-    if payload["config"].get("n_train") == -9 and job["name"] == "random1":
+    cfg = SearchConfig.from_dict(payload["config"])
+    archs = cfg.archs
+    if cfg.n_train == -9 and job["name"] == "random1":
         os._exit(3)
     rec = {"kind": job["kind"], "name": job["name"], "seed": job["seed"], "graph": job["graph"],
            "quality": {}, "quality_pass": {}, "accuracies": {}, "fitness": None, "seconds": 0.01}

@@ -7,6 +7,6 @@ import os
 def probe(payload: dict) -> dict:
     import evonorm
 
-    with open(os.path.join(payload["config"]["data_root"], "marker.txt")) as f:
+    with open(os.path.join(payload["data_dir"], "marker.txt")) as f:
         marker = f.read()
     return {"evonorm": evonorm.__file__, "marker": marker, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}

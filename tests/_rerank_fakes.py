@@ -1,4 +1,4 @@
-"""Stand-ins for `evonorm.search.rerank.train_layer` (importable by spawned workers).
+"""Stand-ins for `evonorm.proxy.rerank.train_layer` (importable by spawned workers).
 
 Each call appends "pid graph-json" to the file named by $EVONORM_TEST_CALLS, so a test can count
 which layers were trained, and in how many processes.
@@ -8,6 +8,12 @@ import json
 import os
 import signal
 import time
+
+from evonorm.search.config import SearchConfig
+
+
+def _archs(payload: dict) -> tuple[str, ...]:
+    return SearchConfig.from_dict(payload["config"]).archs
 
 
 def _record(payload: dict) -> int:
@@ -24,7 +30,7 @@ def fake_train(payload: dict) -> dict:
     time.sleep(0.3)
     acc = 0.5 + 0.01 * len(payload["graph"]["nodes"])
     return {"status": "ok", "reason": None,
-            "accuracies": {a: acc for a in payload["config"]["archs"]}}
+            "accuracies": {a: acc for a in _archs(payload)}}
 
 
 def kill_driver_on_second(payload: dict) -> dict:
@@ -33,4 +39,4 @@ def kill_driver_on_second(payload: dict) -> dict:
         os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(60)
     return {"status": "ok", "reason": None,
-            "accuracies": {a: 0.7 for a in payload["config"]["archs"]}}
+            "accuracies": {a: 0.7 for a in _archs(payload)}}

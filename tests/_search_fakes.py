@@ -5,13 +5,15 @@ import json
 import os
 import time
 
+ARCHS = ("a1", "a2")  # the fake objectives' score names, as `fake_config` names them
+
 
 def fake_config(**kw):
     """The tiny preset on the synthetic set with two fake architectures (for the fake evaluators below)."""
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
 
     base = dict(dataset="synthetic", budget=30, workers=2, window=6, initial_population=3,
-                tournament_fraction=0.5, archs=("a1", "a2"), timeout=60.0)
+                tournament_fraction=0.5, archs=ARCHS, timeout=60.0)
     base.update(kw)
     return get_preset("tiny", **base)
 
@@ -44,17 +46,22 @@ def fake_objective(norm_act, trial) -> dict:
     """A deterministic 'training' from the graph's hash: 1/4 rejected by quality, the rest valid."""
     from evonorm.search.objective import Reject
 
-    cfg, graph = trial.config, trial.graph.to_json()
+    graph = trial.graph.to_json()
     h = _h(graph)
-    if cfg.n_train == -7:  # marker: some candidates crash their worker or raise
-        if h % 5 == 0:
-            os._exit(9)
-        if h % 5 == 1:
-            raise ValueError("boom")
     time.sleep(0.01)
     if h % 4 == 0:
-        raise Reject(f"quality:{cfg.archs[0]}", step=2)
-    return fitness_of(graph, cfg.archs)
+        raise Reject(f"quality:{ARCHS[0]}", step=2)
+    return fitness_of(graph, ARCHS)
+
+
+def crashy_fake(norm_act, trial) -> dict:
+    """fake_objective, but some candidates crash their worker or raise."""
+    h = _h(trial.graph.to_json())
+    if h % 5 == 0:
+        os._exit(9)
+    if h % 5 == 1:
+        raise ValueError("boom")
+    return fake_objective(norm_act, trial)
 
 
 def slow_fake(norm_act, trial) -> dict:
@@ -102,11 +109,11 @@ def detailed_fake(norm_act, trial) -> dict:
 
 
 def staged_objective(norm_act, trial) -> dict:
-    """A fake staged objective: stage k's fitness is the hash fitness plus 0.1 per stage, reported
-    after each stage; it stops where the search says (`trial.should_stop()`: below the hurdle)."""
-    cfg = trial.config
-    base = fitness_of(trial.graph.to_json(), cfg.archs)
-    for k in range(len(cfg.stages) + 1):
+    """A fake staged objective in two stages: stage k's fitness is the hash fitness plus 0.1 per
+    stage, reported after each stage; it stops where the search says (`trial.should_stop()`: below
+    the hurdle)."""
+    base = fitness_of(trial.graph.to_json(), ARCHS)
+    for k in range(2):
         accs = {a: v + 0.1 * k for a, v in base.items()}
         trial.report(accs, k)
         if trial.should_stop():
@@ -119,7 +126,7 @@ def near_miss_fake(norm_act, trial) -> dict:
     first architecture (near misses), the other half at chance there."""
     from evonorm.search.objective import Reject
 
-    archs, h = trial.config.archs, _h(trial.graph.to_json())
+    archs, h = ARCHS, _h(trial.graph.to_json())
     accs = {archs[0]: 0.5, archs[1]: 0.05} if h % 2 else {archs[0]: 0.05}
     raise Reject(f"quality:{list(accs)[-1]}", step=2, detail={"accuracy": 0.05, "threshold": 0.2},
                  scores=accs)

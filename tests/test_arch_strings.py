@@ -17,7 +17,7 @@ from torch import nn
 from _timm import load_timm
 from evonorm.models import build_model, check_arch
 from evonorm.search.driver import init_run
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from evonorm.train import TrainConfig
 from test_cli_fuzz import check_refused
 
@@ -167,7 +167,7 @@ def test_train_config_takes_external_names_without_importing(user_modules):
         TrainConfig(arch="archmods:build", width=0.5)
     with pytest.raises(ValueError, match="unknown architecture"):
         TrainConfig(arch="not an arch")
-    from evonorm.search.evaluator import train_config
+    from evonorm.proxy.training import train_config
 
     search = get_preset("tiny", archs=("archmods:build", "resnet50_cifar"))
     assert train_config(search, "archmods:build").width is None  # the preset's width: built-ins only
@@ -188,7 +188,7 @@ def test_train_on_my_data_with_my_architecture(user_modules, capsys):
     path = _npz(user_modules)
     out = user_modules / "r.json"
     assert main(["train", "--layer", "evonorm_s0", "--data", str(path), "--arch", "archmods:build",
-                 "--preset", "tiny", "--steps", "4", "--out", str(out)]) == 0
+                 "--train-preset", "tiny", "--steps", "4", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "archmods:build" in printed and str(path) in printed and "accuracy" in printed
     record = json.loads(out.read_text())
@@ -214,7 +214,7 @@ def test_bad_archs_exit_2_in_one_line_writing_nothing(command, monkeypatch):
     monkeypatch.setattr(sys, "path", list(sys.path))
     _forget_modules(monkeypatch)
     flag = "--arch" if command == "train" else "--archs"
-    tail = {"train": ["--layer", "bn_relu", "--preset", "tiny", "--steps", "2"],
+    tail = {"train": ["--layer", "bn_relu", "--train-preset", "tiny", "--steps", "2"],
             "search": ["--preset", "tiny", "--out", "new"],
             "calibrate": ["--preset", "tiny", "--out", "cal"]}[command]
     for arch in BAD_ARCHS:
@@ -257,9 +257,9 @@ def test_timm_names_in_a_run_need_no_flag():
 
 
 def test_the_python_api_asks_for_the_names_again_too(user_modules):
-    from evonorm.search.references import train_references
-    from evonorm.search.rerank import rerank
-    from evonorm.search.retrain import retrain
+    from evonorm.proxy.references import train_references
+    from evonorm.proxy.rerank import rerank
+    from evonorm.proxy.retrain import retrain
 
     run = user_modules / "run"
     init_run(run, get_preset("tiny", archs=("archplanted:build", "resnet50_cifar")))
@@ -278,10 +278,10 @@ def test_train_a_timm_model_on_my_data(user_modules, monkeypatch, capsys):
     load_timm(monkeypatch)  # in-process: the command imports the timm loaded here
     path = _npz(user_modules, n=80)
     assert main(["train", "--layer", "evonorm_s0", "--data", str(path), "--arch", "timm:resnet18",
-                 "--preset", "tiny", "--steps", "2", "--batch-size", "8", "--groups", "8"]) == 0
+                 "--train-preset", "tiny", "--steps", "2", "--batch-size", "8", "--groups", "8"]) == 0
     out = capsys.readouterr().out
     assert "timm:resnet18" in out and "accuracy" in out
     assert main(["train", "--layer", "bn_relu", "--data", str(path), "--arch", "timm:no_such_net",
-                 "--preset", "tiny", "--steps", "2"]) == 2
+                 "--train-preset", "tiny", "--steps", "2"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "timm has no model 'no_such_net'" in err

@@ -9,10 +9,10 @@ import pytest
 
 from _calibrate_fakes import fake_measure
 from evonorm.cli import main
-from evonorm.search.calibrate import (RUNS_NAME, RunRecord, format_summary, load_runs, plan,
+from evonorm.proxy.calibrate import (RUNS_NAME, RunRecord, format_summary, load_runs, calibration_jobs,
                                       prepare_out, run_jobs, summarize)
 from evonorm.graph.library import NAMED_GRAPHS
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")
 ARCHS = ["a1", "a2"]
@@ -63,7 +63,7 @@ def test_summary_all_pass_and_no_valid_random():
 
 def test_run_jobs_saves_each_run_and_resumes(tmp_path):
     cfg = get_preset("tiny", n_train=-9)  # marker: the fake's second random graph kills its worker
-    jobs = plan(cfg, seeds=2, n_random=3)
+    jobs = calibration_jobs(cfg, seeds=2, n_random=3)
     assert [j.kind for j in jobs].count("reference") == 6 and len(jobs) == 9
     assert len({j.key for j in jobs}) == 9
     setup = {"config": cfg.to_dict(), "seeds": 2, "random": 3}
@@ -137,7 +137,7 @@ def test_calibrate_tiny_end_to_end_and_resume(tmp_path, capsys):
 
 
 def test_a_calibration_depends_on_the_proxy_not_on_the_search_strategy():
-    from evonorm.search.calibrate import calibration_setup
+    from evonorm.proxy.calibrate import calibration_setup
 
     demo = get_preset("demo")
     same = calibration_setup(demo.replace(budget=7, window=3, workers=1), 3, 20)
@@ -155,8 +155,8 @@ def test_demo_references_pass_the_quality_test_on_fashion_mnist():
     import torch
 
     from evonorm.graph import Graph
-    from evonorm.search.calibrate import reference_graphs
-    from evonorm.search.evaluator import search_dataset, train_stages
+    from evonorm.proxy.calibrate import reference_graphs
+    from evonorm.proxy.training import search_dataset, train_stages
 
     torch.set_num_threads(1)  # as in a 2-worker search on 2 cores: the calibration's numbers
     cfg = get_preset("demo", dataset="fashion_mnist")
@@ -172,7 +172,7 @@ def test_demo_references_pass_the_quality_test_on_fashion_mnist():
 def test_staged_calibration_trains_random_layers_past_the_bar():
     """In a staged config every layer trains to the end: a random layer that fails the quality
     test (the first stage) is rejected but keeps its fitness, so the table has a margin."""
-    from evonorm.search.calibrate import measure, summarize
+    from evonorm.proxy.calibrate import measure, summarize
 
     cfg = get_preset("tiny", dataset="synthetic", n_train=96, quality_steps=0, stages=(2,),
                      quality_factor=100.0, stability_steps=0, prechecks=False,
@@ -191,7 +191,7 @@ def test_staged_calibration_trains_random_layers_past_the_bar():
 
 
 def test_a_folder_written_with_search_fields_in_its_setup_still_resumes(tmp_path):
-    from evonorm.search.calibrate import calibration_setup
+    from evonorm.proxy.calibrate import calibration_setup
 
     setup = calibration_setup(get_preset("demo"), 3, 20)
     out = tmp_path / "c"

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from evonorm.cli import main
 from evonorm.search.driver import init_run
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 
 Case = Callable[[Path], list]  # builds the argv in a workspace (making any files it needs)
 
@@ -168,7 +168,7 @@ def _search() -> st.SearchStrategy[Case]:
     from evonorm.graph.library import NAMED_GRAPHS
     from evonorm.search.config import EXECUTORS, SPACES
     from evonorm.search.evolution import ALGORITHMS, CRITERIA
-    from evonorm.search.presets import PRESETS
+    from evonorm.proxy.presets import PRESETS
 
     archs = set(list_archs())
     bad_archs = st.text("abcxyz_,", min_size=1, max_size=20).filter(
@@ -220,7 +220,7 @@ def _rerank() -> st.SearchStrategy[Case]:
     from evonorm.train import TRAIN_PRESETS
 
     cases = st.one_of(
-        option("--top", bad_int), option("--preset", not_in(TRAIN_PRESETS)),
+        option("--top", bad_int), option("--train-preset", not_in(TRAIN_PRESETS)),
         option("--steps", bad_int), option("--width", bad_float), option("--n-train", bad_int),
         unknown_flag)
     return st.one_of(
@@ -279,7 +279,7 @@ def _train() -> st.SearchStrategy[Case]:
         option("--layer", not_in(known).filter(lambda s: not s.startswith("@"))),
         bad_layer_file.map(lambda f: lambda ws: [f"--layer=@{f(ws)}"]),
         st.just(lambda ws: ["--layer=@" + str(ws / "missing.json")]),
-        option("--arch", not_in(set(list_archs()))), option("--preset", not_in(TRAIN_PRESETS)),
+        option("--arch", not_in(set(list_archs()))), option("--train-preset", not_in(TRAIN_PRESETS)),
         option("--dataset", not_in(DATASETS)), option("--batch-size", bad_int),
         option("--steps", bad_int), option("--lr", bad_float), option("--width", bad_float),
         option("--n-train", st.one_of(bad_int, st.integers(2049, 10**15).map(str))),
@@ -292,7 +292,7 @@ def _train() -> st.SearchStrategy[Case]:
         bad_cifar.map(lambda root: lambda ws: ["--dataset=cifar10", f"--data-root={root(ws)}"]),
         unknown_flag)
     return cases.map(lambda c: lambda ws: ["train", "--layer", "bn_relu", "--dataset",
-                                           "synthetic", "--preset", "tiny", "--steps", "2",
+                                           "synthetic", "--train-preset", "tiny", "--steps", "2",
                                            *c(ws)])
 
 

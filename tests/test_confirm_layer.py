@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from confirm_layer import analyze, main  # noqa: E402
 
-from evonorm.search.retrain import pending  # noqa: E402
+from evonorm.proxy.retrain import pending  # noqa: E402
 from evonorm.stats import paired_sign_flip_greater  # noqa: E402
 
 
@@ -71,10 +71,10 @@ def test_train_layers_in_the_rerank_setting_uses_its_data_and_steps(tmp_path, mo
     # the rerank setting: its own steps, the training split less the search's held-out images, the whole
     # test split; the search setting: the search's split (what `evonorm retrain` trains on)
     import evonorm.train
-    from evonorm.search.evaluator import search_dataset
-    from evonorm.search.presets import PRESETS
-    from evonorm.search.rerank import rerank_dataset
-    from evonorm.search.retrain import train_layers
+    from evonorm.proxy.training import search_dataset, with_dataset
+    from evonorm.proxy.presets import PRESETS
+    from evonorm.proxy.rerank import rerank_dataset
+    from evonorm.proxy.retrain import train_layers
 
     seen = []
 
@@ -83,7 +83,7 @@ def test_train_layers_in_the_rerank_setting_uses_its_data_and_steps(tmp_path, mo
         return type("R", (), {"status": "ok", "accuracy": 0.5, "failed_step": None})()
 
     monkeypatch.setattr(evonorm.train, "train", fake_train)
-    cfg = PRESETS["tiny"].replace(archs=("resnet50_cifar",), data_seed=3).with_dataset()
+    cfg = with_dataset(PRESETS["tiny"].replace(archs=("resnet50_cifar",), data_seed=3))
     rows = train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "r.jsonl", log=lambda s: None,
                         rerank=True)
     rd, sd = rerank_dataset(cfg), search_dataset(cfg)

@@ -177,7 +177,8 @@ def test_default_dataset_is_looked_for_in_the_given_data_root(tmp_path, monkeypa
     # a search given --data-root (and no dataset) finds Fashion-MNIST where it will read it, also on
     # a machine without the system package or the default folder
     import evonorm.data
-    from evonorm.search.presets import PRESETS
+    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.presets import PRESETS
 
     monkeypatch.setattr(evonorm.data, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "absent")
     monkeypatch.setenv("EVONORM_DATA", str(tmp_path / "default"))
@@ -186,6 +187,6 @@ def test_default_dataset_is_looked_for_in_the_given_data_root(tmp_path, monkeypa
     write_fashion(root / "fashion-mnist")
     assert default_dataset_name(fallback=True) == "synthetic"
     assert default_dataset_name(root, fallback=False) == "fashion_mnist"
-    assert PRESETS["demo"].replace(data_root=str(root)).with_dataset().dataset == "fashion_mnist"
+    assert with_dataset(PRESETS["demo"].replace(data_root=str(root))).dataset == "fashion_mnist"
     with pytest.raises(FileNotFoundError, match=f"not in --data-root {tmp_path / 'absent'}"):
-        PRESETS["demo"].replace(data_root=str(tmp_path / "absent")).with_dataset()
+        with_dataset(PRESETS["demo"].replace(data_root=str(tmp_path / "absent")))

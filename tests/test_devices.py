@@ -10,9 +10,9 @@ from evonorm.cli import main
 from evonorm.commands._common import check_device
 from evonorm.data import synthetic_dataset, to_device, train_batches
 from evonorm.search.config import SearchConfig
-from evonorm.search.evaluator import quality_config, search_dataset, train_config
+from evonorm.proxy.training import quality_config, search_dataset, train_config
 from evonorm.search.executors import make_executor
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
 
 HERE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -31,7 +31,7 @@ def _refused(argv, capsys, message):
 
 @pytest.mark.parametrize("command", [
     ["search", "--preset", "tiny", "--out", "{tmp}/run"],
-    ["train", "--layer", "evonorm_s0", "--preset", "tiny", "--dataset", "synthetic"],
+    ["train", "--layer", "evonorm_s0", "--train-preset", "tiny", "--dataset", "synthetic"],
     ["rerank", "{tmp}/done"],
     ["resume", "{tmp}/done"],
 ])
@@ -145,11 +145,11 @@ def capture(kw: dict):
 
 def test_search_and_rerank_hand_the_device_and_share_to_the_executor(tmp_path, monkeypatch):
     from evonorm.search import driver
-    from evonorm.search import rerank as rerank_module
+    from evonorm.proxy import rerank as rerank_module
     from evonorm.search.driver import init_run, run_search
     from evonorm.search.evaluation import Evaluation
     from evonorm.search.objective import layer_identity
-    from evonorm.search.rerank import rerank
+    from evonorm.proxy.rerank import rerank
 
     cfg = get_preset("tiny", executor="ray", workers=3, device="cuda", gpus_per_worker=0.5)
     init_run(tmp_path, cfg)
@@ -174,7 +174,7 @@ def test_search_and_rerank_hand_the_device_and_share_to_the_executor(tmp_path, m
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_batches_and_training_on_data_already_on_the_gpu():
-    from evonorm.search.rejection import stability
+    from evonorm.proxy.rejection import stability
     from evonorm.train import get_train_preset as train_preset, train
 
     ds = synthetic_dataset(256, 64)

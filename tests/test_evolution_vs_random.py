@@ -39,14 +39,15 @@ def test_both_arms_share_everything_but_the_algorithm():
 
 @pytest.mark.fashion_mnist
 def test_overrides_reach_both_arms_and_progress_reads_a_run(tmp_path):
+    from evonorm.proxy.config import split_seed
     from evonorm.search.driver import init_run
 
     evo, rnd = (run_config("demo", a, 0, 900.0, {"final_train_seeds": 4}) for a in ("evolution", "random"))
     assert evo.final_train_seeds == rnd.final_train_seeds == 4
     # demo puts every search seed on split 0; `data_seed=seed` gives each its own, as before
-    assert evo.data_seed == 0 and evo.split_seed == 0
+    assert evo.data_seed == 0 and split_seed(evo) == 0
     own = run_config("demo", "random", 3, 900.0, {"data_seed": "seed", "final_train_seeds": 4})
-    assert own.data_seed == own.split_seed == 3 and own.final_train_seeds == 4
+    assert own.data_seed == split_seed(own) == 3 and own.final_train_seeds == 4
     assert progress_line(tmp_path / "absent", "random", 900.0) == "random starting"
     init_run(tmp_path / "run", evo)
     assert progress_line(tmp_path / "run", "evolution", 900.0) == "evolution 0 candidates, 0/900 worker-s, best -"
@@ -54,20 +55,21 @@ def test_overrides_reach_both_arms_and_progress_reads_a_run(tmp_path):
 
 def _tiny_run(path, algorithm: str, seed_layer: str):
     """A finished `tiny` search (synthetic data, seconds) whose best layer is the given seed layer."""
+    from evonorm.proxy.objective import ProxyObjective
     from evonorm.search.driver import init_run, run_search
-    from evonorm.search.presets import PRESETS
+    from evonorm.proxy.presets import PRESETS
 
     cfg = PRESETS["tiny"].replace(algorithm=algorithm, budget=1, seed_layers=(PRESETS["demo"].seed_layers[
         {"group": 0, "layer": 1}[seed_layer]],))
     init_run(path, cfg)
-    run_search(path, progress=False)
+    run_search(path, objective=ProxyObjective(cfg), progress=False)
 
 
 @pytest.mark.slow
 def test_fresh_seeds_retrain_the_arms_best_layers_and_test_the_differences(tmp_path):
     from types import SimpleNamespace
 
-    from evonorm.search.retrain import load_rows
+    from evonorm.proxy.retrain import load_rows
 
     runs, out = tmp_path / "runs", tmp_path / "out"
     out.mkdir()

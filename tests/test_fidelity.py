@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from evonorm.cli import main
-from evonorm.search.calibrate import load_runs
-from evonorm.search.fidelity import load_panel, rank_fidelity
+from evonorm.proxy.calibrate import load_runs
+from evonorm.proxy.fidelity import load_panel, rank_fidelity
 from evonorm.stats import bootstrap_ci, kendall, spearman
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")

@@ -24,8 +24,9 @@ import pytest
 from evonorm.cli import main
 from evonorm.graph import Graph
 from evonorm.graph.library import NAMED_GRAPHS
+from evonorm.proxy.objective import ProxyObjective
 from evonorm.search.driver import init_run, run_search
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from evonorm.search.store import SCHEMA_VERSION, Store
 
 
@@ -156,7 +157,7 @@ def test_planted_cifar_pickle_runs_no_code_and_is_named(tmp_path):
     assert not target.exists()
     # and through the CLI: one line, exit 2, the planted code never ran
     assert_refused(["train", "--layer", "bn_relu", "--dataset", "cifar10", "--data-root",
-                    str(tmp_path), "--preset", "tiny"], tmp_path, "data_batch_3")
+                    str(tmp_path), "--train-preset", "tiny"], tmp_path, "data_batch_3")
     assert not target.exists()
 
 
@@ -250,7 +251,8 @@ def test_no_run_is_left_running_after_an_early_failure(run):
     with Store(run, readonly=True) as s:
         assert s.get_meta("status") == "created"  # not "running" before any worker exists
     with pytest.raises(RuntimeError, match="executor broke"):
-        run_search(run, executor=_BrokenExecutor(), progress=False)
+        run_search(run, objective=ProxyObjective(get_preset("tiny")), executor=_BrokenExecutor(),
+                   progress=False)
     with Store(run, readonly=True) as s:
         assert s.get_meta("status") == "stopped"
 

@@ -12,7 +12,7 @@ from evonorm.graph.library import NAMED_GRAPHS, get_graph
 from evonorm.layers import EvoNormS0
 from evonorm.layers.paths import notice_once, recording
 from evonorm.search.objective import run_trial
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 
 
 @pytest.fixture(autouse=True)

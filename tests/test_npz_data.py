@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from evonorm.data import NPZ_TEST_FRACTION, load_dataset, load_npz
-from evonorm.search.presets import get_preset
+from evonorm.proxy.presets import get_preset
 from test_cli_fuzz import check_refused
 
 
@@ -68,12 +68,12 @@ def test_float_images_keep_their_scale(tmp_path):
 
 
 def test_the_run_reads_the_file_it_started_with(tmp_path, monkeypatch):
-    from evonorm.search.evaluator import search_dataset
+    from evonorm.proxy.training import search_dataset, with_dataset
 
     x, y = _images(n=60)
     path = _save(tmp_path / "d.npz", x=x, y=y)
     monkeypatch.chdir(tmp_path)
-    cfg = get_preset("tiny", dataset="d.npz").replace(n_train=None).with_dataset()
+    cfg = with_dataset(get_preset("tiny", dataset="d.npz").replace(n_train=None))
     assert cfg.dataset == str(path) and len(cfg.data_sha256) == 64
     assert search_dataset(cfg).num_classes == 4
     x[0, 0, 0] ^= 1
@@ -199,7 +199,7 @@ def test_bad_files_exit_2_in_one_line_writing_nothing(command):
             name, write, _ = _bad_files(ws)[index]
             path = ws / f"{name}.npz"
             write(path)
-            tail = {"train": ["--layer", "bn_relu", "--preset", "tiny", "--steps", "2"],
+            tail = {"train": ["--layer", "bn_relu", "--train-preset", "tiny", "--steps", "2"],
                     "search": ["--preset", "tiny", "--out", str(ws / "new")],
                     "calibrate": ["--preset", "tiny", "--out", str(ws / "cal")]}[command]
             return [command, "--data", str(path), *tail]
@@ -222,7 +222,7 @@ def test_train_on_a_npz_runs_and_names_the_file(tmp_path, capsys):
     x, y = _images(n=48, shape=(8, 8, 3))
     path = _save(tmp_path / "mine.npz", x=x, y=y)
     out = tmp_path / "r.json"
-    assert main(["train", "--layer", "evonorm_s0", "--data", str(path), "--preset", "tiny",
+    assert main(["train", "--layer", "evonorm_s0", "--data", str(path), "--train-preset", "tiny",
                  "--steps", "3", "--width", "0.0625", "--out", str(out)]) == 0
     assert str(path) in capsys.readouterr().out
     import json

@@ -80,20 +80,21 @@ def test_existing_cluster_gets_package_and_data(ray_head, tmp_path):
     import ray
 
     import _ray_probe
+    from evonorm.proxy.objective import ProxyObjective
     from evonorm.search.driver import init_run, run_search
     from evonorm.search.executors import OK, make_executor
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
     from evonorm.search.store import Store
 
     data = tmp_path / "data"
     data.mkdir()
     (data / "marker.txt").write_text("shipped")
     ray.cloudpickle.register_pickle_by_value(_ray_probe)
-    ex = make_executor("ray", _ray_probe.probe, 2, timeout=300.0, address=ray_head, data_root=str(data),
+    ex = make_executor("ray", _ray_probe.probe, 2, timeout=300.0, address=ray_head, data_dir=str(data),
                        device="cuda")
     try:
         assert ex.num_gpus == 0.5  # the cluster's one GPU shared by the 2 workers
-        ex.submit(1, {"config": {"data_root": "/not/on/the/worker"}})
+        ex.submit(1, {"data_dir": "/not/on/the/worker"})
         got, end = [], time.monotonic() + 300
         while not got and time.monotonic() < end:
             got = ex.wait(1.0)
@@ -107,7 +108,7 @@ def test_existing_cluster_gets_package_and_data(ray_head, tmp_path):
 
     cfg = get_preset("tiny", executor="ray", workers=2, budget=2, address=ray_head, seed_layers=("evonorm_s0",))
     init_run(tmp_path / "run", cfg)
-    res = run_search(tmp_path / "run", progress=False)
+    res = run_search(tmp_path / "run", objective=ProxyObjective(cfg), progress=False)
     assert res.complete and res.done == 2
     with Store(tmp_path / "run", readonly=True) as store:
         assert all(c.status in ("valid", "rejected") and c.worker for c in store.candidates())

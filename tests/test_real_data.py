@@ -1,13 +1,12 @@
 """Real data by default: a search without Fashion-MNIST stops before it starts (unless asked for the
 synthetic set), and a run's start line and store name its dataset, sizes, preset and device."""
 
-import dataclasses
 
 import pytest
 
 import evonorm.data
 from evonorm.cli import main
-from evonorm.search import presets
+from evonorm.proxy import presets
 from evonorm.search.store import Store
 
 
@@ -39,8 +38,8 @@ def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monke
     # the demo preset (holdout 0.25) cut to a few steps; an explicit --dataset synthetic runs
     # without Fashion-MNIST
     demo = presets.PRESETS["demo"]
-    monkeypatch.setitem(presets.PRESETS, "demo", dataclasses.replace(
-        demo, train={"steps": 2, "batch_size": 8, "width": 0.0625}, arch_train={},
+    monkeypatch.setitem(presets.PRESETS, "demo", demo.replace(
+        train={"steps": 2, "batch_size": 8, "width": 0.0625}, arch_train={},
         quality_steps=0, stages=(1,), stability_steps=1))
     run = tmp_path / "run"
     assert main(["search", "--preset", "demo", "--dataset", "synthetic", "--n-train", "200",
@@ -55,7 +54,7 @@ def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monke
         assert s.get_meta("dataset") == {"name": "synthetic", "train": 150, "held_out": 50,
                                          "classes": 10, "image_size": 32}
         assert s.get_meta("device") == {"type": "cpu", "workers": 1, "executor": "local"}
-        assert s.config()["dataset"] == "synthetic"
+        assert s.search_config().dataset == "synthetic"
     # the end-of-search table and the report page name them under their first sentence
     setup = "preset demo, dataset synthetic (150 train / 50 held-out images), device cpu, 1 local worker(s)"
     assert out.splitlines()[2] == setup, out

@@ -6,7 +6,7 @@ import torch
 from evonorm.data import holdout_split, load_dataset
 from evonorm.graph import Graph
 from evonorm.graph.library import get_graph
-from evonorm.search.rejection import precheck, quality, quality_threshold, stability
+from evonorm.proxy.rejection import precheck, quality, quality_threshold, stability
 from evonorm.train import get_train_preset
 
 

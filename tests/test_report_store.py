@@ -103,7 +103,7 @@ def test_report_of_a_driver_written_store(tmp_path):
     """The real driver, store, graphs and mutation; training replaced by a deterministic fake."""
     from _search_fakes import fake_objective
     from evonorm.search.driver import init_run, run_search
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
 
     run = tmp_path / "fake"
     init_run(run, get_preset("tiny", workers=1, budget=30, initial_population=3))
@@ -118,12 +118,13 @@ def test_report_of_a_driver_written_store(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_real_search_report(tmp_path):
+    from evonorm.proxy.objective import ProxyObjective
     from evonorm.search.driver import init_run, run_search
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
 
     run = tmp_path / "tiny"
     init_run(run, get_preset("tiny", workers=1, executor="local"))
-    run_search(run, progress=False)
+    run_search(run, objective=ProxyObjective(get_preset("tiny", workers=1)), progress=False)
     page = write_report([run]).read_text()
     data = load_run(run)
     assert len(data.candidates) == data.config["budget"] and len(images(page)) == 5
@@ -134,7 +135,7 @@ def test_tiny_real_search_report(tmp_path):
 @pytest.mark.slow
 def test_references_are_trained_once_with_the_runs_settings(tmp_path, capsys):
     from evonorm.search.driver import init_run
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
 
     run = tmp_path / "refs"
     init_run(run, get_preset("tiny"))

@@ -12,10 +12,10 @@ from _rerank_fakes import fake_train
 from evonorm.data import Dataset, holdout_split, load_dataset, subset
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.evaluator import search_dataset
+from evonorm.proxy.training import search_dataset
 from evonorm.search.objective import layer_identity
-from evonorm.search.presets import get_preset
-from evonorm.search.rerank import outside_holdout, prepare, rerank, rerank_dataset
+from evonorm.proxy.presets import get_preset
+from evonorm.proxy.rerank import outside_holdout, prepare, rerank, rerank_dataset
 from evonorm.search.store import Store
 
 TESTS = Path(__file__).parent
@@ -159,7 +159,7 @@ KILLED_DRIVER = """
 import sys
 sys.path.insert(0, sys.argv[2])
 from _rerank_fakes import kill_driver_on_second
-from evonorm.search.rerank import rerank
+from evonorm.proxy.rerank import rerank
 rerank(sys.argv[1], workers=1, fn=kill_driver_on_second)
 """
 

@@ -10,7 +10,7 @@ import pytest
 
 from evonorm.cli import main as cli_main
 from evonorm.search.lock import RunLock
-from evonorm.search.retrain import RETRAIN_FILE, read_rows
+from evonorm.proxy.retrain import RETRAIN_FILE, read_rows
 
 from test_report_store import make_store
 
@@ -48,7 +48,7 @@ def test_retrain_writes_its_rows_and_the_report_reads_them(tmp_path, monkeypatch
         return SimpleNamespace(status="ok", accuracy=0.4 + cfg.seed % 7 / 100, failed_step=None)
 
     monkeypatch.setattr(evonorm.train, "train", fake_train)
-    monkeypatch.setattr("evonorm.search.evaluator.search_dataset", lambda cfg: None)
+    monkeypatch.setattr("evonorm.proxy.training.search_dataset", lambda cfg: None)
     assert cli_main(["retrain", str(run), "--seeds", "2", "--top", "1"]) == 0
     out = capsys.readouterr().out
     assert "retrain [8/8]" in out and "evonorm report" in out  # a line per (layer, seed)

@@ -19,8 +19,8 @@ from evonorm.files import DamagedFile, UnsafePath
 from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.search.driver import init_run
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.presets import get_preset
-from evonorm.search.retrain import RetrainRow, load_rows
+from evonorm.proxy.presets import get_preset
+from evonorm.proxy.retrain import RetrainRow, load_rows
 from evonorm.search.store import PendingProposal, Store
 
 from test_hardening import assert_refused, cli, snapshot

@@ -8,8 +8,8 @@ import pickle
 import torch
 
 from evonorm.graph.library import NAMED_GRAPHS
-from evonorm.search.evaluator import search_dataset, train_stages
-from evonorm.search.presets import get_preset
+from evonorm.proxy.training import search_dataset, train_stages
+from evonorm.proxy.presets import get_preset
 from evonorm.train import Run
 
 
@@ -127,6 +127,7 @@ class _Exec:
 
 def test_a_search_never_runs_a_checkpoint_planted_in_its_run_folder(tmp_path, capfd):
     from evonorm.search.driver import init_run, run_search
+    from evonorm.proxy.objective import ProxyObjective
     from evonorm.search.store import Store
 
     run = tmp_path / "run"
@@ -138,7 +139,7 @@ def test_a_search_never_runs_a_checkpoint_planted_in_its_run_folder(tmp_path, ca
         torch.save({"stages": [_Exec(str(marker))], "runs": {}}, run / "stages" / f"{idx}.pt")
     pickle.loads(pickle.dumps(_Exec(str(tmp_path / "probe"))))
     assert (tmp_path / "probe").exists()  # the planted content is a real threat
-    result = run_search(run, progress=False)
+    result = run_search(run, objective=ProxyObjective(cfg), progress=False)
     assert result.complete and not marker.exists()
     with Store(run, readonly=True) as store:
         seed = next(c for c in store.candidates() if c.origin == "seed")

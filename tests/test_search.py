@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from _search_fakes import (detailed_fake, fake_config, fake_objective, near_miss_fake, sigkill_after,
+from _search_fakes import (crashy_fake, detailed_fake, fake_config, fake_objective, near_miss_fake, sigkill_after,
                            slow_fake)
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.store import Store
@@ -118,8 +118,8 @@ def test_cache_hits_reuse_earlier_results(tmp_path):
 
 
 def test_worker_that_raises_or_dies_is_recorded_and_search_goes_on(tmp_path):
-    init_run(tmp_path, fake_config(budget=24, n_train=-7, retries=1))
-    res = run_search(tmp_path, objective=fake_objective, progress=False)
+    init_run(tmp_path, fake_config(budget=24, retries=1))
+    res = run_search(tmp_path, objective=crashy_fake, progress=False)
     assert res.complete
     with Store(tmp_path, readonly=True) as s:
         cands = _check_accounting(s, 24)

@@ -50,8 +50,8 @@ def test_search_resume_rerank_tiny(tmp_path, capsys):
     with Store(run, readonly=True) as s:
         cands = s.candidates()
         assert len(cands) == 4 and s.get_meta("status") == "complete"
-        assert s.config()["data_seed"] == 3 and s.config()["seed"] == 0
-        assert s.config()["final_train_seeds"] == 2
+        cfg = s.search_config()
+        assert cfg.data_seed == 3 and cfg.seed == 0 and cfg.final_train_seeds == 2
         by_proposal = sorted(cands, key=lambda c: c.proposal)
         assert [c.origin for c in by_proposal] == ["seed", "seed", "random", "random"]
         s0 = next(c for c in cands if c.origin == "seed" and c.status == "valid")
@@ -85,7 +85,7 @@ def test_search_resume_rerank_tiny(tmp_path, capsys):
 
 
 def test_the_start_line_says_how_far_the_preset_is_calibrated(tmp_path, capsys):
-    from evonorm.search.presets import calibration_note
+    from evonorm.proxy.presets import calibration_note
 
     assert "18 of 18" in calibration_note("demo", "s")
     assert "17 of 18" in calibration_note("scratch", "s")

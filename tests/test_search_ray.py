@@ -7,9 +7,10 @@ import pytest
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'evonorm[ray]')")
 
 import _search_fakes  # noqa: E402
+from evonorm.proxy.objective import ProxyObjective  # noqa: E402
 from evonorm.search.driver import init_run, run_search  # noqa: E402
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, RayExecutor  # noqa: E402
-from evonorm.search.presets import get_preset  # noqa: E402
+from evonorm.proxy.presets import get_preset  # noqa: E402
 from evonorm.search.store import Store  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def test_ray_worker_raise_die_hang(local_ray):
 def test_ray_tiny_search(local_ray, tmp_path):
     cfg = get_preset("tiny", executor="ray", workers=2, budget=4, seed_layers=("evonorm_s0",))
     init_run(tmp_path, cfg)
-    res = run_search(tmp_path, progress=False)
+    res = run_search(tmp_path, objective=ProxyObjective(cfg), progress=False)
     assert res.complete and res.done == 4
     with Store(tmp_path, readonly=True) as s:
         cands = s.candidates()

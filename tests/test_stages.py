@@ -11,14 +11,14 @@ from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.search.candidates import top_layers
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.evaluator import search_dataset, train_config, train_stages
+from evonorm.proxy.training import search_dataset, train_config, train_stages
 from evonorm.search.evolution import AgingPopulation, Member
 from evonorm.search.store import Store
 from evonorm.train import Run, TrainConfig, lr_at, train
 
 
 def _staged_cfg(**kw):
-    from evonorm.search.presets import get_preset
+    from evonorm.proxy.presets import get_preset
 
     base = dict(dataset="synthetic", n_train=96, quality_steps=0, stages=(3,), quality_factor=0.0,
                 train={"steps": 6, "batch_size": 8, "width": 0.0625, "eval_batch_size": 64})

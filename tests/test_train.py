@@ -149,8 +149,8 @@ def test_channels_last_matches_default(synthetic):
 def test_groups_reach_every_layer_with_group_statistics(synthetic):
     """A narrow proxy sets the group count (TrainConfig.groups); None keeps the layer's own 32."""
     from evonorm.graph.library import resolve_graph
-    from evonorm.search.evaluator import train_config
-    from evonorm.search.presets import get_preset as search_preset
+    from evonorm.proxy.training import train_config
+    from evonorm.proxy.presets import get_preset as search_preset
     from evonorm.train import Run
 
     def group_counts(model):
@@ -177,7 +177,7 @@ EVONORM = [sys.executable, "-c", "import sys; from evonorm.cli import main; sys.
 def test_train_command_writes_json(tmp_path):
     out = tmp_path / "r.json"
     proc = subprocess.run([*EVONORM, "train", "--layer", "bn_relu",
-                           "--preset", "tiny", "--steps", "10", "--dataset", "synthetic",
+                           "--train-preset", "tiny", "--steps", "10", "--dataset", "synthetic",
                            "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "accuracy" in proc.stdout
@@ -189,7 +189,7 @@ def test_train_command_writes_json(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--layer", "no_such_layer", "--dataset", "synthetic"], "no_such_layer"),
     (["--layer", "bn_relu", "--arch", "vgg", "--dataset", "synthetic"], "vgg"),
-    (["--layer", "bn_relu", "--preset", "huge"], "huge"),
+    (["--layer", "bn_relu", "--train-preset", "huge"], "huge"),
     (["--layer", "bn_relu", "--dataset", "cifar10", "--data-root", "/nonexistent"], "cifar-10"),
     (["--layer", "{\"nodes\": [[\"frobnicate\", 0]]}", "--dataset", "synthetic"], "frobnicate"),
     (["--layer", "bn_relu", "--batch-size", "x"], "batch-size"),
@@ -223,3 +223,14 @@ def test_fashion_mnist_small_preset_learns_with_bn_relu_and_evonorm_s0():
     for layer in ("bn_relu", "evonorm_s0"):
         res = train(layer, ds, get_train_preset("small"))
         assert res.status == "ok" and res.accuracy > 0.5, (layer, res.accuracy)  # chance 0.1
+
+
+def test_train_preset_old_spelling_still_works_with_a_one_line_note(capsys):
+    from evonorm.cli import main
+
+    assert main(["train", "--layer", "bn_relu", "--dataset", "synthetic", "--preset", "tiny",
+                 "--steps", "2", "--n-train", "64", "--n-test", "32"]) == 0
+    err = capsys.readouterr().err
+    assert "--preset is now --train-preset" in err
+    assert main(["train", "--layer", "bn_relu", "--train-preset", "huge"]) == 2
+    assert "huge" in capsys.readouterr().err

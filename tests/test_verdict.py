@@ -8,7 +8,7 @@ import pytest
 
 from evonorm.report.text import summary_table
 from evonorm.report.verdict import layer_stats, verdict
-from evonorm.search.retrain import RETRAIN_FILE, RetrainRow, read_rows
+from evonorm.proxy.retrain import RETRAIN_FILE, RetrainRow, read_rows
 
 from test_report_store import make_store
 
@@ -73,7 +73,7 @@ def test_retrain_writes_a_line_per_layer_and_seed_and_resumes(tmp_path, monkeypa
     from types import SimpleNamespace
 
     import evonorm.train
-    from evonorm.search.retrain import retrain
+    from evonorm.proxy.retrain import retrain
 
     run = tmp_path / "run"
     make_store(run)  # one function (all spellings of one graph), origin random; space s
@@ -100,7 +100,7 @@ def test_retrain_writes_a_line_per_layer_and_seed_and_resumes(tmp_path, monkeypa
 
 
 def test_a_found_spelling_of_a_seed_layer_counts_as_that_seed(tmp_path):
-    from evonorm.search.retrain import plan
+    from evonorm.proxy.retrain import retrain_plan
     from evonorm.search.store import Store
     from test_report_store import add
 
@@ -108,7 +108,7 @@ def test_a_found_spelling_of_a_seed_layer_counts_as_that_seed(tmp_path):
     make_store(run)  # valid layers of one function, origin random
     with Store(run) as s:
         add(s, 99, "valid", {"resnet50_cifar": 0.1, "mobilenetv2_cifar": 0.1}, key="seedkey", origin="seed")
-    _, layers = plan(run, top=3)
+    _, layers = retrain_plan(run, top=3)
     assert [kind for _, kind, _, _ in layers] == ["reference"] * 3 + ["seed"]
 
 

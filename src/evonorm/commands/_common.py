@@ -9,8 +9,10 @@ The data and models modules are imported in the checks that use them: they load 
 
 from __future__ import annotations
 
+import argparse
 import os
 import sqlite3
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -19,7 +21,8 @@ from evonorm.cli import CommandError
 from evonorm.files import DamagedFile, UnsafePath, check_folder
 from evonorm.report.text import summary_table
 from evonorm.search import store
-from evonorm.search.evaluator import train_config
+from evonorm.proxy.config import proxy_config
+from evonorm.proxy.training import train_config
 from evonorm.search.lock import RunLock, RunLocked
 
 LOCAL_WORKERS_PER_CORE = 4
@@ -106,10 +109,10 @@ def check_run(run: Path) -> None:
         exists = False
     if not exists:
         raise CommandError(f"no such run folder or store: {run}")
-    check_store(run)
+    require_store(run)
 
 
-def check_store(run: Path) -> None:
+def require_store(run: Path) -> None:
     """The run's store must exist and be an intact store of a known schema (read-only check)."""
     try:
         path = store.resolve_path(run)
@@ -129,8 +132,8 @@ def check_run_values(run: Path) -> None:
     again (its valid layers, the parents of new ones, and the proposals still to evaluate), the
     re-training rows and the references."""
     from evonorm.graph import Graph
-    from evonorm.search.references import REFERENCES_FILE, read_references
-    from evonorm.search.retrain import read_rows
+    from evonorm.proxy.references import REFERENCES_FILE, read_references
+    from evonorm.proxy.retrain import read_rows
 
     folder = store.run_folder(run)
     with store.Store(run, readonly=True) as s:
@@ -238,7 +241,7 @@ def probe_archs(cfg, ds) -> None:
     candidate will be trained (ValueError in one line: `evonorm.models.probe_arch`)."""
     from evonorm.models import is_builtin, probe_arch
 
-    for arch in cfg.archs:
+    for arch in proxy_config(cfg).archs:
         if not is_builtin(arch):
             tcfg = train_config(cfg, arch)
             probe_arch(arch, num_classes=ds.num_classes, in_chans=ds.channels, batch=probe_batch(ds, tcfg),
@@ -268,3 +271,20 @@ def check_run_archs(run, archs, given) -> list[str]:
 
 RUN_ARCH_HELP = ("the run's MODULE:FUNCTION architecture(s), named again (comma-separated or "
                  "repeated): code named in a run folder is never imported otherwise")
+
+
+def add_train_preset(p, default: str | None, help: str) -> None:
+    """`--train-preset`, a training preset (`evonorm.train.TRAIN_PRESETS`), and its old spelling
+    `--preset`, hidden: `--preset` is a search preset wherever else it appears."""
+    p.add_argument("--train-preset", default=default, help=help)
+    p.add_argument("--preset", dest="old_train_preset", default=None, help=argparse.SUPPRESS)
+
+
+def train_preset_arg(args, prog: str) -> str | None:
+    """The training preset asked for; the old spelling `--preset` still works for one release,
+    with a one-line note on stderr."""
+    if args.old_train_preset is None:
+        return args.train_preset
+    print(f"{prog}: --preset is now --train-preset (the old spelling goes in the next release)",
+          file=sys.stderr)
+    return args.old_train_preset

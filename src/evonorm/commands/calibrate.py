@@ -9,14 +9,16 @@ from pathlib import Path
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import ARCHS_HELP, DATA_HELP, dataset_arg
 from evonorm.commands.search import check_setup
-from evonorm.search.calibrate import (calibration_setup, format_summary, load_runs, panel_cost, plan,
-                                     prepare_out, progress_line, proxy_scores, run_jobs, summarize)
-from evonorm.search.config import SPACES
 from evonorm.files import write_atomic
-from evonorm.search.fidelity import format_fidelity, load_panel, rank_fidelity, write_proxy
-from evonorm.search.evaluator import search_dataset
-from evonorm.search.presets import PRESETS, get_preset
-from evonorm.search.rejection import quality_threshold
+from evonorm.proxy.calibrate import (calibration_jobs, calibration_setup, format_summary, load_runs,
+                                     panel_cost, prepare_out, progress_line, proxy_scores, run_jobs,
+                                     summarize)
+from evonorm.proxy.config import proxy_config
+from evonorm.proxy.fidelity import format_fidelity, load_panel, rank_fidelity, write_proxy
+from evonorm.proxy.presets import PRESETS, get_preset
+from evonorm.proxy.rejection import quality_threshold
+from evonorm.proxy.training import search_dataset
+from evonorm.search.config import SPACES
 
 
 def build_parser() -> ArgumentParser:
@@ -79,9 +81,10 @@ def main(argv: list[str]) -> int:
         earlier = prepare_out(out, setup)
     except (ValueError, OSError) as err:
         raise CommandError(str(err)) from None
-    jobs = plan(cfg, args.seeds, args.random, panel)
-    print(f"calibrate: preset {cfg.preset}, space {cfg.space}, dataset {cfg.dataset}, archs "
-          f"{', '.join(cfg.archs)}, {args.seeds} seed(s) x {len(jobs) - args.random} reference "
+    jobs = calibration_jobs(cfg, args.seeds, args.random, panel)
+    task = proxy_config(cfg)
+    print(f"calibrate: preset {cfg.preset}, space {cfg.space}, dataset {task.dataset}, archs "
+          f"{', '.join(task.archs)}, {args.seeds} seed(s) x {len(jobs) - args.random} reference "
           f"run(s) + {args.random} random, {cfg.num_workers} worker(s) -> {out}"
           + (f" (resuming: {len(earlier)} done)" if earlier else ""), file=sys.stderr, flush=True)
     start = time.perf_counter()
@@ -90,9 +93,9 @@ def main(argv: list[str]) -> int:
     keys = {j.key for j in jobs}
     records = [r for r in load_runs(out) if r.key in keys]
     ds = search_dataset(cfg)  # cached
-    threshold = quality_threshold(ds.num_classes, cfg.quality_factor)
-    table = format_summary(summarize(records, list(cfg.archs)), threshold, cfg.train_seeds,
-                           cfg.final_runs)
+    threshold = quality_threshold(ds.num_classes, task.quality_factor)
+    table = format_summary(summarize(records, list(task.archs)), threshold, task.train_seeds,
+                           task.final_runs)
     if panel_data is not None:
         table += "\n\n" + rank_fidelity_section(records, layers, cfg.preset, out, args.panel, argv,
                                                   ds.num_classes)

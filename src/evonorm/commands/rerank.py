@@ -10,18 +10,19 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import (RUN_ARCH_HELP, check_device, check_executor, check_run_archs,
-                                      check_run_values, check_store, check_workers, dataset_arg, run_lock,
-                                      write_errors)
+from evonorm.commands._common import (RUN_ARCH_HELP, add_train_preset, check_device, check_executor,
+                                      check_run_archs, check_run_values, check_workers, dataset_arg,
+                                      require_store, run_lock, train_preset_arg, write_errors)
 from evonorm.report.text import rerank_table
-from evonorm.search.rerank import prepare, rerank
+from evonorm.proxy.config import anchor_archs
+from evonorm.proxy.rerank import prepare, rerank
 from evonorm.search.store import Store
 
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="evonorm rerank", description=(
         "Retrain the top layers of a search in a larger setting (the search preset's rerank "
-        "setting, or --preset) on the training images the search did not score on, score them "
+        "setting, or --train-preset) on the training images the search did not score on, score them "
         "on the dataset's test split (never seen by the search) and rank them by mean accuracy "
         "over the anchor architectures. Layers train in parallel on the search's executor; each "
         "result goes into RUN/store.sqlite as it arrives, and a stopped rerank continues where "
@@ -29,8 +30,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("run", type=Path, help="run folder of `evonorm search --out`")
     p.add_argument("--top", type=int, default=None, help="layers to rerank (default: the preset's, 10 "
                    "for the paper presets)")
-    p.add_argument("--preset", default=None, help="training preset for the rerank (tiny, small, "
-                   "paper-b, paper-s; default: the search preset's rerank setting)")
+    add_train_preset(p, None, "training preset for the rerank (tiny, small, paper-b, paper-s; "
+                     "default: the search preset's rerank setting)")
     p.add_argument("--steps", type=int, default=None, help="override the training steps")
     p.add_argument("--width", type=float, default=None, help="override the channel multiplier")
     p.add_argument("--n-train", type=int, default=None, help="override the training images")
@@ -58,22 +59,23 @@ def main(argv: list[str]) -> int:
     from evonorm.models import is_builtin
     from evonorm.train import TRAIN_PRESETS
 
-    check_store(args.run)
+    require_store(args.run)
     check_run_values(args.run)
     device = check_device(args.device)
-    if args.preset is not None and args.preset not in TRAIN_PRESETS:
-        raise CommandError(f"unknown training preset {args.preset!r} "
+    preset = train_preset_arg(args, "evonorm rerank")
+    if preset is not None and preset not in TRAIN_PRESETS:
+        raise CommandError(f"unknown training preset {preset!r} "
                            f"(choose from {', '.join(TRAIN_PRESETS)})")
     overrides = {k: v for k, v in dict(steps=args.steps, width=args.width,
                                        n_train=args.n_train).items() if v is not None}
-    kw = dict(preset=args.preset, overrides=overrides, device=device, workers=args.workers,
+    kw = dict(preset=preset, overrides=overrides, device=device, workers=args.workers,
               timeout=args.timeout, allow_smaller=args.allow_smaller,
               data=dataset_arg(None, args.data))
     try:  # the setting must be valid (and larger) before anything is trained or written
         with write_errors(f"run {args.run}"), Store(args.run, readonly=True) as store:
             cfg = store.search_config()
-            user_archs = check_run_archs(args.run, cfg.archs, args.arch)
-            external = [a for a in cfg.archs if not is_builtin(a)]
+            user_archs = check_run_archs(args.run, anchor_archs(cfg), args.arch)
+            external = [a for a in anchor_archs(cfg) if not is_builtin(a)]
             if args.width is not None and external:
                 raise ValueError("--width applies to the built-in architectures only, and this run "
                                  f"has {', '.join(external)}")

@@ -7,14 +7,16 @@ from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import (RUN_ARCH_HELP, check_device, check_executor, check_run_archs,
-                                      check_run_values, check_store, check_workers, dataset_arg,
-                                      report_result, run_lock, write_errors)
+                                      check_run_values, check_workers, dataset_arg, report_result,
+                                      require_store, run_lock, write_errors)
 from evonorm.commands.search import load_objective_arg, run_facts
 from evonorm.report.text import summary_table
 from evonorm.search.api import check_resume_objective
 from evonorm.search.config import EXECUTORS
 from evonorm.search.driver import run_search
-from evonorm.search.evaluator import search_dataset
+from evonorm.proxy.config import anchor_archs, proxy_config
+from evonorm.proxy.objective import ProxyObjective
+from evonorm.proxy.training import search_dataset
 from evonorm.search.store import Store
 
 
@@ -50,7 +52,7 @@ def _plan(args):
     """(config with the command's changes, candidates done, proposals re-queued), read-only;
     CommandError on anything wrong with the run or the arguments."""
 
-    check_store(args.run)
+    require_store(args.run)
     check_run_values(args.run)
     device = check_device(args.device)
     try:
@@ -65,14 +67,15 @@ def _plan(args):
         if "budget" in changes and changes["budget"] < cfg.budget:
             raise ValueError(f"--budget cannot shrink the run's budget of {cfg.budget}")
         if args.data is not None:  # the same file (its sha256 is checked when it is read)
-            if cfg.data_sha256 is None:
+            task = proxy_config(cfg)
+            if task.data_sha256 is None:
                 raise ValueError(f"--data gives a moved data file, and this run trained on "
-                                 f"{cfg.dataset}, not a file of its own")
+                                 f"{task.dataset}, not a file of its own")
             changes["dataset"] = dataset_arg(None, args.data)
         cfg = cfg.replace(**changes)
     except (ValueError, TypeError, FileNotFoundError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
-    check_run_archs(args.run, cfg.archs, args.arch)
+    check_run_archs(args.run, anchor_archs(cfg), args.arch)
     check_executor(cfg)
     check_workers(cfg)
     return cfg, done, pending
@@ -113,7 +116,8 @@ def main(argv: list[str]) -> int:
                   f"(in flight when it stopped), {cfg.num_workers} {cfg.executor} worker(s) on "
                   f"{cfg.device}", file=sys.stderr)
 
-        result = run_search(args.run, objective=objective, progress=not args.quiet,
+        result = run_search(args.run, objective=objective or ProxyObjective(cfg),
+                            progress=not args.quiet,
                             ship=args.ship)
         report_result(result, args.run, args.top)
     return 0

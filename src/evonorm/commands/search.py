@@ -15,11 +15,13 @@ from evonorm.commands._common import (ARCHS_HELP, DATA_HELP, check_archs, check_
 from evonorm.search.api import own_objective_config
 from evonorm.search.config import EXECUTORS, SPACES
 from evonorm.search.driver import init_run, run_search
-from evonorm.search.evaluator import search_dataset, train_config
+from evonorm.proxy.config import proxy_config
+from evonorm.proxy.objective import ProxyObjective
+from evonorm.proxy.presets import PRESETS, calibration_note, get_preset
+from evonorm.proxy.training import search_dataset, train_config, with_dataset
 from evonorm.search.evolution import ALGORITHMS, CRITERIA
 from evonorm.search.lock import LOCK_NAME
 from evonorm.search.objective import load_objective
-from evonorm.search.presets import PRESETS, calibration_note, get_preset
 from evonorm.search.store import Store
 
 
@@ -88,7 +90,7 @@ def build_parser() -> ArgumentParser:
 
 def config_from_args(args):
     archs = tuple(a.strip() for a in args.archs.split(",") if a.strip()) if args.archs else None
-    seeds = (tuple(a.strip() for a in args.seed_layers.split(",") if a.strip())
+    seed_layers = (tuple(a.strip() for a in args.seed_layers.split(",") if a.strip())
              if args.seed_layers else None)
     device = check_device(args.device)
     staged = {}
@@ -110,7 +112,7 @@ def config_from_args(args):
                           final_train_seeds=args.final_train_seeds,
                           executor=args.executor, address=args.address, timeout=args.timeout,
                           window=args.window, criterion=args.criterion, seed=args.seed,
-                          seed_layers=seeds, device=device, gpus_per_worker=args.gpus_per_worker)
+                          seed_layers=seed_layers, device=device, gpus_per_worker=args.gpus_per_worker)
     except (ValueError, TypeError) as err:
         raise CommandError(str(err)) from None
 
@@ -146,12 +148,13 @@ def check_setup(cfg):
             raise CommandError(str(err).splitlines()[0]) from None
         return cfg
 
-    check_archs(cfg.archs)
+    task = proxy_config(cfg)
+    check_archs(task.archs)
     try:
-        cfg = cfg.with_dataset()  # never a silent fall-back to the synthetic set
+        cfg = with_dataset(cfg)  # never a silent fall-back to the synthetic set
         _check_seed_layers(cfg, resolve_graph)
-        train_config(cfg, cfg.archs[0])
-        train_config(cfg, cfg.archs[0], cfg.rerank_training)
+        train_config(cfg, task.archs[0])
+        train_config(cfg, task.archs[0], task.rerank_training)
         ds = search_dataset(cfg)
         probe_archs(cfg, ds)
     except (ValueError, FileNotFoundError, TypeError) as err:
@@ -178,11 +181,11 @@ def run_facts(cfg) -> dict:
                 "device": {"type": cfg.device, "workers": cfg.num_workers,
                            "executor": cfg.executor}}
 
-    ds = search_dataset(cfg)
+    ds, task = search_dataset(cfg), proxy_config(cfg)
     return {"preset": cfg.preset,
-            "dataset": {"name": cfg.dataset, "train": len(ds.train_y), "held_out": len(ds.test_y),
+            "dataset": {"name": task.dataset, "train": len(ds.train_y), "held_out": len(ds.test_y),
                         "classes": ds.num_classes, "image_size": ds.image_size},
-            "device": {"type": train_config(cfg, cfg.archs[0]).device,
+            "device": {"type": train_config(cfg, task.archs[0]).device,
                        "workers": cfg.num_workers, "executor": cfg.executor}}
 
 
@@ -235,18 +238,19 @@ def main(argv: list[str]) -> int:
                   f"{cfg.objective}, device {device['type']}, budget {cfg.budget}, "
                   f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
         elif not args.quiet:
-            data, device = facts["dataset"], facts["device"]
+            data, device, task = facts["dataset"], facts["device"], proxy_config(cfg)
             runs = ""
-            if cfg.final_runs > 1:  # e.g. " (2 training runs each, 4 at the last stage, scored by their mean)"
-                last = f", {cfg.final_runs} at the last stage" if cfg.final_runs != cfg.train_seeds else ""
-                runs = (f" ({cfg.train_seeds} training run{'s' if cfg.train_seeds > 1 else ''} each{last}, "
+            if task.final_runs > 1:  # e.g. " (2 training runs each, 4 at the last stage, scored by their mean)"
+                last = f", {task.final_runs} at the last stage" if task.final_runs != task.train_seeds else ""
+                runs = (f" ({task.train_seeds} training run{'s' if task.train_seeds > 1 else ''} each{last}, "
                         "scored by their mean)")
             print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, dataset "
                   f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
-                  f"device {device['type']}, archs {', '.join(cfg.archs)}{runs}, budget {cfg.budget}, "
+                  f"device {device['type']}, archs {', '.join(task.archs)}{runs}, budget {cfg.budget}, "
                   f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
 
             print(calibration_note(cfg.preset, cfg.space), file=sys.stderr)
-        result = run_search(run, objective=objective, progress=not args.quiet, ship=args.ship)
+        result = run_search(run, objective=objective or ProxyObjective(cfg),
+                            progress=not args.quiet, ship=args.ship)
         report_result(result, run, args.top)
     return 0

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.files import write_atomic
-from evonorm.commands._common import (ARCH_HELP, DATA_HELP, check_device, check_writable, dataset_arg, probe_batch,
+from evonorm.commands._common import (ARCH_HELP, DATA_HELP, add_train_preset, check_device,
+                                      check_writable, dataset_arg, probe_batch, train_preset_arg,
                                       write_errors)
 
 
@@ -25,8 +26,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--layer", required=True,
                    help="registry name (evonorm list), a named graph, or graph JSON / @file.json")
     p.add_argument("--arch", default="resnet50_cifar", help=ARCH_HELP)
-    p.add_argument("--preset", default="small", help="training preset: tiny, small, paper-b, "
-                   "paper-s (default small)")
+    add_train_preset(p, "small", "training preset: tiny, small, paper-b, paper-s (default small)")
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
                    "(default: fashion_mnist when installed, else synthetic)")
     p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
@@ -89,12 +89,13 @@ def main(argv: list[str]) -> int:
         if value is not None and value < 1:
             raise CommandError(f"{flag} must be >= 1, got {value}")
     device = check_device(args.device)
+    preset = train_preset_arg(args, "evonorm train")
     dataset = dataset_arg(args.dataset, args.data)
     if args.out is not None:
         check_writable(args.out)
     torch.set_num_threads(args.threads or min(2, os.cpu_count() or 1))
     try:
-        cfg = get_train_preset(args.preset, arch=args.arch, batch_size=args.batch_size, steps=args.steps,
+        cfg = get_train_preset(preset, arch=args.arch, batch_size=args.batch_size, steps=args.steps,
                          lr=args.lr, schedule=args.schedule, width=args.width,
                          n_train=args.n_train, n_test=args.n_test, seed=args.seed,
                          channels_last=args.channels_last, compile=args.compile,
@@ -117,7 +118,7 @@ def main(argv: list[str]) -> int:
 
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     print(f"training {args.layer if len(args.layer) < 60 else args.layer[:57] + '...'} on "
-          f"{cfg.arch}{width_note(cfg)}, {ds.name}, preset {args.preset}: "
+          f"{cfg.arch}{width_note(cfg)}, {ds.name}, preset {preset}: "
           f"{cfg.steps} steps of {cfg.batch_size} on {cfg.device}", flush=True)
     log = None if progress or args.progress is False else (lambda s: print(s, file=sys.stderr, flush=True))
     from evonorm.layers.paths import recording
@@ -131,7 +132,7 @@ def main(argv: list[str]) -> int:
         print(f"{result.status}: {result.reason} at step {result.failed_step} "
               f"after {result.seconds:.1f}s")
     if args.out is not None:
-        record = {"layer": args.layer, "dataset": ds.name, "preset": args.preset,
+        record = {"layer": args.layer, "dataset": ds.name, "preset": preset,
                   **result.to_dict(), "layer_calls": dict(sorted(calls.items()))}
         with write_errors("the result"):
             args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from evonorm.search.candidates import Candidate, as_candidate, reason_group
+from evonorm.search.config import flat_config
 from evonorm.search.evaluation import STATUSES, finite
-from evonorm.search.references import REFERENCES_FILE, read_references
-from evonorm.search.retrain import RetrainRow, read_rows
+from evonorm.proxy.references import REFERENCES_FILE, read_references
+from evonorm.proxy.retrain import RetrainRow, read_rows
 from evonorm.search.store import Store, resolve_path, run_folder
 
 FINISHED = STATUSES
@@ -57,7 +58,7 @@ class RunData:
         search on the user's own objective, whose proxy is the user's)."""
         if self.config.get("objective"):
             return ""
-        from evonorm.search.presets import fidelity_note
+        from evonorm.proxy.presets import fidelity_note
 
         return fidelity_note(str(self.config.get("preset", "?")), str(self.config.get("space", "s")))
 
@@ -107,7 +108,7 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
                 candidates=list(store.candidates()),
                 population=list(store.population()),
                 reranks=list(_safe(store, "reranks")),
-                config=store.checked_config(),
+                config=flat_config(store.checked_config()),
                 in_flight=len(_safe(store, "pending_proposals")),
                 status=_meta(store, "status"),
             )

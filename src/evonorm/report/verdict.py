@@ -1,7 +1,7 @@
 """The first sentence of a run's report and of its end-of-search table: does a found layer beat
 the best reference or seed layer beyond noise?
 
-It reads the multi-seed re-training (`evonorm.search.retrain`): the best found layer (highest mean
+It reads the multi-seed re-training (`evonorm.proxy.retrain`): the best found layer (highest mean
 fitness over its seeds) against the best reference or seed layer, by a one-sided Welch t-test over
 the training seeds at alpha 0.05.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from evonorm.stats import mean_std, welch_greater
-from evonorm.search.retrain import RetrainRow
+from evonorm.proxy.retrain import RetrainRow
 
 ALPHA = 0.05
 

@@ -1,20 +1,30 @@
-"""The layer search (paper Sec. 4-5): rejection, regularized evolution, store, executors, driver,
-reranking, reference layers. Heavy modules (torch) are imported on use; the config, presets, the
-evaluation records and the store are cheap.
+"""The layer search engine (paper Sec. 4-5): regularized evolution, hurdles, the store, executors,
+the driver, on an objective the caller hands in. It imports no task: the built-in proxy task is
+`evonorm.proxy`. Heavy modules (torch) are imported on use; the config, the evaluation records and
+the store are cheap.
 
-From Python: `search(objective, out=...)` searches layers for an objective of one's own
-(`objective(norm_act, trial) -> float | dict`, `Reject` to reject; `evonorm.search.objective`),
-or for the built-in proxy task without one; `resume(out, objective)`, `load(out).top(k)`.
+From Python: `search(objective, out=...)` searches layers for an objective
+(`objective(norm_act, trial) -> float | dict`, `Reject` to reject; `evonorm.search.objective`);
+`resume(out, objective)`, `load(out).top(k)`.
 """
 
 from evonorm.search.api import load, resume, search
 from evonorm.search.candidates import Candidate
+from evonorm.search.config import Evolution, Execution, Hurdles, SearchConfig
 from evonorm.search.driver import SearchResult
-from evonorm.search.config import SearchConfig, TrainSetting
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.objective import Reject, Trial
-from evonorm.search.presets import PRESETS, get_preset, list_presets
 from evonorm.search.store import Store
 
-__all__ = ["PRESETS", "SearchConfig", "TrainSetting", "get_preset", "list_presets", "Candidate",
-           "Evaluation", "Store", "search", "resume", "load", "Reject", "Trial", "SearchResult"]
+__all__ = ["SearchConfig", "Evolution", "Hurdles", "Execution", "Candidate", "Evaluation", "Store",
+           "search", "resume", "load", "Reject", "Trial", "SearchResult"]
+
+# names that moved to the built-in task's package: one line naming the new place
+_MOVED = {"PRESETS": "evonorm.proxy.presets", "get_preset": "evonorm.proxy.presets",
+          "list_presets": "evonorm.proxy.presets", "TrainSetting": "evonorm.proxy.config"}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:  # an ImportError, so that `from evonorm.search import NAME` says it too
+        raise ImportError(f"evonorm.search.{name} moved to {_MOVED[name]}.{name}")
+    raise AttributeError(f"module 'evonorm.search' has no attribute {name!r}")

@@ -1,5 +1,6 @@
-"""The search from Python, on the user's own objective or the built-in proxy task:
-`search(objective, out=...)`, `resume(out, objective)`, `load(out)`.
+"""The search from Python, on an objective the caller hands in: `search(objective, out=...)`,
+`resume(out, objective)`, `load(out)`. The built-in proxy task has its own entry points
+(`evonorm.proxy.search` / `resume`), which hand its objective to this engine.
 
 A run records its objective's name ("module:function") and never imports it from there: resuming
 a run searched on an objective of one's own takes that function again, and checks its name.
@@ -11,32 +12,33 @@ from pathlib import Path
 from typing import Any
 
 from evonorm.search.config import SearchConfig
-from evonorm.search.driver import SearchResult, init_run, load_result, run_search
+from evonorm.search.driver import SearchResult, Tally, init_run, run_search
 from evonorm.search.lock import RunLock
 from evonorm.search.objective import (SCORE_NAME, Objective, check_objective, check_picklable,
                                       objective_name)
-from evonorm.search.presets import get_preset
+from evonorm.search.settings import engine_preset
 from evonorm.search.store import Store
-from evonorm.search.proxy import check_data
 
 
-def search(objective: Objective | None = None, *, out: str | Path, preset: str = "demo",
+BUILTIN_ELSEWHERE = ("the built-in proxy task is searched with evonorm.proxy.search(out=...) and "
+                     "resumed with evonorm.proxy.resume(out)")
+
+
+def search(objective: Objective, *, out: str | Path, preset: str = "demo",
            space: str = "s", budget: int | None = None, workers: int | None = None,
            executor: str = "local", seed: int = 0, force: bool = False, progress: bool = True,
            ship: list[str] | None = None, **overrides: Any) -> SearchResult:
-    """Search layers for `objective(norm_act, trial)` (None: the built-in proxy task) into the
-    run folder `out`, with a preset's search settings (`evonorm.search.presets`) and field
-    overrides (`SearchConfig` names). `ship`: what Ray workers need to import the objective
+    """Search layers for `objective(norm_act, trial)` into the run folder `out`, with a preset's
+    engine settings (`evonorm.search.settings`) and field overrides (flat `SearchConfig` names:
+    `budget`, `stages`, `window`, ...). `ship`: what Ray workers need to import the objective
     (default: its top-level package or module file). ValueError / TypeError on bad input,
     before any worker starts."""
-    cfg = get_preset(preset, space=space, budget=budget, workers=workers, executor=executor,
-                     seed=seed, **overrides)
-    if objective is not None:
-        check_picklable(check_objective(objective))
-        cfg = own_objective_config(cfg, objective)
-    else:
-        cfg = cfg.with_dataset()
-        check_data(cfg)
+    if objective is None:
+        raise ValueError(f"search() needs an objective: {BUILTIN_ELSEWHERE}")
+    cfg = engine_preset(preset, space=space, budget=budget, workers=workers, executor=executor,
+                        seed=seed, **overrides)
+    check_picklable(check_objective(objective))
+    cfg = own_objective_config(cfg, objective)
     Path(out).mkdir(parents=True, exist_ok=True)
     with RunLock(out):
         init_run(out, cfg, force=force)
@@ -45,21 +47,21 @@ def search(objective: Objective | None = None, *, out: str | Path, preset: str =
 
 def own_objective_config(cfg: SearchConfig, objective: Objective) -> SearchConfig:
     """The search settings of a run on `objective`: its name recorded, the scores named after a
-    float's ("objective") until a first valid dict result names them, and no dataset (the built-in
-    task's; the objective brings its own data)."""
-    return cfg.replace(objective=objective_name(objective), archs=(SCORE_NAME,), dataset=None,
-                       data_root=None, n_train=None)
+    float's ("objective") until a first valid dict result names them, and no task settings (the
+    objective holds its own)."""
+    return cfg.replace(objective=objective_name(objective), scores=(SCORE_NAME,), task=None)
 
 
 def resume(out: str | Path, objective: Objective | None = None, *, progress: bool = True,
            ship: list[str] | None = None) -> SearchResult:
-    """Continue the search in `out` until its budget is spent. A run searched on an objective of
-    one's own needs that objective again (ValueError without it, or with another)."""
+    """Continue the search in `out` until its budget is spent, with the objective it was searched
+    on (ValueError without it, or with another)."""
     with Store(out, readonly=True) as store:
         cfg = store.search_config()
+    if objective is None and not cfg.objective:
+        raise ValueError(f"the run in {out} was searched on the built-in proxy task: "
+                         f"{BUILTIN_ELSEWHERE}")
     check_resume_objective(cfg.objective, objective, "the objective")
-    if objective is None:
-        check_data(cfg)
     with RunLock(out):
         return run_search(out, objective=objective, progress=progress, ship=ship)
 
@@ -82,4 +84,11 @@ def check_resume_objective(stored: str | None, objective: Objective | None, flag
 
 def load(out: str | Path) -> SearchResult:
     """A run folder's search as it stands (read only): `.top(k)`, counts, completeness."""
-    return load_result(out)
+    run = Path(out)
+    with Store(run, readonly=True) as store:
+        cfg = store.search_config()
+        tally = Tally(num_stages=cfg.num_stages)
+        for c in store.candidates():
+            tally.add(c)
+        complete = store.get_meta("status") == "complete"
+    return SearchResult(run, cfg.budget, tally.done, complete, tally)

@@ -1,10 +1,16 @@
-"""Search settings: the `SearchConfig` dataclass, JSON round-tripped through the run's store so that
-`resume`, `rerank` and the report read back exactly what the search ran with; training settings are a
-`evonorm.train.TRAIN_PRESETS` name plus field overrides (`TrainSetting`). The named presets are in
-`evonorm.search.presets`.
+"""The search engine's settings: `SearchConfig`, stored with the run (JSON, `to_dict` /
+`from_dict`) so that `resume` and the report read back exactly what the search ran with.
 
-The data module is imported where a dataset is resolved: it loads torch, which reading a config
-does not need.
+Three parts are the engine's own: `Evolution` (what is proposed, and how parents are picked),
+`Hurdles` (multi-fidelity: where a layer may stop early) and `Execution` (workers, device,
+timeouts). The objective's own settings travel in `task`, a JSON object the engine stores and
+never reads (the built-in proxy task's `evonorm.proxy.config.ProxyConfig`; None for an objective
+of one's own, which holds its settings itself).
+
+Run folders written before the split hold the settings as one flat object: `from_dict` reads it
+as is (the engine's names to their part, every other name to `task`), and `Store` writes the
+nested form back when the run is opened for writing. `replace` takes the flat names too, so that
+presets, command-line flags and `search(**overrides)` name a setting without its part.
 """
 
 from __future__ import annotations
@@ -16,56 +22,17 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from evonorm.search.evolution import ALGORITHMS, CRITERIA
-
-
-@dataclass(frozen=True)
-class TrainSetting:
-    """How candidates are trained on each architecture: a trainer preset and field overrides.
-
-    `presized`: the data handed to the trainer is already the run's subset (the search's
-    `n_train`, held-out split), so the trainer preset's own n_train/n_test do not cut it again;
-    a rerank trains on the full training split with the preset's sizes.
-    """
-
-    preset: str
-    overrides: Mapping[str, Any]
-    presized: bool
-
-    @property
-    def label(self) -> str:
-        """How the setting is named in the store (reranks): the preset plus its overrides."""
-        extra = ",".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
-        return f"{self.preset}[{extra}]" if extra else self.preset
-
+from evonorm.search.objective import SCORE_NAME
 
 SPACES = ("b", "s")
 EXECUTORS = ("local", "ray")
 DEVICES = ("cpu", "cuda")
-PAPER_ARCHS = ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar")
 
 
 @dataclass(frozen=True)
-class SearchConfig:
-    """Everything a search run needs; JSON round-trips through `to_dict` / `from_dict`."""
+class Evolution:
+    """What the search proposes: the space, the algorithm and its population."""
 
-    preset: str = "custom"  # the preset it came from, or "custom"
-    # the objective scoring candidates, as "module:function" (None: the built-in proxy task). Only
-    # recorded: resuming such a run takes the function again from its caller, never from here.
-    objective: str | None = None
-    # data: the search trains on (1 - holdout) of the training split and scores on the rest,
-    # so it never sees the test set.
-    dataset: str | None = None  # None -> `with_dataset()`: the default, when the run starts
-    data_root: str | None = None
-    # a user's own data (`dataset` a file.npz, stored as its absolute path): the file's sha256,
-    # taken when the run starts, so resume, rerank and report read that very file or fail
-    data_sha256: str | None = None
-    n_train: int | None = None
-    holdout: float = 0.1
-    # the seed of the training subset and the held-out split (None: `seed`), so that several
-    # search seeds can share one task (every candidate of a run shares its split). No preset sets
-    # it: at `demo` a fixed split did not narrow the seed-to-seed spread (docs/calibration.md)
-    data_seed: int | None = None
-    # search space and algorithm
     space: str = "s"
     algorithm: str = "evolution"
     budget: int = 100  # candidates proposed in all (rejected and cache hits included)
@@ -73,183 +40,250 @@ class SearchConfig:
     # worker-seconds in all (equal-compute comparisons; None: no limit)
     max_nodes: int = 10
     seed_layers: tuple[str, ...] = ()  # named graphs or graph JSON, evaluated first (origin "seed")
-    window: int = 2500
+    window: int = 2500  # the aging population, and each hurdle's recent layers
     initial_population: int = 20
     tournament_fraction: float = 0.05
     tournament_min: int = 2
     criterion: str = "pareto"
     mutations: int = 2
     p_random: float = 0.5
-    # from scratch, where valid layers are rare: layers the quality test rejected after they
-    # learned on some architecture join the population too, below every valid layer (stage 0),
-    # so evolution has parents before its first valid layer (random search ignores it)
+    # from scratch, where valid layers are rare: layers the objective rejected after they
+    # scored on some of its names (near misses) join the population too, below every valid
+    # layer (stage 0), so evolution has parents before its first valid layer
     near_misses: bool = False
-    # evaluation: anchor architectures and the full training budget on each
-    archs: tuple[str, ...] = PAPER_ARCHS
-    train_preset: str = "small"
-    train: dict = field(default_factory=dict)  # TrainConfig field overrides (width, steps, ...)
-    arch_train: dict = field(default_factory=dict)  # per-architecture overrides on top of `train`
-    # rejection
-    prechecks: bool = True
-    stability_steps: int = 100
-    stability_threshold: float = 1e8
-    stability_batch: int = 8
-    stability_lr: float = 0.1  # relative step: |delta theta| = lr * |theta| per ascent step
-    stability_archs: int = 1  # stress-test the first N anchor architectures
-    quality_steps: int = 100
-    quality_factor: float = 2.0  # reject below quality_factor x chance accuracy
-    # multi-fidelity (progressive dynamic hurdles, So et al. 2019): the full training run is
-    # scored at these steps (a cosine cycle ends at each, so every stage is scored annealed) and
-    # a layer goes on only while its stage fitness clears that stage's hurdle, the mean stage
-    # fitness of the last `window` layers that reached it (once `hurdle_min` have). The first
-    # stage is the quality test (the bar applies to its accuracies); `quality_steps` must be 0.
-    stages: tuple[int, ...] = ()
-    hurdle_min: int = 4
-    # training runs per candidate and architecture (seeds seed, seed + 100, ...): every stage's
-    # score, the quality test's included, is their mean: at 2, half the variance from training
-    # (not from the data split) at twice the training cost (needs `stages`, where the quality
-    # test is the first stage)
-    train_seeds: int = 1
-    # training runs per architecture at the last stage (None: train_seeds): the runs beyond
-    # train_seeds train only for a layer that clears every earlier stage, and its fitness is the mean
-    # of all of them, so the noise falls where layers are ranked while the many layers the quality
-    # test or a hurdle stops cost what they did
-    final_train_seeds: int | None = None
-    # execution
-    workers: int = 0  # 0 -> one per core
-    threads: int = 0  # torch threads per local worker (0: the cores divided among the workers)
-    executor: str = "local"
-    address: str | None = None
-    timeout: float = 3600.0  # seconds per candidate before its worker is killed
-    retries: int = 1  # re-runs of a candidate whose worker died or hung
-    # where every training run (stability, quality, full training, rerank) goes: "cpu" or
-    # "cuda[:N]" (`--device auto` is resolved when the run starts and stored that way). Local
-    # workers share the GPU; a Ray task asks for `gpus_per_worker` of one (None: the cluster's
-    # GPUs divided among the workers, at most one each).
-    device: str = "cpu"
-    gpus_per_worker: float | None = None
-    seed: int = 0
-    # reranking (Sec. 5.2): a larger training setting on the same architectures
-    rerank_preset: str = "small"
-    rerank_train: dict = field(default_factory=dict)
-    rerank_top: int = 10
 
     def __post_init__(self):
-        errors = []
+        _tuple(self, "seed_layers")
+
+    def errors(self) -> list[str]:
+        e = []
         if self.space not in SPACES:
-            errors.append(f"space must be one of {', '.join(SPACES)}, got {self.space!r}")
+            e.append(f"space must be one of {', '.join(SPACES)}, got {self.space!r}")
         if self.algorithm not in ALGORITHMS:
-            errors.append(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+            e.append(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
         if self.criterion not in CRITERIA:
-            errors.append(f"criterion must be one of {', '.join(CRITERIA)}, got {self.criterion!r}")
-        if self.executor not in EXECUTORS:
-            errors.append(f"executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
+            e.append(f"criterion must be one of {', '.join(CRITERIA)}, got {self.criterion!r}")
         if self.budget < 1:
-            errors.append(f"budget must be >= 1, got {self.budget}")
+            e.append(f"budget must be >= 1, got {self.budget}")
         if self.budget_seconds is not None and not (
                 math.isfinite(self.budget_seconds) and self.budget_seconds > 0):
-            errors.append(f"budget_seconds must be a finite number > 0, got {self.budget_seconds}")
-        if self.workers < 0:
-            errors.append(f"workers must be >= 0, got {self.workers}")
-        if self.threads < 0:
-            errors.append(f"threads must be >= 0, got {self.threads}")
+            e.append(f"budget_seconds must be a finite number > 0, got {self.budget_seconds}")
         if self.window < 1:
-            errors.append(f"window must be >= 1, got {self.window}")
-        if not self.archs:
-            errors.append("need at least one anchor architecture")
+            e.append(f"window must be >= 1, got {self.window}")
         if not 0.0 <= self.p_random <= 1.0:
-            errors.append(f"p_random must be in [0, 1], got {self.p_random}")
-        if not 0.0 < self.holdout < 1.0:
-            errors.append(f"holdout must be in (0, 1), got {self.holdout}")
-        if list(self.stages) != sorted(set(self.stages)) or any(s < 1 for s in self.stages):
-            errors.append(f"stages must be increasing step counts >= 1, got {list(self.stages)}")
-        if self.stages and self.quality_steps:
-            errors.append("with stages the first stage is the quality test: set quality_steps 0")
-        if self.train_seeds < 1:
-            errors.append(f"train_seeds must be >= 1, got {self.train_seeds}")
-        elif self.train_seeds > 1 and not self.stages:
-            errors.append("train_seeds > 1 needs stages (the quality test is then the first "
-                          "stage, scored over the same seeds)")
-        if self.final_train_seeds is not None and self.final_train_seeds < self.train_seeds:
-            errors.append(f"final_train_seeds must be >= train_seeds ({self.train_seeds}), got "
-                          f"{self.final_train_seeds}")
-        if self.hurdle_min < 1:
-            errors.append(f"hurdle_min must be >= 1, got {self.hurdle_min}")
-        if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan would disable it
-            errors.append(f"timeout must be a finite number of seconds > 0, got {self.timeout}")
-        if self.device.split(":", 1)[0] not in DEVICES:
-            errors.append(f"device must be cpu or cuda[:N], got {self.device!r}")
-        if self.gpus_per_worker is not None and not 0.0 < self.gpus_per_worker <= 1.0:
-            errors.append(f"gpus_per_worker must be in (0, 1], got {self.gpus_per_worker}")
-        if errors:
-            raise ValueError("; ".join(errors))
+            e.append(f"p_random must be in [0, 1], got {self.p_random}")
+        return e
 
     @property
     def allow_batch(self) -> bool:
         """B search allows every op; S search excludes the batch_* aggregations."""
         return self.space == "b"
 
+
+@dataclass(frozen=True)
+class Hurdles:
+    """Progressive dynamic hurdles (So et al. 2019): the objective reports once per stage, and a
+    layer goes on only while its stage fitness clears that stage's hurdle, the mean stage fitness
+    of the last `window` layers that reached it (once `hurdle_min` have). `stages` are the
+    training steps the built-in task scores at; only their number matters to the engine, and
+    `()` switches hurdles off."""
+
+    stages: tuple[int, ...] = ()
+    hurdle_min: int = 4
+
+    def __post_init__(self):
+        _tuple(self, "stages")
+
+    def errors(self) -> list[str]:
+        e = []
+        if list(self.stages) != sorted(set(self.stages)) or any(s < 1 for s in self.stages):
+            e.append(f"stages must be increasing step counts >= 1, got {list(self.stages)}")
+        if self.hurdle_min < 1:
+            e.append(f"hurdle_min must be >= 1, got {self.hurdle_min}")
+        return e
+
+    @property
+    def num_stages(self) -> int:
+        """Scored stages of a fully evaluated layer: the `stages` plus the end."""
+        return len(self.stages) + 1
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Where candidates run: workers, executor, device, limits."""
+
+    workers: int = 0  # 0 -> one per core
+    threads: int = 0  # torch threads per local worker (0: the cores divided among the workers)
+    executor: str = "local"
+    address: str | None = None
+    timeout: float = 3600.0  # seconds per candidate before its worker is killed
+    retries: int = 1  # re-runs of a candidate whose worker died or hung
+    # where candidates train: "cpu" or "cuda[:N]" (`--device auto` is resolved when the run
+    # starts and stored that way). Local workers share the GPU; a Ray task asks for
+    # `gpus_per_worker` of one (None: the cluster's GPUs divided among the workers, at most one each).
+    device: str = "cpu"
+    gpus_per_worker: float | None = None
+    # a folder shipped to remote Ray workers as their working directory (the task's data);
+    # the objective finds it as `trial.data_dir`
+    data_dir: str | None = None
+
+    def errors(self) -> list[str]:
+        e = []
+        if self.executor not in EXECUTORS:
+            e.append(f"executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
+        if self.workers < 0:
+            e.append(f"workers must be >= 0, got {self.workers}")
+        if self.threads < 0:
+            e.append(f"threads must be >= 0, got {self.threads}")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan would disable it
+            e.append(f"timeout must be a finite number of seconds > 0, got {self.timeout}")
+        if self.device.split(":", 1)[0] not in DEVICES:
+            e.append(f"device must be cpu or cuda[:N], got {self.device!r}")
+        if self.gpus_per_worker is not None and not 0.0 < self.gpus_per_worker <= 1.0:
+            e.append(f"gpus_per_worker must be in (0, 1], got {self.gpus_per_worker}")
+        return e
+
     @property
     def num_workers(self) -> int:
         return self.workers or os.cpu_count() or 1
 
-    @property
-    def training(self) -> TrainSetting:
-        """The search's full training of each candidate."""
-        return TrainSetting(self.train_preset, self.train, presized=True)
 
-    @property
-    def rerank_training(self) -> TrainSetting:
-        """The larger setting the top layers are retrained in (paper Sec. 5.2)."""
-        return TrainSetting(self.rerank_preset, self.rerank_train, presized=False)
+PARTS = {"evolution": Evolution, "hurdles": Hurdles, "execution": Execution}
+# each part's field names, for the flat spelling of a setting (`replace`, old run folders)
+PART_OF = {f.name: part for part, cls in PARTS.items() for f in fields(cls)}
+# and what a flat read may name besides (`SearchConfig.__getattr__`)
+READ_FROM = {**PART_OF, "allow_batch": "evolution", "num_stages": "hurdles",
+             "num_workers": "execution"}
 
-    @property
-    def split_seed(self) -> int:
-        """The seed of the run's data subset and held-out split (`data_seed`, else `seed`)."""
-        return self.seed if self.data_seed is None else self.data_seed
 
-    @property
-    def final_runs(self) -> int:
-        """Training runs per architecture behind a fully trained layer's fitness."""
-        return self.train_seeds if self.final_train_seeds is None else self.final_train_seeds
+@dataclass(frozen=True)
+class SearchConfig:
+    """Everything the engine needs for a run, and the task's settings it carries along."""
 
-    @property
-    def num_stages(self) -> int:
-        """Scored stages of a fully trained layer: the `stages` plus the end of training."""
-        return len(self.stages) + 1
+    preset: str = "custom"  # the preset it came from, or "custom"
+    # the objective scoring candidates, as "module:function" (None: the built-in proxy task).
+    # Only recorded: resuming such a run takes the function again from its caller, never from here.
+    objective: str | None = None
+    seed: int = 0
+    # the names the objective scores a layer under (a float result: "objective"; the built-in
+    # task: its anchor architectures): what evolution's Pareto tournaments compare
+    scores: tuple[str, ...] = (SCORE_NAME,)
+    evolution: Evolution = field(default_factory=Evolution)
+    hurdles: Hurdles = field(default_factory=Hurdles)
+    execution: Execution = field(default_factory=Execution)
+    task: Mapping[str, Any] | None = None  # the objective's own settings, stored as given
 
-    def with_dataset(self) -> "SearchConfig":
-        """The config with its dataset named (the default one when unset): resolved once, when a
-        run starts, and stored with it. Never a silent fall-back to the synthetic set: without
-        Fashion-MNIST installed, FileNotFoundError says how to install it. A file.npz is named by
-        its absolute path, with its sha256 (`data_sha256`)."""
-        from evonorm.data import default_dataset_name, file_sha256, is_npz, read_npz_bytes
+    def __post_init__(self):
+        _tuple(self, "scores")
+        errors = [*self.evolution.errors(), *self.hurdles.errors(), *self.execution.errors()]
+        if not self.scores:
+            errors.append("need at least one score name")
+        if errors:
+            raise ValueError("; ".join(errors))
 
-        if self.dataset is None:
-            return self.replace(dataset=default_dataset_name(self.data_root, fallback=False))
-        if is_npz(self.dataset) and self.data_sha256 is None:
-            path = os.path.abspath(self.dataset)
-            return self.replace(dataset=path, data_sha256=file_sha256(read_npz_bytes(path)))
-        return self
+    def __getattr__(self, name: str) -> Any:
+        """A setting by its flat name, as `replace` takes it: a part's (`cfg.budget` is
+        `cfg.evolution.budget`), else the task's (`cfg.dataset` is `cfg.task["dataset"]`, lists
+        as tuples). The spelling of presets, flags and run folders before the parts."""
+        part = READ_FROM.get(name)
+        if part is not None:
+            return getattr(object.__getattribute__(self, part), name)
+        task = object.__getattribute__(self, "task")
+        if name.startswith("_") or not task or name not in task:
+            raise AttributeError(f"SearchConfig has no setting {name!r}")
+        value = task[name]
+        return tuple(value) if isinstance(value, list) else value
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d["archs"] = list(self.archs)
-        d["seed_layers"] = list(self.seed_layers)
-        d["stages"] = list(self.stages)
-        return d
+        d["task"] = None if self.task is None else dict(self.task)
+        return _lists(d)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SearchConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
+    def from_dict(cls, d: Mapping[str, Any]) -> "SearchConfig":
+        """The config as stored: nested, or flat as run folders before the split wrote it."""
+        d = dict(d)
+        if not any(part in d for part in PARTS):
+            return cls().replace(**{"task": {}, **_from_flat(d)})
+        unknown = sorted(set(d) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"unknown search config field(s): {', '.join(unknown)}")
-        d = dict(d)
-        for name in ("archs", "seed_layers", "stages"):
-            if name in d:
-                d[name] = tuple(d[name])
+        for part, part_cls in PARTS.items():
+            given = dict(d.get(part) or {})
+            bad = sorted(set(given) - {f.name for f in fields(part_cls)})
+            if bad:
+                raise ValueError(f"unknown search config field(s) in {part}: {', '.join(bad)}")
+            d[part] = part_cls(**given)
+        if "scores" in d:
+            d["scores"] = tuple(d["scores"])
         return cls(**d)
 
     def replace(self, **changes) -> "SearchConfig":
-        return dataclasses.replace(self, **changes)
+        """A copy with `changes`: its own fields, a part's fields by their flat name
+        (`budget=`, `stages=`, `workers=`), and, where it has one, the task's (`task=` replaces
+        the task's settings whole; any other name goes into them)."""
+        own = {f.name for f in fields(self)}
+        top = {k: v for k, v in changes.items() if k in own}
+        parts: dict[str, dict] = {}
+        rest: dict[str, Any] = {}
+        for k, v in changes.items():
+            if k in own:
+                continue
+            if k in PART_OF:
+                parts.setdefault(PART_OF[k], {})[k] = v
+            else:
+                rest[k] = v
+        for part, kw in parts.items():
+            top[part] = dataclasses.replace(top.get(part, getattr(self, part)), **kw)
+        if rest:
+            task = top.get("task", self.task)
+            if task is None:  # e.g. a proxy-task setting given for an objective of one's own
+                raise ValueError(f"unknown search config field(s): {', '.join(sorted(rest))} "
+                                 "(not the engine's; an objective of one's own holds its settings)")
+            top["task"] = {**task, **rest}
+        return dataclasses.replace(self, **top)
+
+
+def flat_config(stored: Mapping[str, Any]) -> dict:
+    """A stored config (nested, or flat as before the parts) in the flat spelling, for readers
+    that name settings without their part (the report): the task's settings, each part's, and
+    the run's own, with `archs` the score names as the flat form had them."""
+    if not isinstance(stored, Mapping):
+        return {}
+    if not any(isinstance(stored.get(part), Mapping) for part in PARTS):
+        return dict(stored)
+    flat = dict(stored.get("task") or {})
+    for part in PARTS:
+        flat.update(stored.get(part) or {})
+    flat.update({k: v for k, v in stored.items() if k not in PARTS and k != "task"})
+    flat["archs"] = list(stored.get("scores") or flat.get("archs") or [])
+    return flat
+
+
+def _from_flat(d: dict) -> dict:
+    """A flat config (run folders before the split) as `replace` changes: the anchor
+    architectures were the score names, every name the engine does not know is the task's."""
+    d = dict(d)
+    if "archs" in d:
+        d["scores"] = tuple(d["archs"])
+        if d.get("objective"):  # an own objective's run: archs were its score names only
+            del d["archs"]
+    if d.get("objective"):  # an own objective holds its settings itself
+        known = {f.name for f in fields(SearchConfig)} | set(PART_OF)
+        d = {k: v for k, v in d.items() if k in known}
+        d["task"] = None
+    return d
+
+
+def _tuple(obj: Any, name: str) -> None:
+    """Lists (JSON) as tuples, so that configs compare and hash as values."""
+    object.__setattr__(obj, name, tuple(getattr(obj, name)))
+
+
+def _lists(d: Any) -> Any:
+    """Tuples as lists, for JSON."""
+    if isinstance(d, dict):
+        return {k: _lists(v) for k, v in d.items()}
+    if isinstance(d, (list, tuple)):
+        return [_lists(v) for v in d]
+    return d

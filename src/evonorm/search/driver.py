@@ -26,8 +26,7 @@ from evonorm.search.evaluation import Evaluation
 from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, Executor, make_executor
 from evonorm.search.lock import LOCK_NAME
-from evonorm.search.objective import (BUILTIN, Objective, layer_identity, load_objective,
-                                      run_trial, ship_path)
+from evonorm.search.objective import Objective, layer_identity, run_trial, ship_path
 from evonorm.search.store import STORE_NAME, PendingProposal, Store
 
 
@@ -50,7 +49,7 @@ class Tally:
     cache_hits: int = 0
     rejected: Counter = field(default_factory=Counter)
     best: float | None = None  # of the layers trained to the end
-    stages: int = 1  # scored stages of a fully trained layer
+    num_stages: int = 1  # scored stages of a fully trained layer
     stopped: int = 0  # valid layers a hurdle stopped before the end
 
     def add(self, c: Candidate) -> None:
@@ -58,8 +57,8 @@ class Tally:
         self.cache_hits += c.cache_hit
         if c.status == "valid":
             self.valid += 1
-            self.stopped += c.stage < self.stages
-            final = c.stage >= self.stages  # with hurdles, a stopped layer's fitness is earlier
+            self.stopped += c.stage < self.num_stages
+            final = c.stage >= self.num_stages  # with hurdles, a stopped layer's fitness is earlier
             if final and c.fitness is not None and (self.best is None or c.fitness > self.best):
                 self.best = c.fitness
         elif c.status == "rejected":
@@ -69,7 +68,7 @@ class Tally:
 
     def line(self) -> str:
         rej = " ".join(f"{k}:{v}" for k, v in sorted(self.rejected.items())) or "0"
-        hurdled = f" ({self.stopped} stopped by a hurdle)" if self.stages > 1 else ""
+        hurdled = f" ({self.stopped} stopped by a hurdle)" if self.num_stages > 1 else ""
         return (f"valid {self.valid}{hurdled} | rejected {rej} | failed {self.failed} | "
                 f"cache hits {self.cache_hits} | best {self.best_text()}")
 
@@ -101,18 +100,6 @@ class SearchResult:
             return [row.best for row in top_layers(store.candidates(), k, same=same_layer_keys())]
 
 
-def load_result(run_dir: str | Path) -> SearchResult:
-    """A run folder's search as it stands (read only)."""
-    run = Path(run_dir)
-    with Store(run, readonly=True) as store:
-        cfg = store.search_config()
-        tally = Tally(stages=cfg.num_stages)
-        for c in store.candidates():
-            tally.add(c)
-        complete = store.get_meta("status") == "complete"
-    return SearchResult(run, cfg.budget, tally.done, complete, tally)
-
-
 def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> Path:
     """Create a run folder and store its config. A non-empty folder needs `force` (it is cleared
     of an earlier store only; other files are left alone)."""
@@ -124,8 +111,8 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> 
             raise FileExistsError(f"run folder {run} is not empty (use --force to overwrite)")
         for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm"):
             (run / name).unlink(missing_ok=True)
-    with Store(run) as store:  # the built-in objective's data is named now (an own one has its own)
-        store.set_config((cfg if cfg.objective else cfg.with_dataset()).to_dict())
+    with Store(run) as store:  # the caller has resolved what the config names (e.g. its dataset)
+        store.set_config(cfg.to_dict())
         store.set_meta("status", "created")  # "running" only once run_search has its workers
         store.set_meta("created_at", time.time())
     return run
@@ -177,7 +164,7 @@ class _Search:
         self.started = self.last_line = time.perf_counter()
         self.done_before = store.num_candidates()
         self.rng = rng_from_state(store.last_rng_state(), cfg.seed)
-        self.tally = Tally(stages=cfg.num_stages)
+        self.tally = Tally(num_stages=cfg.num_stages)
         self.spent = 0.0  # worker-seconds of the finished candidates (for `budget_seconds`)
         self.durations: list[float] = []  # this session's trained candidates' worker-seconds
         self.submitted: dict[int, float] = {}  # when each in-flight candidate went to a worker
@@ -194,7 +181,6 @@ class _Search:
         self.pending: deque[PendingProposal] = deque(store.pending_proposals())
         self.in_flight: dict[int, InFlight] = {}  # by proposal idx
         self.waiting: dict[str, list[PendingProposal]] = {}  # behind an in-flight key
-        self.payload_config = cfg.to_dict()
 
     def _joins(self, e: Evaluation) -> bool:
         """Valid layers join the population; with `near_misses`, the quality test's near misses."""
@@ -204,7 +190,7 @@ class _Search:
         """A candidate as a population member: a valid one at its stage, whose stage fitnesses
         feed the hurdles (a cache hit's too: every proposal of a layer counts, as in the
         population); a near miss at stage 0, so any valid contestant beats it."""
-        scores = tuple(float(c.accuracies.get(a, 0.0)) for a in self.cfg.archs)
+        scores = tuple(float(c.accuracies.get(a, 0.0)) for a in self.cfg.scores)
         if c.status != "valid":
             return Member(c.id, c.graph, scores, 0)
         for k, f in enumerate(c.evaluation.stage_fitness[:len(self.reached)]):
@@ -254,20 +240,19 @@ class _Search:
             self.last_line = time.perf_counter()
 
     def _named(self, e: Evaluation) -> Evaluation:
-        """A valid result scored under the run's objective names (`cfg.archs`: the anchor
-        architectures of the built-in objective). An own objective's first valid result names them
-        (stored in the config); a later result under other names is the objective's error."""
+        """A valid result scored under the run's score names (`cfg.scores`). The first valid
+        result names them (stored in the config); a later result under other names is the
+        objective's error."""
         names = set(e.accuracies)
-        if e.status != "valid" or names == set(self.cfg.archs):
+        if e.status != "valid" or names == set(self.cfg.scores):
             return e
-        if self.cfg.objective and self.tally.valid == 0:
-            self.cfg = self.cfg.replace(archs=tuple(e.accuracies))
-            self.payload_config = self.cfg.to_dict()
-            self.store.set_config(self.payload_config)
+        if self.tally.valid == 0:
+            self.cfg = self.cfg.replace(scores=tuple(e.accuracies))
+            self.store.set_config(self.cfg.to_dict())
             return e
         return Evaluation("rejected", reason=(
             f"error: the objective returned {', '.join(sorted(names))}, not the run's "
-            f"{', '.join(self.cfg.archs)}")[:300], timings=e.timings)
+            f"{', '.join(self.cfg.scores)}")[:300], timings=e.timings)
 
     def status_line(self) -> str:
         """done / valid / best / ETA: the candidates still running and those not yet started
@@ -316,7 +301,8 @@ class _Search:
         self._submit(InFlight(prop, key, fp, attempts))
 
     def _submit(self, job: InFlight) -> None:
-        payload = {"graph": job.proposal.graph, "config": self.payload_config}
+        payload = {"graph": job.proposal.graph, "seed": self.cfg.seed, "device": self.cfg.device,
+                   "staged": bool(self.cfg.stages)}
         if self.cfg.stages:  # a retried or resumed candidate continues from its last stage
             payload["hurdles"] = self.hurdles()
             if self.cfg.executor == "local":
@@ -380,15 +366,13 @@ def as_evaluation(result: Any) -> Evaluation:
     return result if isinstance(result, Evaluation) else Evaluation.from_dict(result)
 
 
-def run_search(run_dir: str | Path, *, objective: Objective | None = None,
-               executor: Executor | None = None, progress: bool = True,
+def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor | None = None, progress: bool = True,
                progress_every: float = 10.0, ship: list[str] | None = None) -> SearchResult:
     """Run (or continue) the search stored in `run_dir` until its budget is spent.
 
-    `objective(norm_act, trial)` scores each candidate (`evonorm.search.objective`); without one,
-    the built-in proxy task, which a run started with an objective of its own refuses (its name
-    is stored, and never imported from there). It must be picklable by name (a top-level
-    function); `executor` defaults to the config's. `ship`: folders or files a Ray worker needs to
+    `objective(norm_act, trial)` scores each candidate (`evonorm.search.objective`): the caller
+    hands it in (the engine never looks one up, nor imports a name stored in the run). It must be
+    picklable (a top-level function, or an object of a top-level class); `executor` defaults to the config's. `ship`: folders or files a Ray worker needs to
     import the objective (default: its top-level package). Safe to call again after any
     interruption. Progress: a bar on a terminal, else a line per candidate and a status line every
     `progress_every` seconds in between.
@@ -398,10 +382,8 @@ def run_search(run_dir: str | Path, *, objective: Objective | None = None,
     try:
         cfg = store.search_config()
         if objective is None:
-            if cfg.objective:
-                raise ValueError(f"the run in {run} was searched with the objective "
-                                 f"{cfg.objective}: pass it again (--objective {cfg.objective})")
-            objective = load_objective(BUILTIN)
+            raise ValueError("run_search needs the objective to score candidates with (the built-in "
+                             "proxy task's: evonorm.proxy.ProxyObjective)")
         if ship is None:
             ship = [p for p in [ship_path(objective)] if p]
         fn = partial(run_trial, objective)
@@ -409,7 +391,7 @@ def run_search(run_dir: str | Path, *, objective: Objective | None = None,
         if executor is None:
             executor = make_executor(cfg.executor, fn, cfg.num_workers, timeout=cfg.timeout,
                                      address=cfg.address, device=cfg.device,
-                                     gpus_per_worker=cfg.gpus_per_worker, data_root=cfg.data_root,
+                                     gpus_per_worker=cfg.gpus_per_worker, data_dir=cfg.execution.data_dir,
                                      threads=cfg.threads, ship=ship)
         bar = None
         if progress and sys.stderr.isatty():

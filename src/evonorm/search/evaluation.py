@@ -49,7 +49,7 @@ class Evaluation:
     @classmethod
     def rejected(cls, rejection: Any, accuracies: Mapping[str, float] | None = None,
                  timings: Mapping[str, float] | None = None) -> "Evaluation":
-        """From a `rejection.Rejection` (reason, step, detail) and what was measured before it."""
+        """From a `Reject` (reason, step, detail) and what was measured before it."""
         return cls("rejected", rejection.reason, rejection.step, rejection.detail,
                    dict(accuracies or {}), None, dict(timings or {}))
 

@@ -242,7 +242,7 @@ class LocalExecutor:
         self.close()
 
 
-def ray_runtime_env(data_root: str | None = None, ship: list[str] | tuple[str, ...] = ()) -> dict:
+def ray_runtime_env(data_dir: str | None = None, ship: list[str] | tuple[str, ...] = ()) -> dict:
     """What a Ray worker on another machine needs besides torch: this evonorm package and the
     objective's own package or module file (`ship`; py_modules, so every node runs the driver's
     code) and, when given, the data folder (working_dir: uploaded once per run, the worker's
@@ -253,17 +253,17 @@ def ray_runtime_env(data_root: str | None = None, ship: list[str] | tuple[str, .
             raise ValueError(f"cannot ship {path!r} to the Ray workers: it does not exist")
         mods.append(os.path.abspath(path))
     env: dict[str, Any] = {"py_modules": mods}
-    if data_root:
-        if not os.path.isdir(data_root):
-            raise ValueError(f"data folder {data_root!r} does not exist")
-        env["working_dir"] = os.path.abspath(data_root)
+    if data_dir:
+        if not os.path.isdir(data_dir):
+            raise ValueError(f"data folder {data_dir!r} does not exist")
+        env["working_dir"] = os.path.abspath(data_dir)
     return env
 
 
 def _ray_task(fn: Callable[[dict], dict], threads: int, payload: dict, shipped_data: bool = False) -> dict:
     _set_threads(threads)
     if shipped_data:  # the data folder arrived as the working_dir: read it from here
-        payload = {**payload, "config": {**payload["config"], "data_root": os.getcwd()}}
+        payload = {**payload, "data_dir": os.getcwd()}  # `Trial.data_dir`
     start = time.perf_counter()
     result = fn(payload)
     return {"result": result, "worker": f"{socket.gethostname()}:{os.getpid()}",
@@ -378,7 +378,7 @@ class RayExecutor:
 
 def make_executor(kind: str, fn: Callable[[dict], Any], workers: int, *, timeout: float,
                   address: str | None = None, device: str = "cpu",
-                  gpus_per_worker: float | None = None, data_root: str | None = None,
+                  gpus_per_worker: float | None = None, data_dir: str | None = None,
                   threads: int = 0, ship: list[str] | tuple[str, ...] = ()) -> Executor:
     """The executor named by the config (`local` | `ray`). On an existing Ray cluster (`address`) the
     package and the data folder are shipped to the workers; `device` "cuda" asks Ray for GPU shares
@@ -393,7 +393,7 @@ def make_executor(kind: str, fn: Callable[[dict], Any], workers: int, *, timeout
         return RayExecutor(fn, workers, timeout=timeout,
                            threads=(threads or threads_per_worker(workers)) if address is None else 1,
                            address=address,
-                           runtime_env=(ray_runtime_env(data_root if address else None, ship)
+                           runtime_env=(ray_runtime_env(data_dir if address else None, ship)
                                         if address or ship else None),
                            num_gpus=gpu_share(device, gpus_per_worker))
     raise ValueError(f"unknown executor {kind!r} (choose from local, ray)")

@@ -6,21 +6,20 @@ An objective is a function `objective(norm_act, trial) -> float | dict[str, floa
   module, `Graph.to_module`), to put in the objective's own model wherever a
   normalization-activation layer goes;
 - `trial` carries `seed`, `device`, `graph` (the candidate's `evonorm.graph.Graph`, for checks that
-  need the layer itself), `config` (the run's `SearchConfig`), `checkpoint` (a file where a staged
-  objective may keep its state across a killed worker; local runs only, else None),
-  `report(value, step)` and `should_stop()` (the search's hurdles).
+  need the layer itself), `checkpoint` (a file where a staged objective may keep its state across a
+  killed worker; local runs only, else None), `data_dir` (the run's data folder where a remote
+  worker received it, else None), `report(value, step)` and `should_stop()` (the search's hurdles).
+  It carries nothing else of the run's settings: an objective that needs settings holds them
+  itself (a callable object, such as the built-in proxy task's `evonorm.proxy.ProxyObjective`).
 
 A float is the candidate's fitness as stored (under the name "objective"); a dict names several
 objectives, compared per name in the evolution's Pareto tournaments. `raise Reject("why")` rejects
 the layer with that reason; a non-finite value rejects it as unstable ("nonfinite"); any other
 exception makes the candidate failed, its reason ("error: ...") stored, and the search goes on.
 
-This module is the search engine's side of the protocol (stdlib at import): it imports neither
-the trainer, the models nor the data. The built-in proxy task is one objective on it
-(`evonorm.search.proxy`).
-
-Graph and fingerprint imports are made where a candidate is built or identified: they load
-torch, which this module does not need at import.
+This module is the search engine's side of the protocol (stdlib at import). Graph and fingerprint
+imports are made where a candidate is built or identified: they load torch, which this module does
+not need at import.
 """
 
 from __future__ import annotations
@@ -37,12 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 
 Objective = Callable[[Callable[..., Any], "Trial"], Any]
 SCORE_NAME = "objective"  # the name a float result is stored under
-BUILTIN = "evonorm.search.proxy:objective"  # the objective of a run that names none
 
 
 class Reject(Exception):
@@ -89,10 +86,10 @@ class Trial:
     """One candidate's evaluation, as the objective sees it (see the module docstring)."""
 
     graph: Any  # evonorm.graph.Graph
-    config: SearchConfig
     seed: int = 0
     device: str = "cpu"
     checkpoint: str | None = None
+    data_dir: str | None = None  # the run's data folder as a remote worker received it
     # the search's hurdle for each stage (None: none yet); stage k is the k-th report
     hurdles: Sequence[float | None] = ()
     reports: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # (step, scores)
@@ -133,17 +130,18 @@ PATH_PREFIX = "calls:"
 def run_trial(objective: Objective, payload: dict) -> Evaluation:
     """Evaluate one candidate with `objective` (runs in a worker).
 
-    payload: {"graph": graph JSON, "config": SearchConfig.to_dict(), optional "hurdles" and
-    "checkpoint"}. With `stages` in the config, the candidate's stored stages are its reports,
-    then the returned value (unless it was the last report, or a hurdle stopped the layer there).
+    payload: {"graph": graph JSON, "seed", "device", and optional "staged" (the run scores in
+    stages), "hurdles", "checkpoint" and "data_dir"}: what the `Trial` carries, no more. In a
+    staged run the candidate's stored stages are its reports, then the returned value (unless it
+    was the last report, or a hurdle stopped the layer there).
     """
     from evonorm.graph import Graph
     from evonorm.layers.paths import recording
 
-    cfg = SearchConfig.from_dict(payload["config"])
     start = time.perf_counter()
-    trial = Trial(Graph.from_json(payload["graph"]), cfg, seed=cfg.seed, device=cfg.device,
-                  checkpoint=payload.get("checkpoint"), hurdles=payload.get("hurdles") or ())
+    trial = Trial(Graph.from_json(payload["graph"]), seed=int(payload.get("seed", 0)),
+                  device=str(payload.get("device", "cpu")), checkpoint=payload.get("checkpoint"),
+                  data_dir=payload.get("data_dir"), hurdles=payload.get("hurdles") or ())
 
     def timings() -> dict[str, float]:
         spent = dict(trial.timings) or {SCORE_NAME: time.perf_counter() - start}
@@ -165,7 +163,7 @@ def run_trial(objective: Objective, payload: dict) -> Evaluation:
     stages = [s for _, s in trial.reports]
     if not trial.stopped and (not stages or stages[-1] != scores):
         stages.append(scores)  # the returned value is the last stage, unless it was reported
-    return Evaluation.valid(scores, timings(), stages if cfg.stages else None)
+    return Evaluation.valid(scores, timings(), stages if payload.get("staged") else None)
 
 
 # ---------------------------------------------------------------------- naming and loading

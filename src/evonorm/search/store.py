@@ -24,8 +24,8 @@ from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 
 STORE_NAME = "store.sqlite"
-SCHEMA_VERSION = 4  # 2: candidates.detail (what a rejection measured); 3: candidates.stages;
-# 4: reranks.split
+SCHEMA_VERSION = 5  # 2: candidates.detail (what a rejection measured); 3: candidates.stages;
+# 4: reranks.split; 5: the config nested by part (`SearchConfig`), the task's settings apart
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -102,10 +102,20 @@ def run_folder(path: str | Path) -> Path:
     return resolve_path(path).parent
 
 
-# Each step brings a store from the version in its key to the next one, in place.
+def _nest_config(db: sqlite3.Connection) -> None:
+    """A flat stored config (before version 5) rewritten nested, as `SearchConfig` reads it."""
+    row = db.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()
+    if row is not None and json.loads(row[0]):
+        nested = SearchConfig.from_dict(json.loads(row[0])).to_dict()
+        db.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps(nested),))
+
+
+# Each step brings a store from the version in its key to the next one, in place: SQL, or a
+# function of the connection.
 _MIGRATIONS = {1: "ALTER TABLE candidates ADD COLUMN detail TEXT",
                2: "ALTER TABLE candidates ADD COLUMN stages TEXT",
-               3: "ALTER TABLE reranks ADD COLUMN split TEXT"}
+               3: "ALTER TABLE reranks ADD COLUMN split TEXT",
+               4: _nest_config}
 
 
 def migrate(db: sqlite3.Connection) -> None:
@@ -118,7 +128,11 @@ def migrate(db: sqlite3.Connection) -> None:
     db.execute("BEGIN IMMEDIATE")
     try:
         for step in range(version, SCHEMA_VERSION):
-            db.execute(_MIGRATIONS[step])
+            change = _MIGRATIONS[step]
+            if callable(change):
+                change(db)
+            else:
+                db.execute(change)
         db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                    (json.dumps(SCHEMA_VERSION),))
         db.commit()

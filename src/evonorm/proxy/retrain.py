@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from evonorm.files import append_line, read_jsonl
+from evonorm.proxy.config import proxy_config
 from evonorm.search.candidates import same_layer_keys, top_layers
-from evonorm.search.evaluator import require_builtin, search_dataset, train_config
-from evonorm.search.references import REFERENCES_BY_SPACE
+from evonorm.proxy.training import require_builtin, search_dataset, train_config
+from evonorm.proxy.references import REFERENCES_BY_SPACE
 from evonorm.search.store import Store, run_folder
 
 RETRAIN_FILE = "retrain.jsonl"
@@ -62,24 +63,24 @@ def pending(path: Path, label: str, seeds: Sequence[int]) -> list[int]:
     return [s for s in seeds if s not in done]
 
 
-def plan(run: str | Path, top: int) -> tuple[Any, list[tuple[str, str, Any, int | None]]]:
+def retrain_plan(run: str | Path, top: int) -> tuple[Any, list[tuple[str, str, Any, int | None]]]:
     """The run's config and the layers to re-train: (label, kind, graph or name, candidate id)."""
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
         cands = list(store.candidates())
     keys = same_layer_keys()
     rows = top_layers(cands, None, same=keys)
-    seed_keys = {(i, k(c)) for c in cands if c.origin == "seed" for i, k in enumerate(keys)}
+    seed_layer_keys = {(i, k(c)) for c in cands if c.origin == "seed" for i, k in enumerate(keys)}
 
-    def is_seed(c) -> bool:  # a found layer that is a seed layer (see keys) is that seed
-        return c.origin == "seed" or any((i, k(c)) in seed_keys for i, k in enumerate(keys)
+    def is_seed_layer(c) -> bool:  # a found layer that is a seed layer (see keys) is that one
+        return c.origin == "seed" or any((i, k(c)) in seed_layer_keys for i, k in enumerate(keys)
                                          if k(c) is not None)
 
-    found = [r.best for r in rows if not is_seed(r.best)][:top]
-    seeds = [r.best for r in rows if is_seed(r.best)]
+    found = [r.best for r in rows if not is_seed_layer(r.best)][:top]
+    seed_layers = [r.best for r in rows if is_seed_layer(r.best)]
     layers = [(f"id {c.id}", "found", c.graph, c.id) for c in found]
     layers += [(name, "reference", name, None) for name in REFERENCES_BY_SPACE.get(cfg.space, ())]
-    layers += [(f"id {c.id}", "seed", c.graph, c.id) for c in seeds]
+    layers += [(f"id {c.id}", "seed", c.graph, c.id) for c in seed_layers]
     return cfg, layers
 
 
@@ -93,9 +94,10 @@ def retrain(run: str | Path, *, top: int = 3, seeds: int = 3,
 
     if top < 0 or seeds < 1:
         raise ValueError(f"re-training needs top >= 0 and seeds >= 1, got {top} and {seeds}")
-    cfg, layers = plan(run, top)
+    cfg, layers = retrain_plan(run, top)
     require_builtin(cfg, "re-training")
-    check_named_again(run, cfg.archs, user_archs)
+    task = proxy_config(cfg)
+    check_named_again(run, task.archs, user_archs)
     path = run_folder(Path(run)) / RETRAIN_FILE
     return train_layers(cfg, layers, [cfg.seed + SEED_OFFSET + i for i in range(seeds)], path, log)
 
@@ -108,7 +110,8 @@ def train_layers(cfg, layers: Sequence[tuple[str, str, Any, int | None]], seeds:
     With `rerank`, the setting and data are the rerank's instead (`cfg.rerank_training`, trained on
     the dataset's training split less the search's held-out images, scored on its test split).
     Logs one line per finished pair with the count done, so it shows progress anywhere."""
-    from evonorm.search.rerank import rerank_dataset
+    task = proxy_config(cfg)
+    from evonorm.proxy.rerank import rerank_dataset
     from evonorm.train import train
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
@@ -116,13 +119,13 @@ def train_layers(cfg, layers: Sequence[tuple[str, str, Any, int | None]], seeds:
     if not todo:
         return load_rows(path)
     data = rerank_dataset(cfg) if rerank else search_dataset(cfg)
-    setting = cfg.rerank_training if rerank else None
+    setting = task.rerank_training if rerank else None
     start_all = time.perf_counter()
     for n, ((label, kind, spec, cid), seed) in enumerate(todo, 1):
         start = time.perf_counter()
         accs: dict[str, float | None] = {}
         reason = None
-        for arch in cfg.archs:
+        for arch in task.archs:
             try:
                 res = train(spec, data, train_config(cfg, arch, setting, seed=seed))
             except Exception as err:  # recorded; the other layers and seeds still train

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from evonorm.files import DamagedFile, read_json, type_problem, write_atomic
-from evonorm.search.evaluator import require_builtin, search_dataset, train_config
+from evonorm.proxy.config import proxy_config
+from evonorm.proxy.training import require_builtin, search_dataset, train_config
 from evonorm.search.store import Store, run_folder
 
 # The one list of reference layers per search space: what a calibration must rank above random
@@ -39,15 +40,16 @@ def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
     require_builtin(cfg, "training the reference layers")
-    check_named_again(run, cfg.archs, user_archs)
+    task = proxy_config(cfg)
+    check_named_again(run, task.archs, user_archs)
     ds = search_dataset(cfg)
     path = run_folder(run) / REFERENCES_FILE
     refs = read_references(path)  # a damaged file stops here, before any training
     for name in names:
-        if name in refs and all(a in refs[name] for a in cfg.archs):
+        if name in refs and all(a in refs[name] for a in task.archs):
             continue
         accs: dict[str, float | None] = {}
-        for arch in cfg.archs:
+        for arch in task.archs:
             res = train(name, ds, train_config(cfg, arch))
             accs[arch] = float(res.accuracy) if res.status == "ok" and res.accuracy is not None else None
             if log:

@@ -1,6 +1,7 @@
 """Rejection (paper Sec. 4.4): cheap pre-checks, the stability stress test, the quality test.
 
-Each check returns None when the layer passes, or a `Rejection(reason, step)` saying why and where.
+Each check returns None when the layer passes, or a `Reject(reason, step=, detail=)` saying why and
+where (the objective protocol's one type for a rejection; the objective raises it).
 Order in a search: pre-checks (milliseconds) -> stability (one small batch, one architecture) ->
 quality (a short training per architecture, stopping at the first failure) -> full training.
 
@@ -10,19 +11,13 @@ The trainer, models and data are imported in the checks that train: they load to
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-
-@dataclass(frozen=True)
-class Rejection:
-    reason: str  # "precheck:constant", "stability", "quality:ARCH", "nonfinite", "error: ..."
-    step: int | None = None
-    detail: dict | None = None
+from evonorm.search.objective import Reject
 
 
 def precheck(graph, *, num_features: int = 8, batch: int = 4, size: int = 6, groups: int = 4,
-             seed: int = 0) -> Rejection | None:
+             seed: int = 0) -> Reject | None:
     """Reject a layer whose output is non-finite, constant, or independent of x on random input.
 
     The layer's own trainable vectors (v0, v1, ...) are set to random values first: at their init
@@ -42,12 +37,12 @@ def precheck(graph, *, num_features: int = 8, batch: int = 4, size: int = 6, gro
         x2 = torch.randn(batch, num_features, size, size, generator=gen)
         y1, y2 = module(x1), module(x2)
     if not (torch.isfinite(y1).all() and torch.isfinite(y2).all()):
-        return Rejection("precheck:nonfinite", 0)
+        return Reject("precheck:nonfinite", step=0)
     scale = 1e-6 * (1.0 + float(y1.abs().max()))
     if float(y1.max() - y1.min()) <= scale and float(y2.max() - y2.min()) <= scale:
-        return Rejection("precheck:constant", 0)
+        return Reject("precheck:constant", step=0)
     if torch.allclose(y1, y2, rtol=1e-5, atol=1e-6):
-        return Rejection("precheck:x_independent", 0)
+        return Reject("precheck:x_independent", step=0)
     return None
 
 
@@ -58,7 +53,7 @@ def _grad_norm(grads: Sequence[Any]):
 
 def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps: int = 100,
               threshold: float = 1e8, batch: int = 8, lr: float = 0.1, seed: int = 0,
-              model_kwargs: dict | None = None, trace: list | None = None) -> Rejection | None:
+              model_kwargs: dict | None = None, trace: list | None = None) -> Reject | None:
     """Worst-case gradient norm by gradient ascent on ||dL/dtheta||_2 over the conv weights theta.
 
     Double backprop: the gradient norm is differentiated again and each conv weight tensor moves
@@ -66,18 +61,21 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
     the same relative rate). Rejects at the first step where the norm exceeds `threshold` or is
     non-finite; passes after `steps` ascent steps otherwise. `trace` collects the norm per step.
     Runs on the device the dataset's tensors are on (the search's, `search_dataset`).
+
+    The model is the trainer's (`evonorm.train.Run` at `seed`: the model, initialisation and device
+    a training run of this layer starts from); the ascent is this test's own loop, as it climbs
+    the gradient norm rather than descending the loss.
     """
     import torch
     import torch.nn.functional as F
 
     from evonorm.data import crop_size, normalize, random_crop_flip
-    from evonorm.models import build_model
+    from evonorm.train import Run, TrainConfig
 
-    torch.manual_seed(seed)
-    c = dataset.train_x.shape[1]
     device = dataset.train_x.device
-    model = build_model(arch, norm_act, num_classes=dataset.num_classes, width=width, in_chans=c,
-                        **(model_kwargs or {})).to(device)
+    groups = (model_kwargs or {}).get("groups")
+    model = Run(norm_act, dataset, TrainConfig(arch=arch, width=width, seed=seed, groups=groups,
+                                               device=str(device))).model
     model.train()
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randperm(len(dataset.train_y), generator=gen)[:batch].to(device)
@@ -88,7 +86,7 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
     for step in range(steps + 1):
         loss = F.cross_entropy(model(x), y)
         if not torch.isfinite(loss):
-            return Rejection("stability", step, {"loss": float(loss.detach())})
+            return Reject("stability", step=step, detail={"loss": float(loss.detach())})
         grads = torch.autograd.grad(loss, theta, create_graph=True, allow_unused=True)
         used = [(w, g) for w, g in zip(theta, grads) if g is not None]
         if not used:
@@ -98,7 +96,7 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
         if trace is not None:
             trace.append(value)
         if not math.isfinite(value) or value > threshold:
-            return Rejection("stability", step, {"grad_norm": value})
+            return Reject("stability", step=step, detail={"grad_norm": value})
         if step == steps or norm.grad_fn is None or value == 0.0:
             break  # a vanishing gradient gives no direction to ascend: nothing can explode
         # the squared norm has the same ascent direction and no sqrt'(0) singularity
@@ -109,7 +107,7 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
                     continue
                 a_norm = float(a.norm())
                 if not math.isfinite(a_norm):
-                    return Rejection("stability", step, {"grad_norm": value})
+                    return Reject("stability", step=step, detail={"grad_norm": value})
                 if a_norm > 0:
                     w.add_(a, alpha=lr * float(w.norm()) / a_norm)
     return None
@@ -121,11 +119,11 @@ def quality_threshold(num_classes: int, factor: float = 2.0) -> float:
 
 
 def quality(norm_act, dataset, archs: Sequence[str], make_config: Callable[[str], Any], *,
-            factor: float = 2.0) -> tuple[Rejection | None, dict[str, float]]:
+            factor: float = 2.0) -> tuple[Reject | None, dict[str, float]]:
     """Short training on each architecture in turn; stop at the first one below the threshold.
 
     `make_config(arch)` gives the TrainConfig of the short run. Returns (rejection or None, the
-    accuracies reached). A non-finite loss rejects as "nonfinite" at its step; an exception in the
+    accuracies reached; a rejection carries them as its `scores`). A non-finite loss rejects as "nonfinite" at its step; an exception in the
     layer propagates to the caller, which records it.
     """
     from evonorm.train import train
@@ -136,9 +134,10 @@ def quality(norm_act, dataset, archs: Sequence[str], make_config: Callable[[str]
         cfg = make_config(arch)
         res = train(norm_act, dataset, cfg)
         if res.status != "ok" or res.accuracy is None:
-            return Rejection("nonfinite", res.failed_step, {"arch": arch, "phase": "quality"}), accs
+            return Reject("nonfinite", step=res.failed_step, detail={"arch": arch, "phase": "quality"},
+                          scores=accs), accs
         accs[arch] = float(res.accuracy)
         if res.accuracy < threshold:
-            return Rejection(f"quality:{arch}", res.steps_done,
-                             {"accuracy": float(res.accuracy), "threshold": threshold}), accs
+            return Reject(f"quality:{arch}", step=res.steps_done, scores=accs,
+                          detail={"accuracy": float(res.accuracy), "threshold": threshold}), accs
     return None, accs

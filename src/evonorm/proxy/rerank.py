@@ -23,9 +23,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from evonorm.proxy.config import anchor_archs, proxy_config, split_seed
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
-from evonorm.search.evaluator import require_builtin, search_dataset, train_config
+from evonorm.proxy.training import require_builtin, search_dataset, train_config
 from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor
 from evonorm.search.store import Store
 
@@ -64,7 +65,7 @@ class RerankPlan:
     @property
     def label(self) -> str:
         """The setting's name in the store (`TrainSetting.label`)."""
-        return self.cfg.rerank_training.label
+        return proxy_config(self.cfg).rerank_training.label
 
     @property
     def split(self) -> str:
@@ -95,7 +96,8 @@ class RerankPlan:
         for arch in self.cfg.archs:
             lines += [f"  {arch}: search {self.search[arch].text()}",
                       f"  {arch}: rerank {self.rerank[arch].text()}"]
-        return [f"rerank setting {self.label} vs the search's {self.cfg.training.label}:", *lines,
+        searched = proxy_config(self.cfg).training.label
+        return [f"rerank setting {self.label} vs the search's {searched}:", *lines,
                 f"  trained on the {self.cfg.dataset} training images the search did not score "
                 f"on ({self.available} available); scored on the {self.split}, never seen by "
                 f"the search"]
@@ -122,10 +124,11 @@ def outside_holdout(ds, n_train: int | None, holdout: float, seed: int):
 def rerank_dataset(cfg: SearchConfig):
     """The rerank's data (`outside_holdout` of the run's whole dataset) on the config's device;
     cached per process and device, so a worker loads it once for all the layers it trains."""
-    if cfg.dataset is None:
+    task = proxy_config(cfg)
+    if task.dataset is None:
         raise ValueError("the search config names no dataset")
-    return _load_rerank_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout,
-                              cfg.split_seed, cfg.device, cfg.data_sha256)
+    return _load_rerank_split(task.dataset, task.data_root, task.n_train, task.holdout,
+                              split_seed(cfg), cfg.device, task.data_sha256)
 
 
 @lru_cache(maxsize=2)
@@ -153,23 +156,25 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
     of one's own: the rerank retrains on the built-in proxy task's architectures and data, which
     such a run never used."""
     require_builtin(cfg, "a rerank")
+    task = proxy_config(cfg)
     if data is not None:
-        if cfg.data_sha256 is None:
+        if task.data_sha256 is None:
             raise ValueError(f"--data gives a moved data file, and this run trained on "
-                             f"{cfg.dataset}, not a file of its own")
+                             f"{task.dataset}, not a file of its own")
         cfg = cfg.replace(dataset=os.path.abspath(data))
     if preset is not None:
         cfg = cfg.replace(rerank_preset=preset, rerank_train=dict(overrides or {}))
     elif overrides:
-        cfg = cfg.replace(rerank_train={**cfg.rerank_train, **overrides})
+        cfg = cfg.replace(rerank_train={**task.rerank_train, **overrides})
     changes = {k: v for k, v in dict(device=device, workers=workers).items() if v is not None}
     cfg = cfg.replace(**changes)
+    task = proxy_config(cfg)
     sizes = cfg.replace(device="cpu")  # the driver only counts images; workers train
     searched, data = search_dataset(sizes), rerank_dataset(sizes)
     search, rerank, test, work = {}, {}, [], 1.0
-    for arch in cfg.archs:
+    for arch in task.archs:
         s = train_config(cfg, arch)
-        r = train_config(cfg, arch, cfg.rerank_training)
+        r = train_config(cfg, arch, task.rerank_training)
         search[arch] = Setting(s.steps, s.batch_size, _images(s.n_train, len(searched.train_y)),
                                s.resolved_width())
         rerank[arch] = Setting(r.steps, r.batch_size, _images(r.n_train, len(data.train_y)),
@@ -188,19 +193,23 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
 
 def train_layer(payload: dict) -> dict:
     """Retrain one layer on every architecture in the rerank setting (runs in a worker; must be
-    importable by name). payload: {"graph": graph JSON, "config": the plan's config dict}.
+    importable by name). payload: {"graph": graph JSON, "config": the plan's config dict, and
+    "data_dir" on a remote Ray worker}.
     Returns {"status", "reason", "accuracies"}: "failed" with the reason at the first
     architecture where the loss goes non-finite or the layer raises."""
     from evonorm.graph import Graph
     from evonorm.train import train
 
     cfg = SearchConfig.from_dict(payload["config"])
+    if payload.get("data_dir"):  # the data folder as a remote Ray worker received it
+        cfg = cfg.replace(data_root=payload["data_dir"])
+    task = proxy_config(cfg)
     data = rerank_dataset(cfg)  # outside the try: missing data is the run's problem
     accs: dict[str, float] = {}
-    for arch in cfg.archs:
+    for arch in task.archs:
         try:
             res = train(Graph.from_json(payload["graph"]), data,
-                        train_config(cfg, arch, cfg.rerank_training))
+                        train_config(cfg, arch, task.rerank_training))
         except Exception as err:  # the layer's failure: recorded, the other layers go on
             return {"status": "failed", "reason": f"error: {type(err).__name__}: {err}"[:300],
                     "accuracies": accs}
@@ -232,17 +241,17 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
     setting and split, best first. `fn` stands in for `train_layer` (tests; picklable by name).
     A run's MODULE:FUNCTION architectures are built only when named again in `user_archs`.
     Logs the settings, then a line per finished layer and a status line every `every` seconds."""
-
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     from evonorm.models import check_named_again
 
     with Store(run_dir) as store:
-        check_named_again(run_dir, store.search_config().archs, user_archs)
+        check_named_again(run_dir, anchor_archs(store.search_config()), user_archs)
         plan = prepare(store.search_config(), preset=preset, overrides=overrides, device=device,
                        workers=workers, timeout=timeout, allow_smaller=allow_smaller,
                        data=data)
         cfg = plan.cfg
-        chosen = [row.best for row in top_layers(store.candidates(), top or cfg.rerank_top)]
+        task = proxy_config(cfg)
+        chosen = [row.best for row in top_layers(store.candidates(), top or task.rerank_top)]
         if not chosen:
             log("rerank: no valid candidate to rerank")
             return []
@@ -262,7 +271,7 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
             with make_executor(cfg.executor, fn or train_layer, n_workers, timeout=plan.timeout,
                                address=cfg.address, device=cfg.device,
                                gpus_per_worker=cfg.gpus_per_worker,
-                               data_root=cfg.data_root, threads=cfg.threads) as pool:
+                               data_dir=task.data_root, threads=cfg.threads) as pool:
                 while queue or running:
                     while queue and pool.free_slots() > 0:
                         c, attempts = queue.pop(0)

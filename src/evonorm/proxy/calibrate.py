@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from evonorm.files import append_line, read_json, read_jsonl, write_atomic
-from evonorm.search.config import SearchConfig
+from evonorm.proxy.config import proxy_config
+from evonorm.search.config import SearchConfig, flat_config
 from evonorm.stats import mean_std
-from evonorm.search.evaluator import quality_config, search_dataset, train_stages
+from evonorm.proxy.training import quality_config, search_dataset, train_stages
 from evonorm.search.executors import OK, LocalExecutor
-from evonorm.search.proxy import evaluate_candidate
-from evonorm.search.references import REFERENCES_BY_SPACE
-from evonorm.search.rejection import quality, quality_threshold
+from evonorm.proxy.objective import evaluate_candidate
+from evonorm.proxy.references import REFERENCES_BY_SPACE
+from evonorm.proxy.rejection import quality, quality_threshold
 
 RUNS_NAME = "runs.jsonl"
 SETUP_NAME = "calibration.json"
@@ -90,8 +91,8 @@ class RunRecord:
         return (self.kind, self.name, self.seed)
 
 
-def plan(cfg: SearchConfig, seeds: int, n_random: int,
-         panel: dict[str, dict | None] | None = None) -> list[Job]:
+def calibration_jobs(cfg: SearchConfig, seeds: int, n_random: int,
+                     panel: dict[str, dict | None] | None = None) -> list[Job]:
     """References x seeds 0..seeds-1 and `n_random` random graphs of the space (at cfg.seed), in
     rounds (every reference at one seed, then a share of the random graphs), so that a
     calibration stopped early has covered every layer. `panel` (name -> graph JSON or None) adds
@@ -130,6 +131,7 @@ def measure(payload: dict) -> dict:
     t0 = time.perf_counter()
     job = Job(**payload["job"])
     cfg = SearchConfig.from_dict(payload["config"]).replace(seed=job.seed)
+    task = proxy_config(cfg)
     rec = RunRecord(job.kind, job.name, job.seed, "rejected", None, graph=job.graph)
     if job.kind == "panel":
         res = train_stages(job.graph or job.name, search_dataset(cfg), cfg, screen=False)
@@ -141,7 +143,7 @@ def measure(payload: dict) -> dict:
         rec.reason, rec.accuracies = res.reason, dict(res.accuracies)
         if res.status == "valid":
             rec.fitness = res.fitness
-            bar = quality_threshold(search_dataset(cfg).num_classes, cfg.quality_factor)
+            bar = quality_threshold(search_dataset(cfg).num_classes, task.quality_factor)
             for arch, acc in res.stages[0].items():
                 rec.quality[arch], rec.quality_pass[arch] = acc, acc >= bar
                 if acc < bar and rec.reason is None:
@@ -161,9 +163,9 @@ def measure(payload: dict) -> dict:
             rec.fitness = res.fitness
         ds = search_dataset(cfg)
         graph = Graph.from_json(job.graph)
-        for arch in cfg.archs:
+        for arch in task.archs:
             rej, accs = quality(graph, ds, [arch], lambda a: quality_config(cfg, a),
-                                factor=cfg.quality_factor)
+                                factor=task.quality_factor)
             if arch in accs:
                 rec.quality[arch] = accs[arch]
             rec.quality_pass[arch] = rej is None
@@ -185,9 +187,10 @@ def load_runs(out: Path) -> list[RunRecord]:
 NOT_MEASURED = ("workers", "threads", "executor", "address", "timeout", "retries", "budget",
                 "budget_seconds", "window", "initial_population", "tournament_fraction",
                 "tournament_min", "criterion", "mutations", "p_random", "near_misses",
-                "seed_layers", "rerank_preset", "rerank_train", "rerank_top")
+                "seed_layers", "rerank_preset", "rerank_train", "rerank_top", "data_dir", "scores")
 """Config fields no calibration run depends on (how the search proposes, how long it runs, how it
-is executed, how it reranks): changing them keeps a calibration folder's runs."""
+is executed, how it reranks; `scores` repeats `archs`), by their flat names: changing them keeps a
+calibration folder's runs."""
 
 
 def calibration_setup(cfg: SearchConfig, seeds: int, n_random: int,
@@ -198,11 +201,13 @@ def calibration_setup(cfg: SearchConfig, seeds: int, n_random: int,
 
 
 def _measured(setup: dict) -> dict:
-    """A setup without NOT_MEASURED fields (folders written before the list grew have some)."""
+    """A setup's config in the flat spelling, without NOT_MEASURED fields (folders written before
+    the list grew have some; before the config had parts, it was flat)."""
     config = setup.get("config")
     if not isinstance(config, dict):
         return setup
-    return {**setup, "config": {k: v for k, v in config.items() if k not in NOT_MEASURED}}
+    flat = flat_config(config)
+    return {**setup, "config": {k: v for k, v in flat.items() if k not in NOT_MEASURED}}
 
 
 def prepare_out(out: Path, setup: dict) -> list[RunRecord]:

@@ -1,6 +1,6 @@
-"""The built-in proxy task's pieces: the run's data (`search_dataset`), the training settings
-(`train_config`) and the staged full training on each anchor architecture (`train_stages`).
-The objective that runs them for each candidate is `evonorm.search.proxy.objective`. Fitness is the
+"""The built-in proxy task's pieces: the run's data (`with_dataset`, `search_dataset`), the training
+settings (`train_config`) and the staged full training on each anchor architecture
+(`train_stages`). The objective that runs them for each candidate is `evonorm.proxy.objective`. Fitness is the
 vector of held-out accuracies, one per architecture; the search never sees the dataset's test split.
 
 The trainer, models and data are imported in the functions that train: they load torch, which
@@ -10,27 +10,46 @@ the search engine's processes need only where candidates are trained.
 from __future__ import annotations
 
 import dataclasses
+import os
 from functools import lru_cache
 from typing import Any
 
-from evonorm.search.config import SearchConfig, TrainSetting
+from evonorm.proxy.config import TrainSetting, proxy_config, split_seed
+from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.objective import Trial
-from evonorm.search.rejection import Rejection, quality_threshold
+from evonorm.search.objective import Reject, Trial
+from evonorm.proxy.rejection import quality_threshold
+
+
+def with_dataset(cfg: SearchConfig) -> SearchConfig:
+    """The config with its dataset named (the default one when unset): resolved once, when a
+    run starts, and stored with it. Never a silent fall-back to the synthetic set: without
+    Fashion-MNIST installed, FileNotFoundError says how to install it. A file.npz is named by
+    its absolute path, with its sha256 (`data_sha256`)."""
+    task = proxy_config(cfg)
+    from evonorm.data import default_dataset_name, file_sha256, is_npz, read_npz_bytes
+
+    if task.dataset is None:
+        return cfg.replace(dataset=default_dataset_name(task.data_root, fallback=False))
+    if is_npz(task.dataset) and task.data_sha256 is None:
+        path = os.path.abspath(task.dataset)
+        return cfg.replace(dataset=path, data_sha256=file_sha256(read_npz_bytes(path)))
+    return cfg
 
 
 def search_dataset(cfg: SearchConfig):
     """The run's data: (1 - holdout) of the (subset) training split to train, the rest to score,
     with its tensors on the run's device.
 
-    The config names its dataset (`SearchConfig.with_dataset()`, stored when the run starts).
+    The config names its dataset (`with_dataset`, stored when the run starts).
     Cached per process and device, so each worker loads the data and moves it to its device once.
     """
-    if cfg.dataset is None:
-        raise ValueError("the search config names no dataset (SearchConfig.with_dataset() "
-                         "resolves the default when a run starts)")
-    return _load_split(cfg.dataset, cfg.data_root, cfg.n_train, cfg.holdout, cfg.split_seed,
-                       cfg.device, cfg.data_sha256)
+    task = proxy_config(cfg)
+    if task.dataset is None:
+        raise ValueError("the search config names no dataset (with_dataset() resolves the "
+                         "default when a run starts)")
+    return _load_split(task.dataset, task.data_root, task.n_train, task.holdout, split_seed(cfg),
+                       cfg.device, task.data_sha256)
 
 
 @lru_cache(maxsize=4)
@@ -54,8 +73,8 @@ def require_builtin(cfg: SearchConfig, what: str) -> None:
 
 def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = None, *,
                  steps: int | None = None, **extra):
-    """The TrainConfig for `arch` in a training setting (default: the search's, `cfg.training`;
-    reranks pass `cfg.rerank_training`): the trainer preset with the setting's overrides, the
+    """The TrainConfig for `arch` in a training setting (default: the search's, the task's
+    `training`; reranks pass its `rerank_training`): the trainer preset with the setting's overrides, the
     config's per-architecture overrides, seed and device, then `steps` and `extra`.
 
     The quality test passes schedule="constant": its short run stands for the first steps of the
@@ -63,20 +82,21 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
     search's full training restarts its cosine at each stage (`restarts`), here as in
     `train_stages`, so a reference or re-training run is the candidates' full run.
     """
+    task = proxy_config(cfg)
     from evonorm.models import is_builtin
     from evonorm.train import TRAIN_PRESETS
 
-    setting = setting or cfg.training
-    staged = setting == cfg.training and steps is None and bool(cfg.stages)
+    setting = setting or task.training
+    staged = setting == task.training and steps is None and bool(cfg.stages)
     if setting.preset not in TRAIN_PRESETS:
         raise ValueError(f"unknown training preset {setting.preset!r} "
                          f"(choose from {', '.join(TRAIN_PRESETS)})")
     over: dict[str, Any] = dict(setting.overrides)
-    over.update(cfg.arch_train.get(arch, {}))
+    over.update(task.arch_train.get(arch, {}))
     if setting.presized:  # the data is already the run's subset: the preset must not cut it again
         over.setdefault("n_train", None)
         over.setdefault("n_test", None)
-    if not is_builtin(arch) and "width" not in cfg.arch_train.get(arch, {}):
+    if not is_builtin(arch) and "width" not in task.arch_train.get(arch, {}):
         over.pop("width", None)  # a preset's width is for the built-in architectures
     over.update(arch=arch, seed=cfg.seed, device=cfg.device)
     if staged:
@@ -94,7 +114,8 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
 def quality_config(cfg, arch: str, schedule: str = "constant"):
     """The quality test's training run on one architecture: the preset's settings, cut to
     `quality_steps` at a constant lr (it stands in for the first steps of the full run)."""
-    return train_config(cfg, arch, steps=cfg.quality_steps, schedule=schedule)
+    task = proxy_config(cfg)
+    return train_config(cfg, arch, steps=task.quality_steps, schedule=schedule)
 
 
 def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = (),
@@ -122,6 +143,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     scores `cfg.final_runs` runs: those beyond `train_seeds` train from scratch only for a layer
     that got that far.
     """
+    task = proxy_config(cfg)
     import io
     import sys
     import warnings
@@ -132,9 +154,9 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     from evonorm.files import check_folder, read_bytes, write_atomic
     from evonorm.train import Run
 
-    ends = [*cfg.stages, train_config(cfg, cfg.archs[0]).steps]
+    ends = [*cfg.stages, train_config(cfg, task.archs[0]).steps]
     keys = {(arch, i): arch if i == 0 else f"{arch}#{i}"  # the checkpoint's names for the runs
-            for arch in cfg.archs for i in range(cfg.train_seeds)}
+            for arch in task.archs for i in range(task.train_seeds)}
 
     def new_run(arch: str, i: int) -> Run:
         return Run(graph, ds, train_config(cfg, arch, seed=run_seed(cfg, i)))
@@ -148,7 +170,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
                 warnings.simplefilter("ignore")
                 saved = torch.load(io.BytesIO(read_bytes(ckpt) or b""), weights_only=True)
             stages = [{str(a): float(v) for a, v in s.items()} for s in saved["stages"]]
-            if (not 0 < len(stages) < len(ends) or any(set(s) != set(cfg.archs) for s in stages)
+            if (not 0 < len(stages) < len(ends) or any(set(s) != set(task.archs) for s in stages)
                     or set(saved["runs"]) != set(keys.values())):
                 raise ValueError("its stages and runs are not this candidate's")
             for (arch, i), name in keys.items():
@@ -161,10 +183,10 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
                   flush=True)
             ckpt.unlink(missing_ok=True)
             runs, stages = {}, []
-    trial = trial if trial is not None else Trial(graph, cfg, hurdles=list(hurdles))
+    trial = trial if trial is not None else Trial(graph, hurdles=list(hurdles))
     for k, accs in enumerate(stages):  # the saved stages, as if just measured
         trial.report(accs, ends[k])
-    bar = quality_threshold(ds.num_classes, cfg.quality_factor) if cfg.stages and screen else None
+    bar = quality_threshold(ds.num_classes, task.quality_factor) if cfg.stages and screen else None
 
     def decided(e: Evaluation) -> Evaluation:
         if ckpt is not None:
@@ -174,9 +196,9 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     try:
         for k in range(len(stages), len(ends)):
             accs: dict[str, float] = {}
-            for arch in cfg.archs:
+            for arch in task.archs:
                 scores = []
-                for i in range(cfg.final_runs if k == len(ends) - 1 else cfg.train_seeds):
+                for i in range(task.final_runs if k == len(ends) - 1 else task.train_seeds):
                     run = runs.get((arch, i))
                     if run is None:
                         run = runs[arch, i] = new_run(arch, i)
@@ -184,14 +206,14 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
                     acc = run.score()
                     if acc is None:
                         phase = "quality" if k == 0 and bar is not None else "train"
-                        rej = Rejection("nonfinite", run.result.failed_step,
-                                        {"arch": arch, "phase": phase})
+                        rej = Reject("nonfinite", step=run.result.failed_step,
+                                     detail={"arch": arch, "phase": phase})
                         return decided(Evaluation.rejected(rej, accs))
                     scores.append(float(acc))
                 accs[arch] = acc = sum(scores) / len(scores)
                 if k == 0 and bar is not None and acc < bar:
-                    rej = Rejection(f"quality:{arch}", ends[0], {"accuracy": acc,
-                                                                "threshold": bar})
+                    rej = Reject(f"quality:{arch}", step=ends[0],
+                                 detail={"accuracy": acc, "threshold": bar})
                     return decided(Evaluation.rejected(rej, accs))
             stages.append(accs)
             trial.report(accs, ends[k])

@@ -1,0 +1,55 @@
+"""The built-in proxy task's search from Python: `search(out=...)` starts one, `resume(out)` continues
+it. Both resolve what the task needs (its dataset, checked up front) and hand the engine
+(`evonorm.search`) a `ProxyObjective`; reading a run needs nothing of the task (`evonorm.search.load`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evonorm.proxy.objective import ProxyObjective
+from evonorm.proxy.training import search_dataset, with_dataset
+from evonorm.search.driver import SearchResult, init_run, run_search
+from evonorm.search.executors import Executor
+from evonorm.search.lock import RunLock
+from evonorm.proxy.presets import get_preset
+from evonorm.search.store import Store
+
+
+def search(*, out: str | Path, preset: str = "demo", space: str = "s", budget: int | None = None,
+           workers: int | None = None, executor: str = "local", seed: int = 0,
+           force: bool = False, progress: bool = True, **overrides: Any) -> SearchResult:
+    """Search layers on the proxy task into the run folder `out`, with a preset's settings and
+    field overrides (`SearchConfig` names). ValueError / FileNotFoundError on bad input (a
+    missing dataset among them), before any worker starts."""
+    cfg = get_preset(preset, space=space, budget=budget, workers=workers, executor=executor,
+                     seed=seed, **overrides)
+    cfg = with_dataset(cfg)
+    search_dataset(cfg)  # a missing or changed dataset fails here, in one line
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with RunLock(out):
+        init_run(out, cfg, force=force)
+        return run_search(out, objective=ProxyObjective(cfg), progress=progress)
+
+
+def resume(out: str | Path, *, progress: bool = True, executor: Executor | None = None
+           ) -> SearchResult:
+    """Continue the proxy-task search in `out` until its budget is spent (ValueError for a run
+    searched on an objective of one's own: resume it with `evonorm.search.resume(out, objective)`).
+    `executor`: one to run the candidates on instead of the run's own (tests)."""
+    with Store(out, readonly=True) as store:
+        cfg, done = store.search_config(), store.num_candidates()
+    check_proxy_run(cfg, out)
+    if done < cfg.budget:  # candidates will train: the data must still be there
+        search_dataset(cfg)
+    with RunLock(out):
+        return run_search(out, objective=ProxyObjective(cfg), progress=progress,
+                          executor=executor)
+
+
+def check_proxy_run(cfg, run: str | Path) -> None:
+    """ValueError unless the run in `run` was searched on the proxy task."""
+    if cfg.objective:
+        raise ValueError(f"the run in {run} was searched with the objective {cfg.objective}: "
+                         f"pass it again (--objective {cfg.objective})")

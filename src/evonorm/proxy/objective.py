@@ -1,0 +1,109 @@
+"""The built-in proxy task, written as an objective (`objective(norm_act, trial)`): a
+`ProxyObjective` holds the run's settings and is handed to the search engine like any objective.
+
+Per candidate: pre-checks, the stability stress test and the quality test, then the full training
+on every anchor architecture of the run's config (in stages, with hurdles, over `train_seeds`
+training runs; `evaluator.train_stages`). The checks need the layer itself, not only its module:
+they read `trial.graph`; the anchor architectures build the layer from that graph. The fitness is
+the held-out accuracy per architecture (a dict: the architectures are the objectives).
+"""
+
+from __future__ import annotations
+
+import time
+
+from dataclasses import dataclass
+
+from evonorm.proxy.config import proxy_config
+from evonorm.proxy.rejection import precheck, quality, stability
+from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
+from evonorm.search.config import SearchConfig
+from evonorm.search.evaluation import Evaluation
+from evonorm.search.objective import Reject, Trial, run_trial
+
+
+def _error(err: BaseException) -> Reject:
+    msg = str(err).splitlines()[0] if str(err) else ""
+    return Reject(f"error: {type(err).__name__}: {msg}"[:300])
+
+
+@dataclass(frozen=True)
+class ProxyObjective:
+    """The proxy task under a run's settings, as an objective: picklable, so that the engine hands
+    it to its workers like a user's function."""
+
+    config: SearchConfig
+
+    def __call__(self, norm_act, trial: Trial) -> dict[str, float]:
+        """The task on `trial.graph`, at the trial's seed and device (`objective`)."""
+        cfg = self.config.replace(seed=trial.seed, device=trial.device)
+        if trial.data_dir:  # the data folder as a remote worker received it
+            cfg = cfg.replace(data_root=trial.data_dir)
+        return objective(cfg, trial)
+
+
+def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
+    """The proxy task on `trial.graph` under `cfg` (see the module docstring).
+
+    A layer that raises is rejected with reason "error: ..." (the layer's fault, so cached like any
+    rejection); a non-finite loss with "nonfinite". Missing data raises: the run's problem, not the
+    layer's, so the candidate is failed. Phase times go to `trial.timings`.
+    """
+    task = proxy_config(cfg)
+    graph = trial.graph
+    t = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        trial.timings[phase] = trial.timings.get(phase, 0.0) + now - t
+        t = now
+
+    ds = search_dataset(cfg)  # outside the try: missing data is the run's problem
+    lap("data")
+    try:
+        screen = cfg.algorithm != "random-norej"
+        if screen and task.prechecks:
+            rej = precheck(graph, seed=cfg.seed)
+            lap("precheck")
+            if rej:
+                raise rej
+        if screen and task.stability_steps > 0:
+            for arch in task.archs[:task.stability_archs]:
+                tcfg = train_config(cfg, arch)
+                rej = stability(graph, ds, arch=arch, width=tcfg.resolved_width(),
+                                steps=task.stability_steps, threshold=task.stability_threshold,
+                                batch=task.stability_batch, lr=task.stability_lr, seed=cfg.seed,
+                                model_kwargs=tcfg.layer_kwargs())
+                if rej:
+                    lap("stability")
+                    raise rej
+            lap("stability")
+        if screen and task.quality_steps > 0:
+            rej = quality(graph, ds, task.archs, lambda a: quality_config(cfg, a),
+                          factor=task.quality_factor)[0]
+            lap("quality")
+            if rej:
+                raise rej
+        result = train_stages(graph, ds, cfg, checkpoint=trial.checkpoint, screen=screen,
+                              trial=trial)
+        lap("train")
+    except Reject:
+        raise
+    except (KeyboardInterrupt, SystemExit, MemoryError):
+        raise
+    except Exception as err:  # an exception in the layer is a rejection with its reason
+        lap("error")
+        raise _error(err) from None
+    if result.status != "valid":
+        raise Reject(result.reason or "rejected", step=result.reason_step, detail=result.detail,
+                     scores=result.accuracies)
+    return dict(result.accuracies)
+
+
+def evaluate_candidate(payload: dict) -> Evaluation:
+    """One candidate through the proxy objective (`run_trial`), as a search's worker runs it.
+    payload: {"graph": graph JSON, "config": SearchConfig.to_dict()}."""
+    cfg = SearchConfig.from_dict(payload["config"])
+    return run_trial(ProxyObjective(cfg), {"graph": payload["graph"], "seed": cfg.seed,
+                                           "device": cfg.device, "staged": bool(cfg.stages)})

@@ -1,0 +1,130 @@
+"""Named search presets of the built-in proxy task: the engine's settings of the same name
+(`evonorm.search.settings`) with the task's (`ProxyConfig`), from seconds (tests) to the paper's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from evonorm.proxy.config import ProxyConfig, proxy_config, with_task
+from evonorm.search.config import SearchConfig
+from evonorm.search.settings import ENGINE_PRESETS
+
+# Settings are measured on the 2-core reference machine (docs/search.md).
+TASKS: dict[str, ProxyConfig] = {
+    # Seconds: synthetic data, two archs at a sliver of width, a handful of steps. For tests.
+    "tiny": ProxyConfig(
+        dataset="synthetic", n_train=320, archs=("resnet50_cifar", "mobilenetv2_cifar"),
+        train_preset="tiny", train={"steps": 4, "batch_size": 16, "width": 0.0625},
+        stability_steps=3, stability_batch=4, quality_steps=2, quality_factor=0.0,
+        rerank_preset="tiny", rerank_train={"steps": 6, "batch_size": 16, "width": 0.0625},
+        rerank_top=3),
+    # The main job (scripts/main.sh): minutes on 2 cores with Fashion-MNIST. Calibrated with
+    # `evonorm calibrate --preset demo` (docs/calibration.md): 1000 held-out images (a 300-image
+    # score has a 2.9-point standard error); 10 warm-up steps; MobileNetV2 at width 0.0625 at lr
+    # 0.03 (0.02 leaves BN-ReLU at chance, 0.05 leaves GN-ReLU there). Training is staged
+    # (multi-fidelity, the engine's `stages`): 75 steps, each architecture scored annealed (a
+    # cosine cycle ends there), the quality bar of 1.2x chance on those scores, then only layers
+    # above the hurdle (the mean stage-1 fitness so far) train 75 steps more from the same
+    # weights. Each candidate trains twice per architecture (train_seeds=2) and every score is
+    # the mean of the two: a single run's seed noise was 0.67 of the smallest gap between
+    # references. A layer that reaches the end trains four runs (final_train_seeds=4), and every
+    # search seed uses split 0 of the data (data_seed=0), as one's own task has one split:
+    # EvoNorm-S0/S1/S2's fitness then spread by 0.016-0.019 over six search seeds, against
+    # 0.043-0.050 with two runs and the split following the seed, and the main job took 6.5
+    # minutes.
+    "demo": ProxyConfig(
+        n_train=4000, holdout=0.25, archs=("resnet50_cifar", "mobilenetv2_cifar"),
+        train_preset="tiny", train={"steps": 150, "batch_size": 32, "width": 0.0625, "lr": 0.1,
+                                    "lr_warmup": 10},
+        arch_train={"mobilenetv2_cifar": {"lr": 0.03}},
+        stability_steps=10, stability_batch=8, quality_steps=0, quality_factor=1.2,
+        train_seeds=2, final_train_seeds=4, data_seed=0, rerank_preset="tiny",
+        rerank_train={"steps": 300, "batch_size": 64, "width": 0.0625, "n_train": 10000,
+                      "n_test": None, "lr_warmup": 10}, rerank_top=3),  # the whole test split
+    # The paper's settings (Sec. 5.1): CIFAR-10, 3 archs, 2000 steps constant lr / 5000 cosine.
+    "paper-b": ProxyConfig(dataset="cifar10", train_preset="paper-b", rerank_preset="paper-b",
+                           rerank_train={"steps": 10000}),
+    "paper-s": ProxyConfig(dataset="cifar10", train_preset="paper-s", rerank_preset="paper-s",
+                           rerank_train={"steps": 20000}),
+}
+
+# From scratch: `demo`'s proxy at one training run per candidate. Valid layers are rare from
+# random graphs (1 in ~1,500 distinct ones), so near misses of the quality test (learned on
+# ResNet50, not on MobileNetV2) join the population below every valid layer as parents. For
+# `experiments/evolution_vs_random.py`, whose third run measured this preset: evolution did
+# not beat random search (near misses lead it to more layers that fail on MobileNetV2).
+TASKS["scratch"] = dataclasses.replace(
+    TASKS["demo"], train_seeds=1, final_train_seeds=None, data_seed=None,
+    rerank_train={**TASKS["demo"].rerank_train, "n_test": 2000})
+
+# `demo` for the B space: EvoNorm-B0 stays at chance in 2 of 3 seeds on MobileNetV2 at `demo`'s
+# lr 0.03, and the seed spread is larger than the gaps between the B references there; at lr 0.03
+# on ResNet50 and 0.01 on MobileNetV2 it learns in every seed (docs/calibration.md). It starts
+# from BN-ReLU written as a graph (GN-ReLU fails the quality test on ResNet50 at lr 0.03).
+TASKS["demo-b"] = dataclasses.replace(
+    TASKS["demo"], train={**TASKS["demo"].train, "lr": 0.03},
+    arch_train={"mobilenetv2_cifar": {"lr": 0.01}},
+    train_seeds=1, final_train_seeds=None, data_seed=None,  # as calibrated: one run, split per seed
+    rerank_train={**TASKS["demo"].rerank_train, "lr": 0.03})
+
+PRESETS: dict[str, SearchConfig] = {name: with_task(engine, TASKS[name])
+                                    for name, engine in ENGINE_PRESETS.items()}
+
+# What `evonorm calibrate` measured for a preset's proxy, per search space (docs/calibration.md);
+# a search prints it when it starts, and says where nothing was measured.
+CALIBRATION = {
+    ("demo", "s"): "18 of 18 reference quality tests pass (3 seeds on one split, 2 training runs "
+                   "each, 4 at the last stage), references 12 points above random layers, seed "
+                   "spread 2.1 points: 0.29 of the smallest gap (EvoNorm-S0 - GN-ReLU, 7.2 points, "
+                   "ranked right in 3 of 3 seeds), so layers about 5 points apart rank right; "
+                   "closer ones need re-training",
+    ("scratch", "s"): "demo's proxy at one training run per candidate: 17 of 18 reference quality "
+                      "tests pass (3 seeds), references 16 points above random layers, seed "
+                      "spread 0.67 of the smallest gap between references",
+    ("demo", "b"): "does not calibrate: EvoNorm-B0 fails 3 of its 6 quality tests, seed spread "
+                   "1.4x the smallest gap between references (use demo-b)",
+    ("demo-b", "b"): "24 of 24 reference quality tests pass (3 seeds), references 28 points above "
+                     "random layers, EvoNorm-B0/B1/b_top2 15 points above BN-ReLU but within the "
+                     "seed spread (3.4 points) of each other",
+}
+
+
+def calibration_note(preset: str, space: str) -> str:
+    """One line on how far a preset's proxy task can tell layers apart in a space."""
+    found = CALIBRATION.get((preset, space))
+    if found:
+        return f"calibration of {preset} ({space.upper()} space): {found} (docs/calibration.md)"
+    return (f"calibration of {preset} ({space.upper()} space): not measured; its fitness may be "
+            f"training-seed noise (`evonorm calibrate --preset {preset} --space {space}`)")
+
+
+# How each preset's fitness ranks layers against the reference panel trained long (`evonorm
+# calibrate --panel`, docs/calibration.md): the report prints it beside its verdict, since a
+# found layer's lead means only as much as the proxy's order agrees with longer training.
+FIDELITY: dict[tuple[str, str], str] = {}
+
+
+def fidelity_note(preset: str, space: str) -> str:
+    """One line on how far a preset's order of layers agrees with longer training."""
+    found = FIDELITY.get((preset, space))
+    if found:
+        return f"rank fidelity of {preset} ({space.upper()} space): {found} (docs/calibration.md)"
+    how = (f"`evonorm calibrate --preset {preset} --panel PANEL.json`" if preset in PRESETS
+           else "`evonorm calibrate --panel PANEL.json` measures a preset's")
+    return (f"rank fidelity of {preset if preset in PRESETS else 'this proxy'} ({space.upper()} "
+            f"space): not measured; its order of layers may differ from that of longer training "
+            f"({how}, docs/calibration.md)")
+
+
+def list_presets() -> list[str]:
+    return list(PRESETS)
+
+
+def get_preset(name: str, **overrides) -> SearchConfig:
+    """A preset by name with field overrides, engine's and task's by their flat names (None
+    values are ignored); ValueError on bad input."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown search preset {name!r} (choose from {', '.join(PRESETS)})")
+    cfg = PRESETS[name].replace(**{k: v for k, v in overrides.items() if v is not None})
+    return with_task(cfg, proxy_config(cfg))

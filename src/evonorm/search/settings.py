@@ -1,0 +1,58 @@
+"""The engine's named settings, from seconds (tests) to the paper's: evolution, hurdles and
+execution per preset name. A preset's task settings are the task's (`evonorm.proxy.presets` adds the
+built-in proxy task's to these, under the same names); an objective of one's own takes these alone.
+Settings are measured on the 2-core reference machine (docs/search.md, docs/calibration.md).
+"""
+
+from __future__ import annotations
+
+import json
+
+from evonorm.search.config import Evolution, Execution, Hurdles, SearchConfig
+
+
+def norm_relu(kind: str) -> str:
+    """max((x - mean(x)) / std(x), 0) over an axis set, as graph JSON:
+    BatchNorm/GroupNorm/LayerNorm/InstanceNorm-ReLU."""
+    return json.dumps({"nodes": [[f"{kind}_mean", 0], ["neg", 4], ["add", 0, 5],
+                                 [f"{kind}_std", 0], ["div", 6, 7], ["max", 8, 1]]})
+
+
+# `demo` (the main job) starts from three textbook S-space layers and mutates once (not twice)
+# with fewer random restarts, so that a budget of a few dozen finds valid layers at all: two
+# mutations of a six-node layer, or a fresh random graph, rarely pass the built-in task's
+# rejection. It scores in two stages (75 steps, then the end) with hurdles after the first.
+_DEMO = SearchConfig(
+    preset="demo",
+    evolution=Evolution(space="s", budget=75, window=16, initial_population=1,
+                        tournament_fraction=0.25, mutations=1, p_random=0.3,
+                        seed_layers=tuple(norm_relu(k) for k in ("group", "layer", "instance"))),
+    hurdles=Hurdles(stages=(75,), hurdle_min=4),
+    execution=Execution(timeout=1800.0))  # a loaded machine took > 600 s per seed layer
+
+ENGINE_PRESETS: dict[str, SearchConfig] = {
+    # Seconds, for tests.
+    "tiny": SearchConfig(preset="tiny", evolution=Evolution(space="s", budget=6, window=10,
+                                                            initial_population=2),
+                         execution=Execution(timeout=300.0)),
+    "demo": _DEMO,
+    # From scratch: `demo` with random graphs only (no textbook seed layers); near misses join
+    # the population as parents until valid layers are found.
+    "scratch": _DEMO.replace(preset="scratch", budget=400, window=32, seed_layers=(),
+                             near_misses=True),
+    # The paper's settings (Sec. 5.1).
+    "paper-b": SearchConfig(preset="paper-b", evolution=Evolution(
+        space="b", budget=20000, window=2500, initial_population=100)),
+    "paper-s": SearchConfig(preset="paper-s", evolution=Evolution(
+        space="s", budget=20000, window=2500, initial_population=100)),
+    # `demo` for the B space, from BN-ReLU written as a graph.
+    "demo-b": _DEMO.replace(preset="demo-b", space="b", seed_layers=(norm_relu("batch"),)),
+}
+
+
+def engine_preset(name: str, **overrides) -> SearchConfig:
+    """A preset's engine settings with field overrides (flat names; None values are ignored).
+    ValueError on an unknown name or a bad value."""
+    if name not in ENGINE_PRESETS:
+        raise ValueError(f"unknown search preset {name!r} (choose from {', '.join(ENGINE_PRESETS)})")
+    return ENGINE_PRESETS[name].replace(**{k: v for k, v in overrides.items() if v is not None})

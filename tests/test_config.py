@@ -1,0 +1,82 @@
+"""The search config in parts: the engine's (evolution, hurdles, execution) and the task's, read
+from the flat form that run folders before the parts stored, and written back nested."""
+
+import json
+import sqlite3
+
+import pytest
+
+from evonorm.proxy.config import ProxyConfig, proxy_config
+from evonorm.proxy.presets import PRESETS, get_preset
+from evonorm.search.config import Evolution, Hurdles, SearchConfig, flat_config
+from evonorm.search.store import SCHEMA_VERSION, Store
+
+# `demo` as a run folder of the flat era stored it (abridged to what differs from the defaults)
+FLAT_DEMO = {
+    "preset": "demo", "objective": None, "dataset": "fashion_mnist", "n_train": 4000,
+    "holdout": 0.25, "data_seed": 0, "space": "s", "budget": 75, "window": 16,
+    "initial_population": 1, "tournament_fraction": 0.25, "mutations": 1, "p_random": 0.3,
+    "archs": ["resnet50_cifar", "mobilenetv2_cifar"], "train_preset": "tiny",
+    "train": {"steps": 150}, "stages": [75], "quality_steps": 0, "train_seeds": 2,
+    "final_train_seeds": 4, "workers": 2, "device": "cpu", "seed": 0,
+}
+
+
+def test_a_flat_config_reads_into_its_parts():
+    cfg = SearchConfig.from_dict(FLAT_DEMO)
+    assert cfg.evolution.budget == 75 and cfg.evolution.window == 16
+    assert cfg.hurdles == Hurdles(stages=(75,), hurdle_min=4)
+    assert cfg.execution.workers == 2 and cfg.seed == 0
+    assert cfg.scores == ("resnet50_cifar", "mobilenetv2_cifar")  # the anchors scored the layers
+    task = proxy_config(cfg)
+    assert task.dataset == "fashion_mnist" and task.train_seeds == 2 and task.train == {"steps": 150}
+    assert SearchConfig.from_dict(cfg.to_dict()) == cfg  # nested round trip
+    assert set(cfg.to_dict()) == {"preset", "objective", "seed", "scores", "evolution", "hurdles",
+                                  "execution", "task"}
+
+
+def test_an_own_objective_flat_config_keeps_no_task():
+    cfg = SearchConfig.from_dict({"preset": "tiny", "objective": "mine:f", "archs": ["acc", "speed"],
+                                  "dataset": None, "budget": 6, "n_train": None})
+    assert cfg.task is None and cfg.scores == ("acc", "speed") and cfg.budget == 6
+    with pytest.raises(ValueError, match="built-in proxy task"):
+        proxy_config(cfg)
+
+
+def test_flat_names_write_and_read_each_part():
+    cfg = get_preset("tiny", budget=9, stages=(2,), quality_steps=0, workers=1, archs=("a1",))
+    assert (cfg.evolution.budget, cfg.hurdles.stages, cfg.execution.workers) == (9, (2,), 1)
+    assert cfg.budget == 9 and cfg.archs == ("a1",) and cfg.scores == ("a1",)
+    with pytest.raises(ValueError, match="unknown search config field"):
+        SearchConfig().replace(n_train=3)  # no task: the name is nobody's
+    with pytest.raises(ValueError, match="unknown search config field"):
+        get_preset("tiny", not_a_setting=1)
+    with pytest.raises(ValueError, match="quality_steps 0"):  # the task's check across parts
+        get_preset("tiny", stages=(2,))
+    with pytest.raises(ValueError, match="budget must be >= 1"):
+        SearchConfig(evolution=Evolution(budget=0))
+
+
+def test_presets_hold_the_same_settings_as_before_the_parts():
+    demo = PRESETS["demo"]
+    assert demo.seed_layers and demo.stages == (75,) and demo.timeout == 1800.0
+    assert ProxyConfig.from_dict(demo.task).final_runs == 4
+    flat = flat_config(demo.to_dict())
+    for key, value in FLAT_DEMO.items():
+        if key not in ("dataset", "workers", "train"):  # named at the start; the machine; abridged
+            assert flat[key] == value, key
+
+
+def test_a_version_4_store_is_nested_in_place_when_opened_for_writing(tmp_path):
+    with Store(tmp_path) as s:
+        s.set_config(FLAT_DEMO)
+        s.set_meta("schema_version", 4)
+    with Store(tmp_path, readonly=True) as s:  # read only: read as is
+        assert s.config() == FLAT_DEMO and s.search_config().budget == 75
+    with Store(tmp_path) as s:
+        assert s.get_meta("schema_version") == SCHEMA_VERSION == 5
+        assert s.config()["evolution"]["budget"] == 75
+        assert s.search_config() == SearchConfig.from_dict(FLAT_DEMO)
+    db = sqlite3.connect(tmp_path / "store.sqlite")
+    (raw,) = db.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()
+    assert "task" in json.loads(raw)
