@@ -66,6 +66,15 @@ def _config(run: Path, **changes) -> None:
     db.close()
 
 
+def _task(run: Path, **changes) -> None:
+    db = sqlite3.connect(run / "store.sqlite")
+    cfg = json.loads(db.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()[0])
+    cfg["task"] = {**cfg["task"], **changes}
+    db.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps(cfg),))
+    db.commit()
+    db.close()
+
+
 # ---------------------------------------------------------------- symbolic links
 
 def _plant(run: Path, name: str, target: Path) -> None:
@@ -200,6 +209,11 @@ DAMAGE = {  # what is damaged -> (how, the commands that read it, what the line 
                      ["store.sqlite", "config", "archs"]),
     "config train": (lambda r: _config(r, train=[1, 2]), ["report", "resume", "retrain", "rerank"],
                      ["store.sqlite", "config", "train"]),
+    # as this version stores it: the task's settings in their own part
+    "config task archs": (lambda r: _task(r, archs=3), ["report", "resume", "retrain", "rerank"],
+                          ["store.sqlite", "config: task: archs"]),
+    "config hurdles": (lambda r: _config(r, hurdles={"stages": "75"}), ["report", "resume"],
+                       ["store.sqlite", "config: hurdles", "stages"]),
     "config unknown": (lambda r: _config(r, frobs=1), ["resume", "retrain", "rerank"], ["store.sqlite", "config"]),
     "rng_state garbage": (lambda r: _sql(r, "UPDATE proposals SET rng_state = 'x{' WHERE idx = 2"), ["resume"],
                           ["store.sqlite", "proposal 2", "rng_state"]),

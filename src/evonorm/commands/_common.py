@@ -132,6 +132,7 @@ def check_run_values(run: Path) -> None:
     again (its valid layers, the parents of new ones, and the proposals still to evaluate), the
     re-training rows and the references."""
     from evonorm.graph import Graph
+    from evonorm.proxy.config import ProxyConfig
     from evonorm.proxy.references import REFERENCES_FILE, read_references
     from evonorm.proxy.retrain import read_rows
 
@@ -143,7 +144,7 @@ def check_run_values(run: Path) -> None:
                     check_folder(folder / sub)
             read_rows(run)
             read_references(folder / REFERENCES_FILE)
-            s.check_values()
+            s.check_values(task=ProxyConfig)
             graphs = [(f"candidate {c.id}", c.graph) for c in s.candidates() if c.status == "valid"]
             graphs += [(f"proposal {p.idx}", p.graph) for p in s.pending_proposals()]
             for where, graph in graphs:

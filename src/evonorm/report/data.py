@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from evonorm.search.candidates import Candidate, as_candidate, reason_group
 from evonorm.search.config import flat_config
 from evonorm.search.evaluation import STATUSES, finite
+from evonorm.proxy.config import ProxyConfig
 from evonorm.proxy.references import REFERENCES_FILE, read_references
 from evonorm.proxy.retrain import RetrainRow, read_rows
 from evonorm.search.store import Store, resolve_path, run_folder
@@ -108,7 +109,7 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
                 candidates=list(store.candidates()),
                 population=list(store.population()),
                 reranks=list(_safe(store, "reranks")),
-                config=flat_config(store.checked_config()),
+                config=flat_config(store.checked_config(task=ProxyConfig)),
                 in_flight=len(_safe(store, "pending_proposals")),
                 status=_meta(store, "status"),
             )

@@ -260,6 +260,25 @@ def flat_config(stored: Mapping[str, Any]) -> dict:
     return flat
 
 
+def nested_config(stored: Mapping[str, Any]) -> dict:
+    """A stored config in the nested spelling, as `from_dict` reads it: a flat one (run folders
+    before the parts) split into the engine's own fields, each part's and the task's (every name
+    the engine does not know), so that one check covers both spellings."""
+    if any(part in stored for part in PARTS):
+        return dict(stored)
+    d = _from_flat(dict(stored))
+    own = {f.name for f in fields(SearchConfig)}
+    nested: dict[str, Any] = {k: v for k, v in d.items() if k in own}
+    for k, v in d.items():
+        if k in PART_OF:
+            nested.setdefault(PART_OF[k], {})[k] = v
+        elif k not in own:
+            nested.setdefault("task", {})[k] = v
+    if isinstance(nested.get("scores"), tuple):
+        nested["scores"] = list(nested["scores"])
+    return nested
+
+
 def _from_flat(d: dict) -> dict:
     """A flat config (run folders before the split) as `replace` changes: the anchor
     architectures were the score names, every name the engine does not know is the task's."""

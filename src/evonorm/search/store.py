@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from evonorm.files import DamagedFile, UnsafePath, check_entry, check_record, open_regular, type_problem
 from evonorm.search.candidates import Candidate, Origin
-from evonorm.search.config import SearchConfig
+from evonorm.search.config import PARTS, SearchConfig, nested_config
 from evonorm.search.evaluation import Evaluation
 
 STORE_NAME = "store.sqlite"
@@ -249,11 +249,23 @@ class Store:
         """The search config as stored when the run started ({} before that)."""
         return self.get_meta("config", {})
 
-    def checked_config(self) -> dict:
-        """The stored config ({} before a search starts), each field of a known name checked against its
-        type in SearchConfig: a DamagedFile naming it otherwise."""
+    def checked_config(self, task: type | None = None) -> dict:
+        """The stored config ({} before a search starts), as stored, once every field is checked against
+        its type (in the nested spelling, `nested_config`): the engine's here, the task's settings against
+        `task` (a dataclass the caller knows them by, e.g. the proxy task's; the engine does not). A
+        DamagedFile naming the field otherwise. A flat config from an earlier version keeps the names it
+        had then, so its task's unknown names are let through."""
         raw = self.config()
-        return check_record(SearchConfig, raw, self.path, "config", unknown=True) if raw != {} else {}
+        if raw == {}:
+            return {}
+        if not isinstance(raw, dict):
+            raise DamagedFile(self.path, "config", "not an object")
+        flat = not any(part in raw for part in PARTS)
+        nested = nested_config(raw)
+        check_record(SearchConfig, nested, self.path, "config")
+        if task is not None and isinstance(nested.get("task"), dict):
+            check_record(task, nested["task"], self.path, "config: task", unknown=flat)
+        return raw
 
     def search_config(self) -> "SearchConfig":
         """The run's config as a SearchConfig; FileNotFoundError when the store holds no search, a
@@ -267,11 +279,12 @@ class Store:
         except (TypeError, ValueError) as err:
             raise DamagedFile(self.path, "config", (str(err).splitlines() or [""])[0]) from None
 
-    def check_values(self) -> None:
+    def check_values(self, task: type | None = None) -> None:
         """Read every stored value once, each checked where it is read (a DamagedFile names the first damaged
-        one): for a command that continues a run, before it writes anything. The random state is checked
-        where a search reads it (`last_rng_state`), as only a resumed search does."""
-        self.checked_config()
+        one): for a command that continues a run, before it writes anything (`task`: as `checked_config`).
+        The random state is checked where a search reads it (`last_rng_state`), as only a resumed search
+        does."""
+        self.checked_config(task)
         for (key,) in self._db.execute("SELECT key FROM meta").fetchall():
             self.get_meta(key)
         self.candidates(), self.pending_proposals(), self.reranks()
