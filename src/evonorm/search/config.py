@@ -115,6 +115,18 @@ class SearchConfig:
     # of all of them, so the noise falls where layers are ranked while the many layers the quality
     # test or a hurdle stops cost what they did
     final_train_seeds: int | None = None
+    # the prescreen (evonorm.search.surrogate): a surrogate learned as the search goes ranks
+    # `prescreen_pool` children per slot by their features at birth and trains the best; one
+    # predicted to pass rejection with probability below `prescreen_threshold` is rejected
+    # untrained; a share `prescreen_explore` of slots trains one child whatever it predicts (so it
+    # keeps learning and its false negatives are measured); no prediction before it has learned
+    # from `prescreen_min` valid and `prescreen_min` rejected candidates. Off: not yet measured to
+    # pay for itself.
+    prescreen: bool = False
+    prescreen_pool: int = 4
+    prescreen_threshold: float = 0.05
+    prescreen_explore: float = 0.2
+    prescreen_min: int = 3
     # execution
     workers: int = 0  # 0 -> one per core
     threads: int = 0  # torch threads per local worker (0: the cores divided among the workers)
@@ -181,6 +193,16 @@ class SearchConfig:
             errors.append(f"device must be cpu or cuda[:N], got {self.device!r}")
         if self.gpus_per_worker is not None and not 0.0 < self.gpus_per_worker <= 1.0:
             errors.append(f"gpus_per_worker must be in (0, 1], got {self.gpus_per_worker}")
+        if not isinstance(self.prescreen, bool):
+            errors.append(f"prescreen must be True or False (on or off), got {self.prescreen!r}")
+        if self.prescreen_pool < 1:
+            errors.append(f"prescreen_pool must be >= 1, got {self.prescreen_pool}")
+        if not 0.0 <= self.prescreen_threshold < 1.0:
+            errors.append(f"prescreen_threshold must be in [0, 1), got {self.prescreen_threshold}")
+        if not 0.0 <= self.prescreen_explore <= 1.0:
+            errors.append(f"prescreen_explore must be in [0, 1], got {self.prescreen_explore}")
+        if self.prescreen_min < 1:
+            errors.append(f"prescreen_min must be >= 1, got {self.prescreen_min}")
         if errors:
             raise ValueError("; ".join(errors))
 

@@ -15,6 +15,7 @@ import time
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.evaluator import quality_config, search_dataset, train_config, train_stages
 from evonorm.search.objective import Reject, Trial, run_trial
+from evonorm.search.proxy_features import task_features
 from evonorm.search.rejection import Rejection, precheck, quality, stability
 
 
@@ -83,6 +84,10 @@ def objective(norm_act, trial: Trial) -> dict[str, float]:
         raise _reject(Rejection(result.reason or "rejected", result.reason_step, result.detail),
                       result.accuracies)
     return dict(result.accuracies)
+
+
+# what the task hands the engine for the prescreen: its anchor architectures' features at birth
+objective.prescreen_features = task_features
 
 
 def evaluate_candidate(payload: dict) -> Evaluation:

@@ -20,8 +20,8 @@ from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 
 STORE_NAME = "store.sqlite"
-SCHEMA_VERSION = 4  # 2: candidates.detail (what a rejection measured); 3: candidates.stages;
-# 4: reranks.split
+SCHEMA_VERSION = 6  # 2: candidates.detail (what a rejection measured); 3: candidates.stages;
+# 4: reranks.split; 5: candidates.features (at birth); 6: candidates.prediction (the prescreen's)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -46,6 +46,8 @@ CREATE TABLE IF NOT EXISTS candidates (
     reason_step INTEGER,
     detail TEXT,                        -- JSON, or NULL (schema version 2)
     stages TEXT,                        -- JSON list of per-stage accuracies, or NULL (version 3)
+    features TEXT,                      -- JSON {name: value} at birth, or NULL (version 5)
+    prediction TEXT,                    -- JSON, the surrogate's before training, or NULL (version 6)
     accuracies TEXT NOT NULL,
     fitness REAL,
     cache_hit INTEGER NOT NULL,
@@ -101,7 +103,9 @@ def run_folder(path: str | Path) -> Path:
 # Each step brings a store from the version in its key to the next one, in place.
 _MIGRATIONS = {1: "ALTER TABLE candidates ADD COLUMN detail TEXT",
                2: "ALTER TABLE candidates ADD COLUMN stages TEXT",
-               3: "ALTER TABLE reranks ADD COLUMN split TEXT"}
+               3: "ALTER TABLE reranks ADD COLUMN split TEXT",
+               4: "ALTER TABLE candidates ADD COLUMN features TEXT",
+               5: "ALTER TABLE candidates ADD COLUMN prediction TEXT"}
 
 
 def migrate(db: sqlite3.Connection) -> None:
@@ -302,23 +306,26 @@ class Store:
     # ------------------------------------------------------------------ candidates
     def add_candidate(self, proposal: PendingProposal, evaluation: Evaluation, *, key: str,
                       fingerprint: str | None, cache_hit: bool = False, seconds: float = 0.0,
-                      worker: str | None = None, join_population: int | None = None) -> Candidate:
+                      worker: str | None = None, join_population: int | None = None,
+                      features: dict | None = None, prediction: dict | None = None) -> Candidate:
         """Record a finished evaluation in one committed transaction and return it as stored.
 
         `join_population=W` also appends it to the stored population, keeping the newest W.
+        `features` and `prediction`: the candidate's at birth, with the prescreen on.
         """
         e, now = evaluation, time.time()
         with self._db:
             cur = self._db.execute(
                 "INSERT INTO candidates (proposal, graph, key, fingerprint, parent_id, origin, "
                 "status, reason, reason_step, detail, accuracies, fitness, cache_hit, seconds, "
-                "timings, worker, created_at, finished_at, stages) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "timings, worker, created_at, finished_at, stages, features, prediction) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (proposal.idx, json.dumps(proposal.graph), key, fingerprint, proposal.parent_id,
                  proposal.origin, e.status, e.reason, e.reason_step,
                  None if e.detail is None else json.dumps(e.detail), json.dumps(e.accuracies),
                  e.fitness, int(cache_hit), seconds, json.dumps(e.timings), worker,
-                 proposal.created_at, now, json.dumps(e.stages) if e.stages else None))
+                 proposal.created_at, now, json.dumps(e.stages) if e.stages else None,
+                 _json_or_null(features), _json_or_null(prediction)))
             if join_population is not None:
                 ids = (self.population() + [cur.lastrowid])[-join_population:]
                 self._write_population(ids)
@@ -330,8 +337,10 @@ class Store:
         Structure first (canonical key), then function (fingerprint). Failed evaluations are not
         reused: a dead or hung worker says nothing about the layer.
         """
+        # a prescreen rejection was never evaluated: a later proposal of the layer is judged anew
         sql = ("SELECT * FROM candidates WHERE {} = ? AND status IN ('valid', 'rejected') "
-               "AND cache_hit = 0 ORDER BY id LIMIT 1")
+               "AND cache_hit = 0 AND (reason IS NULL OR reason != 'prescreen') "
+               "ORDER BY id LIMIT 1")
         row = self._db.execute(sql.format("key"), (key,)).fetchone()
         if row is None and fingerprint:
             row = self._db.execute(sql.format("fingerprint"), (fingerprint,)).fetchone()
@@ -369,9 +378,16 @@ class Store:
             f"AND status IN ({marks})", (preset, split, *statuses))}
 
 
+def _json_or_null(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
 def _row_to_candidate(r: sqlite3.Row) -> Candidate:
-    detail = r["detail"] if "detail" in r.keys() else None  # read-only open of a version-1 store
-    stages = r["stages"] if "stages" in r.keys() else None  # ... or of a version-2 one
+    keys = r.keys()
+    detail = r["detail"] if "detail" in keys else None  # read-only open of a version-1 store
+    stages = r["stages"] if "stages" in keys else None  # ... or of a version-2 one
+    features = r["features"] if "features" in keys else None  # ... or of one before version 5
+    prediction = r["prediction"] if "prediction" in keys else None
     evaluation = Evaluation(
         status=r["status"], reason=r["reason"], reason_step=r["reason_step"],
         detail=None if detail is None else json.loads(detail),
@@ -381,4 +397,6 @@ def _row_to_candidate(r: sqlite3.Row) -> Candidate:
         id=r["id"], evaluation=evaluation, graph=json.loads(r["graph"]), key=r["key"],
         fingerprint=r["fingerprint"], parent_id=r["parent_id"], origin=r["origin"],
         cache_hit=bool(r["cache_hit"]), seconds=r["seconds"], worker=r["worker"],
-        created_at=r["created_at"], finished_at=r["finished_at"], proposal=r["proposal"])
+        created_at=r["created_at"], finished_at=r["finished_at"], proposal=r["proposal"],
+        features=None if features is None else json.loads(features),
+        prediction=None if prediction is None else json.loads(prediction))
