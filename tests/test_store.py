@@ -160,7 +160,7 @@ def test_a_version_1_store_reads_then_migrates_in_place_keeping_its_rows(tmp_pat
         assert r.get_meta("schema_version") == 1
         assert r.reranks()[0]["split"] is None  # scored on the search's held-out images
     with Store(tmp_path) as s:  # for writing: migrated to the current schema
-        assert s.get_meta("schema_version") == SCHEMA_VERSION == 4
+        assert s.get_meta("schema_version") == SCHEMA_VERSION == 6
         assert s.candidates() == [old] and s.population() == [1] and s.config() == {"budget": 2}
         (rr,) = s.reranks()
         assert (rr["candidate_id"], rr["mean"], rr["split"]) == (1, 0.6, None)
@@ -170,5 +170,5 @@ def test_a_version_1_store_reads_then_migrates_in_place_keeping_its_rows(tmp_pat
         ev = Evaluation("rejected", "stability", 4, {"grad_norm": 3e8})
         assert s.add_candidate(prop, ev, key="k2", fingerprint=None).evaluation == ev
     with Store(tmp_path) as s:  # opening again changes nothing
-        assert s.get_meta("schema_version") == 4
+        assert s.get_meta("schema_version") == 6
         assert [c.detail for c in s.candidates()] == [None, {"grad_norm": 3e8}]
