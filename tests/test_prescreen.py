@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from evonorm.graph.library import resolve_graph
 from evonorm.search import search
 from evonorm.search.config import SearchConfig
@@ -174,3 +176,29 @@ def test_a_store_before_features_opens_and_reads_none(tmp_path):
                              features={"a": 1.0}, prediction={"p_valid": 0.01})
         assert (c2.features, c2.prediction) == ({"a": 1.0}, {"p_valid": 0.01})
         assert s.find_cached("k2", None) is None  # a prescreen rejection is never a cache answer
+
+
+def test_the_report_shows_predicted_against_measured():
+    from evonorm.report.data import RunData
+    from evonorm.report.html import prescreen_table
+    from evonorm.report.prescreen import summarize
+
+    f = {"graph_nodes": 2.0}
+
+    def cand(i, status, p, *, fit=None, pred_fit=None, explore=False, reason=None):
+        return {"id": i, "status": status, "reason": reason, "fitness": fit,
+                "accuracies": {"a": fit} if fit is not None else {}, "features": f,
+                "prediction": {"p_valid": p, "fitness": pred_fit, "explore": explore}}
+
+    cands = [cand(1, "valid", 0.9, fit=0.6, pred_fit=0.55), cand(2, "valid", 0.7, fit=0.5, pred_fit=0.5),
+             cand(3, "valid", 0.6, fit=0.4, pred_fit=0.45), cand(4, "rejected", 0.3, reason="quality:a"),
+             cand(5, "valid", 0.01, fit=0.3, pred_fit=0.2, explore=True),  # a false negative
+             cand(6, "rejected", 0.02, explore=True, reason="stability"),
+             cand(7, "rejected", 0.01, reason="prescreen")]
+    s = summarize(RunData("r", cands).candidates, 0.05)
+    assert s.rejected == 1 and (s.explored, s.explored_below, s.false_negatives) == (2, 2, 1)
+    assert s.bins[0] == ("0.00-0.05", 2, 1) and s.bins[-1] == ("0.50-1.00", 3, 3)
+    assert s.fitness_spearman == pytest.approx(1.0) and s.fitness_n == 4
+    page = prescreen_table(RunData("r", cands, config={"prescreen_threshold": 0.05}))
+    assert "predicted against measured" in page and "1 of 2 explored" in page
+    assert prescreen_table(RunData("r", [{"id": 1, "status": "valid"}])) == ""
