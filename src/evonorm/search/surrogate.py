@@ -96,7 +96,9 @@ def learning_target(c: Candidate) -> tuple[bool, float | None] | None:
     return True, stages[0] if stages else c.fitness
 
 
-def _matrix(rows: Sequence[Mapping[str, Any]], names: Sequence[str]):
+def feature_matrix(rows: Sequence[Mapping[str, Any]], names: Sequence[str]):
+    """Feature dicts as a float array over `names`, NaN where a value is missing or not finite
+    (the forests take NaN as missing)."""
     import numpy as np
 
     def num(v: Any) -> float:
@@ -136,7 +138,7 @@ class Surrogate:
         from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
         self._names = sorted({k for f, _, _ in self.rows for k in f})
-        x = _matrix([f for f, _, _ in self.rows], self._names)
+        x = feature_matrix([f for f, _, _ in self.rows], self._names)
         y = [int(v) for _, v, _ in self.rows]
         self._clf = RandomForestClassifier(n_estimators=self.trees, min_samples_leaf=1,
                                            random_state=self.seed, n_jobs=1).fit(x, y)
@@ -145,7 +147,7 @@ class Surrogate:
         if len(fit_rows) >= self.min_each:
             self._reg = RandomForestRegressor(n_estimators=self.trees, min_samples_leaf=2,
                                               random_state=self.seed, n_jobs=1).fit(
-                _matrix([f for f, _ in fit_rows], self._names), [t for _, t in fit_rows])
+                feature_matrix([f for f, _ in fit_rows], self._names), [t for _, t in fit_rows])
         self._fitted = len(self.rows)
 
     def predict(self, features: Mapping[str, Any] | None) -> Prediction | None:
@@ -153,7 +155,7 @@ class Surrogate:
         if features is None or not self.ready:
             return None
         self.fit()
-        x = _matrix([features], self._names)
+        x = feature_matrix([features], self._names)
         classes = list(self._clf.classes_)
         p = float(self._clf.predict_proba(x)[0][classes.index(1)]) if 1 in classes else 0.0
         f = float(self._reg.predict(x)[0]) if self._reg is not None else None
