@@ -80,21 +80,13 @@ def _at_init(graph, ds, cfg, arch: str) -> dict[str, float | None]:
     import torch
     import torch.nn.functional as F
 
-    from evonorm.data import crop_size, normalize, random_crop_flip
-    from evonorm.models import build_model
     from evonorm.search.evaluator import train_config
+    from evonorm.search.rejection import model_and_batch
 
     tcfg = train_config(cfg, arch)
-    c = ds.train_x.shape[1]
-    device = ds.train_x.device
-    model = build_model(arch, graph, num_classes=ds.num_classes, width=tcfg.resolved_width(),
-                        in_chans=c, **tcfg.layer_kwargs()).to(device)
-    model.train()
-    gen = torch.Generator().manual_seed(FEATURE_SEED)
-    idx = torch.randperm(len(ds.train_y), generator=gen)[:FEATURE_BATCH].to(device)
-    x = normalize(random_crop_flip(ds.train_x[idx], crop_size(ds.train_x.shape[-1]), gen),
-                  ds.mean, ds.std)
-    y = ds.train_y[idx]
+    model, x, y = model_and_batch(graph, ds, arch=arch, width=tcfg.resolved_width(),
+                                  batch=FEATURE_BATCH, seed=FEATURE_SEED,
+                                  model_kwargs=tcfg.layer_kwargs())
     head = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
     seen: dict[str, torch.Tensor] = {}
     hook = head.register_forward_hook(lambda m, inp, out: seen.update(h=inp[0].detach()))

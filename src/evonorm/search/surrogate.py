@@ -189,7 +189,10 @@ class Prescreen:
         from evonorm.search.features import layer_features
 
         start = time.perf_counter()
-        feats = layer_features(graph_json)
+        try:
+            feats = layer_features(graph_json)
+        except Exception:  # noqa: BLE001 - a layer that breaks on the probe: the objective judges it
+            feats = None
         if feats is not None and self.task_features is not None:
             feats.update({f"task_{k}": v for k, v in
                           self.task_features(Graph.from_json(graph_json), self.cfg).items()})
