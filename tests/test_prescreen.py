@@ -202,3 +202,11 @@ def test_the_report_shows_predicted_against_measured():
     page = prescreen_table(RunData("r", cands, config={"prescreen_threshold": 0.05}))
     assert "predicted against measured" in page and "1 of 2 explored" in page
     assert prescreen_table(RunData("r", [{"id": 1, "status": "valid"}])) == ""
+
+
+def test_with_the_prescreen_off_nothing_is_computed_or_stored(tmp_path):
+    run = tmp_path / "run"
+    search(_objectives.needs_max, out=run, preset="tiny", budget=5, workers=1, progress=False)
+    with Store(run, readonly=True) as st:
+        assert st.search_config().prescreen is False
+        assert all(c.features is None and c.prediction is None for c in st.candidates())
