@@ -59,3 +59,12 @@ not_callable = 3
 
 def wrong_signature(norm_act) -> float:
     return 0.0
+
+
+def needs_max(norm_act, trial) -> float:
+    """Valid only for a layer with a live max (a ReLU-like op): a rule a surrogate can learn from
+    the graph's structure, for the prescreen tests."""
+    g = trial.graph
+    if not any(g.node(n)[0] == "max" for n in g.live_nodes() if n >= 4):
+        raise Reject("no max")
+    return 0.5 + (_h(trial) % 100) / 1000

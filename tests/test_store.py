@@ -160,7 +160,7 @@ def test_a_version_1_store_reads_then_migrates_in_place_keeping_its_rows(tmp_pat
         assert r.get_meta("schema_version") == 1
         assert r.reranks()[0]["split"] is None  # scored on the search's held-out images
     with Store(tmp_path) as s:  # for writing: migrated to the current schema
-        assert s.get_meta("schema_version") == SCHEMA_VERSION == 5
+        assert s.get_meta("schema_version") == SCHEMA_VERSION == 7
         assert s.candidates() == [old] and s.population() == [1]
         assert s.config()["evolution"]["budget"] == 2  # the flat config, nested by part
         assert s.search_config().budget == 2 and s.search_config().task == {}

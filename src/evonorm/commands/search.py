@@ -23,6 +23,7 @@ from evonorm.search.evolution import ALGORITHMS, CRITERIA
 from evonorm.search.lock import LOCK_NAME
 from evonorm.search.objective import load_objective
 from evonorm.search.store import Store
+from evonorm.search.surrogate import require_sklearn
 
 
 def build_parser() -> ArgumentParser:
@@ -83,6 +84,11 @@ def build_parser() -> ArgumentParser:
                    help="with --executor ray: a package folder or module file the workers need "
                    "to import the objective (default: its top-level package or module file; "
                    "repeatable)")
+    p.add_argument("--prescreen", choices=("on", "off"), default=None,
+                   help="rank several children per slot with a surrogate learned as the search "
+                        "goes, and train the best; reject the hopeless untrained (default off: "
+                        "not yet measured to pay for itself; needs scikit-learn, the prescreen "
+                        "extra)")
     p.add_argument("--top", type=int, default=10, help="layers in the final table (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
@@ -112,7 +118,8 @@ def config_from_args(args):
                           final_train_seeds=args.final_train_seeds,
                           executor=args.executor, address=args.address, timeout=args.timeout,
                           window=args.window, criterion=args.criterion, seed=args.seed,
-                          seed_layers=seed_layers, device=device, gpus_per_worker=args.gpus_per_worker)
+                          seed_layers=seed_layers, device=device, gpus_per_worker=args.gpus_per_worker,
+                          prescreen=None if args.prescreen is None else args.prescreen == "on")
     except (ValueError, TypeError) as err:
         raise CommandError(str(err)) from None
 
@@ -206,6 +213,11 @@ def main(argv: list[str]) -> int:
 
         cfg = own_objective_config(cfg, objective)
     check_executor(cfg)
+    if cfg.prescreen:
+        try:
+            require_sklearn()
+        except ValueError as err:
+            raise CommandError(str(err)) from None
     if args.gpus_per_worker is not None and (cfg.executor != "ray" or cfg.device == "cpu"):
         raise CommandError("--gpus-per-worker applies to --executor ray with --device cuda only "
                            "(local workers all share the machine's GPU)")

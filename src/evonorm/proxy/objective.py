@@ -41,6 +41,13 @@ class ProxyObjective:
             cfg = cfg.replace(data_root=trial.data_dir)
         return objective(cfg, trial)
 
+    def prescreen_features(self, graph, cfg: SearchConfig) -> dict[str, float | None]:
+        """What the task hands the engine's prescreen: each anchor architecture's features of the new
+        layer at initialisation (`evonorm.proxy.features`), under the task's own settings."""
+        from evonorm.proxy.features import task_features
+
+        return task_features(graph, self.config)
+
 
 def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
     """The proxy task on `trial.graph` under `cfg` (see the module docstring).

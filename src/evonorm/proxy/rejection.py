@@ -51,6 +51,29 @@ def _grad_norm(grads: Sequence[Any]):
     return torch.sqrt(sum((g.float() ** 2).sum() for g in grads))
 
 
+def model_and_batch(norm_act, dataset, *, arch: str, width: float | None, batch: int, seed: int,
+                    model_kwargs: dict | None = None):
+    """`arch` with the layer in every slot, in train mode, as the trainer builds it (`evonorm.train.Run`
+    at `seed`: the model, initialisation and device a training run of this layer starts from), and one
+    fixed training batch (a seeded draw, cropped and flipped as in training, normalized): what the
+    checks and features that look at a network at initialisation start from."""
+    import torch
+
+    from evonorm.data import crop_size, normalize, random_crop_flip
+    from evonorm.train import Run, TrainConfig
+
+    device = dataset.train_x.device
+    groups = (model_kwargs or {}).get("groups")
+    model = Run(norm_act, dataset, TrainConfig(arch=arch, width=width, seed=seed, groups=groups,
+                                               device=str(device))).model
+    model.train()
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randperm(len(dataset.train_y), generator=gen)[:batch].to(device)
+    x = normalize(random_crop_flip(dataset.train_x[idx], crop_size(dataset.train_x.shape[-1]), gen),
+                  dataset.mean, dataset.std)
+    return model, x, dataset.train_y[idx]
+
+
 def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps: int = 100,
               threshold: float = 1e8, batch: int = 8, lr: float = 0.1, seed: int = 0,
               model_kwargs: dict | None = None, trace: list | None = None) -> Reject | None:
@@ -69,19 +92,8 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
     import torch
     import torch.nn.functional as F
 
-    from evonorm.data import crop_size, normalize, random_crop_flip
-    from evonorm.train import Run, TrainConfig
-
-    device = dataset.train_x.device
-    groups = (model_kwargs or {}).get("groups")
-    model = Run(norm_act, dataset, TrainConfig(arch=arch, width=width, seed=seed, groups=groups,
-                                               device=str(device))).model
-    model.train()
-    gen = torch.Generator().manual_seed(seed)
-    idx = torch.randperm(len(dataset.train_y), generator=gen)[:batch].to(device)
-    x = normalize(random_crop_flip(dataset.train_x[idx], crop_size(dataset.train_x.shape[-1]), gen),
-                  dataset.mean, dataset.std)
-    y = dataset.train_y[idx]
+    model, x, y = model_and_batch(norm_act, dataset, arch=arch, width=width, batch=batch,
+                                  seed=seed, model_kwargs=model_kwargs)
     theta = [m.weight for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
     for step in range(steps + 1):
         loss = F.cross_entropy(model(x), y)

@@ -17,6 +17,7 @@ from evonorm.report.verdict import layer_stats, search_fitness_text, verdict
 from evonorm.search.candidates import same_layer_keys, top_layers
 from evonorm.search.evaluation import finite
 from evonorm.report.figures import formula_png
+from evonorm.report.prescreen import summarize, summary_lines
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;
@@ -156,6 +157,17 @@ def retrain_table(run: RunData) -> str:
     return table(["layer", "kind", "name", "fitness % (mean +- std)", "seeds", "failed"], rows)
 
 
+def prescreen_table(run: RunData) -> str:
+    """The prescreen's predictions against what training measured (a run searched with it)."""
+    s = summarize(run.candidates, float(run.config.get("prescreen_threshold", 0.05)))
+    if s is None:
+        return ""
+    rows = [[rng, n, passed, f"{100 * passed / n:.0f}%" if n else "-"] for rng, n, passed in s.bins]
+    return (f"<h3>Prescreen: predicted against measured ({esc(run.name)})</h3>"
+            + "".join(f'<p class="note">{esc(line)}</p>' for line in summary_lines(s))
+            + table(["predicted P(passes rejection)", "trained", "passed", "measured share"], rows))
+
+
 def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes]]) -> str:
     """The page: summary, figures (title, caption, PNG bytes), outcome table, and per run its
     top layers, references and reranks."""
@@ -189,5 +201,6 @@ def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes
                      "reference or seed layer by a one-sided Welch t-test over these seeds.</p>" + retrain_table(r))
         parts.append(f"<h3>Reference layers ({esc(r.name)})</h3>" + reference_table(r))
         parts.append(f"<h3>Reranking ({esc(r.name)})</h3>" + rerank_table(r))
+        parts.append(prescreen_table(r))
     parts.append("</body></html>\n")
     return "\n".join(parts)

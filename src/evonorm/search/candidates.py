@@ -41,6 +41,8 @@ class Candidate:
     created_at: float | None = None  # proposed
     finished_at: float | None = None
     proposal: int = -1
+    features: dict | None = None  # at birth, with the prescreen on (`evonorm.search.features`)
+    prediction: dict | None = None  # the surrogate's, before training (`surrogate.Born.record`)
 
     # the evaluation's fields, read through: c.status, c.reason, c.accuracies, ...
     status = _evaluation_field("status")

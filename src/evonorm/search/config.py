@@ -51,6 +51,18 @@ class Evolution:
     # scored on some of its names (near misses) join the population too, below every valid
     # layer (stage 0), so evolution has parents before its first valid layer
     near_misses: bool = False
+    # the prescreen (evonorm.search.surrogate): a surrogate learned as the search goes ranks
+    # `prescreen_pool` children per slot by their features at birth and trains the best; one
+    # predicted to pass rejection with probability below `prescreen_threshold` is rejected
+    # untrained; a share `prescreen_explore` of slots trains one child whatever it predicts (so it
+    # keeps learning and its false negatives are measured); no prediction before it has learned
+    # from `prescreen_min` valid and `prescreen_min` rejected candidates. Off: not yet measured to
+    # pay for itself.
+    prescreen: bool = False
+    prescreen_pool: int = 4
+    prescreen_threshold: float = 0.05
+    prescreen_explore: float = 0.2
+    prescreen_min: int = 3
 
     def __post_init__(self):
         _tuple(self, "seed_layers")
@@ -72,6 +84,16 @@ class Evolution:
             e.append(f"window must be >= 1, got {self.window}")
         if not 0.0 <= self.p_random <= 1.0:
             e.append(f"p_random must be in [0, 1], got {self.p_random}")
+        if not isinstance(self.prescreen, bool):
+            e.append(f"prescreen must be True or False (on or off), got {self.prescreen!r}")
+        if self.prescreen_pool < 1:
+            e.append(f"prescreen_pool must be >= 1, got {self.prescreen_pool}")
+        if not 0.0 <= self.prescreen_threshold < 1.0:
+            e.append(f"prescreen_threshold must be in [0, 1), got {self.prescreen_threshold}")
+        if not 0.0 <= self.prescreen_explore <= 1.0:
+            e.append(f"prescreen_explore must be in [0, 1], got {self.prescreen_explore}")
+        if self.prescreen_min < 1:
+            e.append(f"prescreen_min must be >= 1, got {self.prescreen_min}")
         return e
 
     @property

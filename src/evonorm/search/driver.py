@@ -28,6 +28,7 @@ from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, Executor, make_ex
 from evonorm.search.lock import LOCK_NAME
 from evonorm.search.objective import Objective, layer_identity, run_trial, ship_path
 from evonorm.search.store import STORE_NAME, PendingProposal, Store
+from evonorm.search.surrogate import PRESCREEN_REASON, Born, Prescreen, require_sklearn
 
 
 def rng_from_state(state: Any, seed: int) -> random.Random:
@@ -157,8 +158,11 @@ class _Search:
     """State of one driver session over a store."""
 
     def __init__(self, store: Store, cfg: SearchConfig, executor: Executor,
-                 bar=None, log: Callable[[str], None] | None = None, every: float = 10.0):
+                 bar=None, log: Callable[[str], None] | None = None, every: float = 10.0,
+                 prescreen: Prescreen | None = None):
         self.store, self.cfg, self.executor = store, cfg, executor
+        self.prescreen = prescreen
+        self.born: dict[int, Born] = {}  # features at birth of the proposals not yet recorded
         self.bar, self.log = bar, log or (lambda s: None)
         self.every = every  # seconds between plain status lines when there is no bar
         self.started = self.last_line = time.perf_counter()
@@ -176,6 +180,8 @@ class _Search:
             self.spent += c.seconds
             if self._joins(c.evaluation):
                 valid.append(self._member(c))
+            if prescreen is not None:
+                prescreen.learn(c)
         self.population = AgingPopulation(cfg.window, valid[-cfg.window:])
         self.spent_before = self.spent
         self.pending: deque[PendingProposal] = deque(store.pending_proposals())
@@ -202,31 +208,73 @@ class _Search:
         it (None until `hurdle_min` have: early layers all go on)."""
         return [sum(r) / len(r) if len(r) >= self.cfg.hurdle_min else None for r in self.reached]
 
-    def _new_proposal(self) -> PendingProposal:
+    def _new_proposal(self) -> PendingProposal | None:
+        """The next proposal to evaluate, committed; None when the prescreen rejected every child
+        of the slot (recorded as such)."""
         c = self.cfg
         n = self.store.num_proposals()
         if n < len(c.seed_layers):  # the user's seed layers first; the rng is not touched
             from evonorm.graph.library import resolve_graph
 
             p = Proposal(resolve_graph(c.seed_layers[n]).to_json(), "seed")
-        else:
-            p = propose(self.rng, self.population, algorithm=c.algorithm, allow_batch=c.allow_batch,
-                        initial_population=c.initial_population,
-                        tournament_fraction=c.tournament_fraction, tournament_min=c.tournament_min,
-                        criterion=c.criterion, mutations=c.mutations,
-                        p_random=c.p_random, max_nodes=c.max_nodes)
+            born = self.prescreen.born(p.graph) if self.prescreen is not None else None
+            return self._commit(p, born)
+
+        def draw() -> Proposal:
+            return propose(self.rng, self.population, algorithm=c.algorithm,
+                           allow_batch=c.allow_batch, initial_population=c.initial_population,
+                           tournament_fraction=c.tournament_fraction,
+                           tournament_min=c.tournament_min, criterion=c.criterion,
+                           mutations=c.mutations, p_random=c.p_random, max_nodes=c.max_nodes)
+
+        if self.prescreen is None:
+            return self._commit(draw(), None)
+        first = None
+        for s in self.prescreen.choose(draw, self.rng, self._known,
+                                       pool=min(c.prescreen_pool, c.budget - n)):
+            prop = self._commit(s.proposal, s.born)
+            if not s.train:
+                key, fp = layer_identity(prop.graph)
+                self._record(prop, key, fp, Evaluation(
+                    "rejected", PRESCREEN_REASON, detail={
+                        **s.born.prediction.to_dict(), "threshold": c.prescreen_threshold},
+                    timings={PRESCREEN_REASON: s.born.seconds}))
+            elif first is None:
+                first = prop
+            else:
+                self.pending.append(prop)
+        return first
+
+    def _commit(self, p: Proposal, born: Born | None) -> PendingProposal:
         idx = self.store.add_proposal(p.graph, p.parent_id, p.origin, self.rng.getstate())
+        if born is not None:
+            self.born[idx] = born
         return PendingProposal(idx, p.graph, p.parent_id, p.origin, time.time())
+
+    def _known(self, graph: dict) -> bool:
+        """The layer is answered at no cost: from the store, or by an identical one in flight."""
+        try:
+            key, fp = layer_identity(graph)
+        except ValueError:
+            return False
+        return (self.store.find_cached(key, fp) is not None
+                or any(job.same_layer(key, fp) for job in self.in_flight.values()))
 
     def _record(self, prop: PendingProposal, key: str, fp: str | None, evaluation: Evaluation,
                 *, cache_hit: bool = False, worker: str | None = None, seconds: float = 0.0) -> None:
         evaluation = self._named(evaluation)
         new_member = self._joins(evaluation)
+        born = self.born.pop(prop.idx, None)
+        if born is not None and not cache_hit:  # what its features cost is part of its cost
+            seconds += born.seconds
         cand = self.store.add_candidate(
             prop, evaluation, key=key, fingerprint=fp, cache_hit=cache_hit, seconds=seconds,
-            worker=worker, join_population=self.cfg.window if new_member else None)
+            worker=worker, join_population=self.cfg.window if new_member else None,
+            features=born.features if born else None, prediction=born.record() if born else None)
         if new_member:
             self.population.add(self._member(cand))
+        if self.prescreen is not None:
+            self.prescreen.learn(cand)
         self.tally.add(cand)
         self.spent += seconds
         if self.bar is not None:
@@ -325,6 +373,8 @@ class _Search:
                 prop = self.pending.popleft()
             elif self.store.num_proposals() < self.cfg.budget and not self.out_of_time():
                 prop = self._new_proposal()
+                if prop is None:  # the prescreen rejected the slot's every child: draw again
+                    continue
             else:
                 return
             self._dispatch(prop)
@@ -381,6 +431,8 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
     store = Store(run)
     try:
         cfg = store.search_config()
+        if cfg.prescreen:
+            require_sklearn()
         if objective is None:
             raise ValueError("run_search needs the objective to score candidates with (the built-in "
                              "proxy task's: evonorm.proxy.ProxyObjective)")
@@ -399,7 +451,11 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
             bar = tqdm(total=cfg.budget, initial=store.num_candidates(), unit="cand",
                        desc="search", file=sys.stderr, dynamic_ncols=True)
         log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
-        search = _Search(store, cfg, executor, bar=bar, log=log, every=progress_every)
+        screen = None
+        if cfg.prescreen:  # the task's features, where the objective hands them over
+            screen = Prescreen(cfg, getattr(objective, "prescreen_features", None))
+        search = _Search(store, cfg, executor, bar=bar, log=log, every=progress_every,
+                         prescreen=screen)
         store.set_meta("status", "running")
         try:
             search.run()

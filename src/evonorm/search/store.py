@@ -24,8 +24,9 @@ from evonorm.search.config import PARTS, SearchConfig, nested_config
 from evonorm.search.evaluation import Evaluation
 
 STORE_NAME = "store.sqlite"
-SCHEMA_VERSION = 5  # 2: candidates.detail (what a rejection measured); 3: candidates.stages;
-# 4: reranks.split; 5: the config nested by part (`SearchConfig`), the task's settings apart
+SCHEMA_VERSION = 7  # 2: candidates.detail (what a rejection measured); 3: candidates.stages;
+# 4: reranks.split; 5: the config nested by part (`SearchConfig`), the task's settings apart;
+# 6: candidates.features (at birth); 7: candidates.prediction (the prescreen's)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,6 +51,8 @@ CREATE TABLE IF NOT EXISTS candidates (
     reason_step INTEGER,
     detail TEXT,                        -- JSON, or NULL (schema version 2)
     stages TEXT,                        -- JSON list of per-stage accuracies, or NULL (version 3)
+    features TEXT,                      -- JSON {name: value} at birth, or NULL (version 6)
+    prediction TEXT,                    -- JSON, the surrogate's before training, or NULL (version 7)
     accuracies TEXT NOT NULL,
     fitness REAL,
     cache_hit INTEGER NOT NULL,
@@ -115,7 +118,9 @@ def _nest_config(db: sqlite3.Connection) -> None:
 _MIGRATIONS = {1: "ALTER TABLE candidates ADD COLUMN detail TEXT",
                2: "ALTER TABLE candidates ADD COLUMN stages TEXT",
                3: "ALTER TABLE reranks ADD COLUMN split TEXT",
-               4: _nest_config}
+               4: _nest_config,
+               5: "ALTER TABLE candidates ADD COLUMN features TEXT",
+               6: "ALTER TABLE candidates ADD COLUMN prediction TEXT"}
 
 
 def migrate(db: sqlite3.Connection) -> None:
@@ -388,23 +393,26 @@ class Store:
     # ------------------------------------------------------------------ candidates
     def add_candidate(self, proposal: PendingProposal, evaluation: Evaluation, *, key: str,
                       fingerprint: str | None, cache_hit: bool = False, seconds: float = 0.0,
-                      worker: str | None = None, join_population: int | None = None) -> Candidate:
+                      worker: str | None = None, join_population: int | None = None,
+                      features: dict | None = None, prediction: dict | None = None) -> Candidate:
         """Record a finished evaluation in one committed transaction and return it as stored.
 
         `join_population=W` also appends it to the stored population, keeping the newest W.
+        `features` and `prediction`: the candidate's at birth, with the prescreen on.
         """
         e, now = evaluation, time.time()
         with self._db:
             cur = self._db.execute(
                 "INSERT INTO candidates (proposal, graph, key, fingerprint, parent_id, origin, "
                 "status, reason, reason_step, detail, accuracies, fitness, cache_hit, seconds, "
-                "timings, worker, created_at, finished_at, stages) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "timings, worker, created_at, finished_at, stages, features, prediction) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (proposal.idx, json.dumps(proposal.graph), key, fingerprint, proposal.parent_id,
                  proposal.origin, e.status, e.reason, e.reason_step,
                  None if e.detail is None else json.dumps(e.detail), json.dumps(e.accuracies),
                  e.fitness, int(cache_hit), seconds, json.dumps(e.timings), worker,
-                 proposal.created_at, now, json.dumps(e.stages) if e.stages else None))
+                 proposal.created_at, now, json.dumps(e.stages) if e.stages else None,
+                 _json_or_null(features), _json_or_null(prediction)))
             if join_population is not None:
                 ids = (self.population() + [cur.lastrowid])[-join_population:]
                 self._write_population(ids)
@@ -416,8 +424,10 @@ class Store:
         Structure first (canonical key), then function (fingerprint). Failed evaluations are not
         reused: a dead or hung worker says nothing about the layer.
         """
+        # a prescreen rejection was never evaluated: a later proposal of the layer is judged anew
         sql = ("SELECT * FROM candidates WHERE {} = ? AND status IN ('valid', 'rejected') "
-               "AND cache_hit = 0 ORDER BY id LIMIT 1")
+               "AND cache_hit = 0 AND (reason IS NULL OR reason != 'prescreen') "
+               "ORDER BY id LIMIT 1")
         row = self._db.execute(sql.format("key"), (key,)).fetchone()
         if row is None and fingerprint:
             row = self._db.execute(sql.format("fingerprint"), (fingerprint,)).fetchone()
@@ -440,6 +450,8 @@ class Store:
                 raise DamagedFile(self.path, f"{where}: {name}", problem)
         detail = r["detail"] if "detail" in cols else None  # read-only open of a version-1 store
         stages = r["stages"] if "stages" in cols else None  # ... or of a version-2 one
+        features = r["features"] if "features" in cols else None  # ... or of one before version 6
+        prediction = r["prediction"] if "prediction" in cols else None
         evaluation = Evaluation(
             status=r["status"], reason=r["reason"], reason_step=r["reason_step"],
             detail=None if detail is None else self._json(detail, f"{where}: detail", hints["detail"]),
@@ -450,7 +462,10 @@ class Store:
             id=r["id"], evaluation=evaluation, graph=self._json(r["graph"], f"{where}: graph", dict), key=r["key"],
             fingerprint=r["fingerprint"], parent_id=r["parent_id"], origin=r["origin"],
             cache_hit=bool(r["cache_hit"]), seconds=r["seconds"], worker=r["worker"],
-            created_at=r["created_at"], finished_at=r["finished_at"], proposal=r["proposal"])
+            created_at=r["created_at"], finished_at=r["finished_at"], proposal=r["proposal"],
+            features=None if features is None else self._json(features, f"{where}: features", dict),
+            prediction=None if prediction is None else self._json(prediction, f"{where}: prediction",
+                                                                  dict))
 
     def _write_population(self, ids: Iterable[int]) -> None:
         self._db.execute("DELETE FROM population")
@@ -476,3 +491,7 @@ class Store:
         return {r[0] for r in self._db.execute(
             f"SELECT candidate_id FROM reranks WHERE preset = ? AND split IS ? "
             f"AND status IN ({marks})", (preset, split, *statuses))}
+
+
+def _json_or_null(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)

@@ -1,0 +1,129 @@
+"""The built-in proxy task's features of a candidate layer at birth: each anchor architecture at
+initialisation, with the layer in every slot, on one fixed batch of the run's data.
+
+- the gradient-norm profile across depth: log10 of each conv weight's gradient norm, in module
+  order, summarised (first, last, mean, spread, slope, and the worst step between neighbours): a
+  layer that lets gradients vanish or explode through depth rarely trains;
+- the empirical Fisher information of the classifier at initialisation, from per-sample
+  gradients of the batch (as AQuaSurF reads a network's trainability from its Fisher spectrum
+  at initialisation): its eigenvalues are those of the batch's B x B Gram matrix of per-sample
+  gradients, which for a linear classifier under cross-entropy factorises into (softmax - onehot)
+  and the penultimate features, so no per-sample backward is needed;
+- the loss and the logits' spread at initialisation.
+
+The task hands `task_features` to the engine as its objective's `prescreen_features`; the engine
+never imports this module. The trainer's settings, models and data are imported where features
+are computed: they load torch.
+"""
+
+from __future__ import annotations
+
+import math
+
+FEATURE_BATCH = 32
+FEATURE_SEED = 0
+
+
+def _log10(x: float) -> float | None:
+    return math.log10(max(x, 1e-12)) if math.isfinite(x) else None
+
+
+def gradient_profile(norms: list[float]) -> dict[str, float | None]:
+    """Summary of per-layer gradient norms, first to last layer (log10 scale)."""
+    logs = [_log10(v) for v in norms]
+    if not logs or any(v is None for v in logs):
+        return {k: None for k in ("first", "last", "mean", "spread", "slope", "jump")}
+    n = len(logs)
+    mean = sum(logs) / n
+    spread = math.sqrt(sum((v - mean) ** 2 for v in logs) / n)
+    xs = [i / max(1, n - 1) for i in range(n)]
+    xm = sum(xs) / n
+    var = sum((x - xm) ** 2 for x in xs)
+    slope = sum((x - xm) * (v - mean) for x, v in zip(xs, logs)) / var if var else 0.0
+    jump = max((abs(b - a) for a, b in zip(logs, logs[1:])), default=0.0)
+    return {"first": logs[0], "last": logs[-1], "mean": mean, "spread": spread, "slope": slope,
+            "jump": jump}
+
+
+def fisher_spectrum(delta, h) -> dict[str, float | None]:
+    """Eigenvalue summary of the empirical Fisher of a linear classifier (weight and bias) from
+    its per-sample gradients g_i = delta_i (x) [h_i, 1], where delta_i = softmax_i - onehot_i:
+    the nonzero eigenvalues of (1/B) sum g_i g_i^T are those of K_ij = (delta_i . delta_j)
+    (h_i . h_j + 1) / B."""
+    import torch
+
+    d, hh = delta.double(), h.double()
+    gram = (d @ d.T) * (hh @ hh.T + 1.0) / len(d)
+    eig = torch.linalg.eigvalsh(gram).clamp_min(0.0).flip(0)
+    total = float(eig.sum())
+    if not math.isfinite(total) or total <= 0:
+        return {k: None for k in ("top", "trace", "top_share", "effective_rank", "decay")}
+    p = eig / total
+    entropy = float(-(p[p > 0] * p[p > 0].log()).sum())
+    k = min(4, len(eig) - 1)
+    return {"top": _log10(float(eig[0])), "trace": _log10(total), "top_share": float(p[0]),
+            "effective_rank": math.exp(entropy) / len(eig),
+            "decay": (_log10(float(eig[0])) or 0.0) - (_log10(float(eig[k])) or 0.0)}
+
+
+def arch_features(graph, ds, cfg, arch: str) -> dict[str, float | None]:
+    """Gradient profile, classifier Fisher spectrum, loss and logit spread of one architecture at
+    initialisation (the search's width and seed) on a fixed batch."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):  # the caller's random stream is left as it was
+        torch.manual_seed(cfg.seed)  # the model's init and any dropout: the same every call
+        return _at_init(graph, ds, cfg, arch)
+
+
+def _at_init(graph, ds, cfg, arch: str) -> dict[str, float | None]:
+    import torch
+    import torch.nn.functional as F
+
+    from evonorm.proxy.training import train_config
+    from evonorm.proxy.rejection import model_and_batch
+
+    tcfg = train_config(cfg, arch)
+    model, x, y = model_and_batch(graph, ds, arch=arch, width=tcfg.resolved_width(),
+                                  batch=FEATURE_BATCH, seed=FEATURE_SEED,
+                                  model_kwargs=tcfg.layer_kwargs())
+    head = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+    seen: dict[str, torch.Tensor] = {}
+    hook = head.register_forward_hook(lambda m, inp, out: seen.update(h=inp[0].detach()))
+    try:
+        logits = model(x)
+    finally:
+        hook.remove()
+    loss = F.cross_entropy(logits, y)
+    convs = [m.weight for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    feats: dict[str, float | None] = {"loss": float(loss.detach()),
+                                      "logit_std": _log10(float(logits.detach().std()))}
+    if not torch.isfinite(loss):
+        feats["loss"] = None
+        return feats
+    grads = torch.autograd.grad(loss, convs, allow_unused=True)
+    norms = [float(g.norm()) if g is not None else 0.0 for g in grads]
+    feats.update({f"grad_{k}": v for k, v in gradient_profile(norms).items()})
+    probs = logits.detach().float().softmax(1)
+    delta = probs - F.one_hot(y, ds.num_classes).float()
+    feats.update({f"fisher_{k}": v for k, v in fisher_spectrum(delta, seen["h"].flatten(1)).items()})
+    return feats
+
+
+def task_features(graph, cfg) -> dict[str, float | None]:
+    """The proxy task's features of `graph` (a `Graph`) under the run's config: per anchor
+    architecture, prefixed with its name; an architecture the layer breaks (it raises) gives
+    `ARCH_error` 1.0 and nothing else."""
+    from evonorm.proxy.config import proxy_config
+    from evonorm.proxy.training import search_dataset
+
+    ds = search_dataset(cfg)
+    out: dict[str, float | None] = {}
+    for arch in proxy_config(cfg).archs:
+        try:
+            feats = arch_features(graph, ds, cfg, arch)
+            feats["error"] = 0.0
+        except Exception:  # noqa: BLE001 - the layer fails in this model: that is the feature
+            feats = {"error": 1.0}
+        out.update({f"{arch}_{k}": v for k, v in feats.items()})
+    return out

@@ -1,0 +1,200 @@
+"""The prescreen: features at birth, the surrogate, and a search that uses them."""
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evonorm.graph.library import resolve_graph
+from evonorm.search import search
+from evonorm.search.config import SearchConfig
+from evonorm.search.evolution import Proposal
+from evonorm.search.features import layer_features
+from evonorm.proxy.presets import PRESETS
+from evonorm.search.store import Store
+from evonorm.search.surrogate import Born, Prediction, Prescreen, Surrogate
+import _objectives
+
+CONSTANT = {"nodes": [["add", 1, 1]]}  # zero + zero
+
+
+def test_engine_features_are_deterministic_and_none_for_a_degenerate_layer():
+    g = resolve_graph("evonorm_s0").to_json()
+    a, b = layer_features(g), layer_features(g)
+    assert a == b and a["graph_op_sigmoid"] == 1 and a["graph_axes_group"] >= 1
+    assert json.loads(json.dumps(a)) == a  # stored as JSON, read back the same
+    relu = layer_features(PRESETS["demo"].seed_layers[0])  # GroupNorm-ReLU as a graph
+    # GroupNorm-ReLU ignores a shift of its input; EvoNorm-S0 (x * sigmoid(v1 x) / std) does not
+    assert relu["probe_sens_shift"] < -6 < a["probe_sens_shift"]
+    assert layer_features(CONSTANT) is None
+
+
+def test_computing_engine_features_loads_neither_trainer_models_data_nor_sklearn():
+    # what the engine imports is pyproject.toml's import contract; this is what it loads at run time
+    code = ("import sys, evonorm.search.features as f;"
+            "f.layer_features({'nodes': [['layer_std', 0], ['div', 0, 4]]});"
+            "bad = [m for m in ('evonorm.train', 'evonorm.models', 'evonorm.data', 'sklearn') "
+            "if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_task_features_are_the_proxy_objectives_and_deterministic():
+    from evonorm.proxy.features import task_features
+    from evonorm.proxy.objective import ProxyObjective
+
+    cfg = PRESETS["tiny"]
+    g = resolve_graph("evonorm_s0")
+    # handed over by the task's objective, never looked up by the engine
+    a = ProxyObjective(cfg).prescreen_features(g, cfg)
+    assert a == task_features(g, cfg)
+    assert a == task_features(g, cfg)
+    for arch in cfg.archs:
+        assert a[f"{arch}_error"] == 0.0 and a[f"{arch}_fisher_trace"] is not None
+        assert a[f"{arch}_grad_first"] is not None
+
+
+def _rows(n):
+    """Features where valid layers have a live max: the rule the surrogate should find."""
+    rng = random.Random(0)
+    rows = []
+    for i in range(n):
+        has_max = i % 2 == 0
+        rows.append(({"graph_op_max": float(has_max), "noise": rng.random()}, has_max,
+                     0.5 + 0.1 * rng.random() if has_max else None))
+    return rows
+
+
+def test_the_surrogate_predicts_nothing_at_cold_start_then_learns_the_rule():
+    s = Surrogate(min_each=3)
+    for f, v, t in _rows(4):  # 2 valid, 2 rejected: still cold
+        s.add(f, v, t)
+    assert not s.ready and s.predict({"graph_op_max": 1.0, "noise": 0.3}) is None
+    for f, v, t in _rows(20)[4:]:
+        s.add(f, v, t)
+    good, bad = s.predict({"graph_op_max": 1.0, "noise": 0.3}), s.predict({"graph_op_max": 0.0})
+    assert good.p_valid > 0.8 > 0.2 > bad.p_valid
+    assert 0.45 < good.fitness < 0.65 and good.learned_from == 20
+    assert s.predict(None) is None
+
+
+class _Oracle:
+    """A surrogate that is ready and says p_valid 0.9 for layers with a live max, else 0.01."""
+
+    ready = True
+
+    def predict(self, feats):
+        return None if feats is None else Prediction(0.9 if feats["graph_op_max"] else 0.01, 0.6)
+
+
+def _draws():
+    graphs = [{"nodes": [["layer_std", 0], ["div", 0, 4]]},  # no max: hopeless to the oracle
+              {"nodes": [["group_std", 0], ["div", 0, 4], ["max", 5, 1]]},
+              {"nodes": [["instance_std", 0], ["div", 0, 4], ["tanh", 5]]},
+              {"nodes": [["layer_rms", 0], ["div", 0, 4], ["max", 5, 1]]}]
+    it = iter(graphs * 10)
+    return lambda: Proposal(next(it), "mutation", 1)
+
+
+def test_a_pool_rejects_the_hopeless_and_trains_the_best_and_explore_trains_regardless():
+    cfg = SearchConfig(prescreen=True, prescreen_pool=4, prescreen_explore=0.0)
+    screen = Prescreen(cfg, surrogate=_Oracle())
+    out = screen.choose(_draws(), random.Random(0))
+    trained = [s for s in out if s.train]
+    rejected = [s for s in out if not s.train]
+    assert len(rejected) == 2 and all(s.born.prediction.p_valid < 0.05 for s in rejected)
+    assert len(trained) == 1 and trained[0].born.features["graph_op_max"] == 1
+    # the feature cost of the pool's dropped child is charged to the trained one
+    assert trained[0].born.seconds > 0
+    explorer = Prescreen(cfg.replace(prescreen_explore=1.0), surrogate=_Oracle())
+    (only,) = explorer.choose(_draws(), random.Random(0))  # the hopeless first draw, trained
+    assert only.train and only.born.explore and only.born.prediction.p_valid == 0.01
+    assert only.born.record()["explore"] is True
+
+
+def test_a_prescreened_search_on_an_own_objective_records_prescreen_rejections(tmp_path):
+    run = tmp_path / "run"
+    result = search(_objectives.needs_max, out=run, preset="tiny", budget=60, workers=1,
+                    progress=False, prescreen=True, prescreen_min=2, prescreen_explore=0.5,
+                    prescreen_threshold=0.4, initial_population=1, p_random=0.5)
+    assert result.complete
+    with Store(run, readonly=True) as st:
+        cands = st.candidates()
+        assert st.get_meta("schema_version") == 6
+    screened = [c for c in cands if c.reason == "prescreen"]
+    assert screened, [(c.status, c.reason) for c in cands]
+    for c in screened:  # recorded untrained, with the prediction that rejected it
+        assert c.prediction["p_valid"] < 0.4 and c.detail["p_valid"] == c.prediction["p_valid"]
+        assert "train" not in c.timings and c.features is not None
+    explored = [c for c in cands if (c.prediction or {}).get("explore")]
+    assert explored and all(c.reason != "prescreen" for c in explored)
+    fresh = [c for c in cands if not c.cache_hit and c.features is not None]
+    # an own objective hands over no features: the engine's only
+    assert fresh and all(k.startswith(("graph_", "probe_")) for c in fresh for k in c.features)
+    predicted = [c for c in cands if c.prediction is not None and c.reason != "prescreen"]
+    assert predicted and all(0.0 <= c.prediction["p_valid"] <= 1.0 for c in predicted)
+
+
+def test_search_cli_refuses_a_bad_prescreen_value(tmp_path):
+    evonorm = str(Path(sys.executable).parent / "evonorm")
+    out = subprocess.run([evonorm, "search", "--preset", "tiny",
+                          "--dataset", "synthetic", "--out", str(tmp_path / "r"),
+                          "--prescreen", "maybe"], capture_output=True, text=True)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "--prescreen" in out.stderr and not (tmp_path / "r").exists()
+
+
+def test_a_store_before_features_opens_and_reads_none(tmp_path):
+    from test_store import V1_SCHEMA
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "store.sqlite")
+    db.executescript(V1_SCHEMA)
+    db.close()
+    with Store(tmp_path, readonly=True) as r:
+        (c,) = r.candidates()
+        assert c.features is None and c.prediction is None
+    with Store(tmp_path) as s:
+        (prop,) = s.pending_proposals()
+        from evonorm.search.evaluation import Evaluation
+        c2 = s.add_candidate(prop, Evaluation("rejected", "prescreen"), key="k2", fingerprint=None,
+                             features={"a": 1.0}, prediction={"p_valid": 0.01})
+        assert (c2.features, c2.prediction) == ({"a": 1.0}, {"p_valid": 0.01})
+        assert s.find_cached("k2", None) is None  # a prescreen rejection is never a cache answer
+
+
+def test_the_report_shows_predicted_against_measured():
+    from evonorm.report.data import RunData
+    from evonorm.report.html import prescreen_table
+    from evonorm.report.prescreen import summarize
+
+    f = {"graph_nodes": 2.0}
+
+    def cand(i, status, p, *, fit=None, pred_fit=None, explore=False, reason=None):
+        return {"id": i, "status": status, "reason": reason, "fitness": fit,
+                "accuracies": {"a": fit} if fit is not None else {}, "features": f,
+                "prediction": {"p_valid": p, "fitness": pred_fit, "explore": explore}}
+
+    cands = [cand(1, "valid", 0.9, fit=0.6, pred_fit=0.55), cand(2, "valid", 0.7, fit=0.5, pred_fit=0.5),
+             cand(3, "valid", 0.6, fit=0.4, pred_fit=0.45), cand(4, "rejected", 0.3, reason="quality:a"),
+             cand(5, "valid", 0.01, fit=0.3, pred_fit=0.2, explore=True),  # a false negative
+             cand(6, "rejected", 0.02, explore=True, reason="stability"),
+             cand(7, "rejected", 0.01, reason="prescreen")]
+    s = summarize(RunData("r", cands).candidates, 0.05)
+    assert s.rejected == 1 and (s.explored, s.explored_below, s.false_negatives) == (2, 2, 1)
+    assert s.bins[0] == ("0.00-0.05", 2, 1) and s.bins[-1] == ("0.50-1.00", 3, 3)
+    assert s.fitness_spearman == pytest.approx(1.0) and s.fitness_n == 4
+    page = prescreen_table(RunData("r", cands, config={"prescreen_threshold": 0.05}))
+    assert "predicted against measured" in page and "1 of 2 explored" in page
+    assert prescreen_table(RunData("r", [{"id": 1, "status": "valid"}])) == ""
+
+
+def test_with_the_prescreen_off_nothing_is_computed_or_stored(tmp_path):
+    run = tmp_path / "run"
+    search(_objectives.needs_max, out=run, preset="tiny", budget=5, workers=1, progress=False)
+    with Store(run, readonly=True) as st:
+        assert st.search_config().prescreen is False
+        assert all(c.features is None and c.prediction is None for c in st.candidates())
