@@ -14,7 +14,7 @@ from evonorm.search.config import SearchConfig
 from evonorm.search.evolution import Proposal
 from evonorm.search.features import layer_features
 from evonorm.proxy.presets import PRESETS
-from evonorm.search.store import Store
+from evonorm.search.store import SCHEMA_VERSION, Store
 from evonorm.search.surrogate import Born, Prediction, Prescreen, Surrogate
 import _objectives
 
@@ -100,7 +100,7 @@ def _draws():
 
 
 def test_a_pool_rejects_the_hopeless_and_trains_the_best_and_explore_trains_regardless():
-    cfg = SearchConfig(prescreen=True, prescreen_pool=4, prescreen_explore=0.0)
+    cfg = SearchConfig().replace(prescreen=True, prescreen_pool=4, prescreen_explore=0.0)
     screen = Prescreen(cfg, surrogate=_Oracle())
     out = screen.choose(_draws(), random.Random(0))
     trained = [s for s in out if s.train]
@@ -123,7 +123,7 @@ def test_a_prescreened_search_on_an_own_objective_records_prescreen_rejections(t
     assert result.complete
     with Store(run, readonly=True) as st:
         cands = st.candidates()
-        assert st.get_meta("schema_version") == 6
+        assert st.get_meta("schema_version") == SCHEMA_VERSION
     screened = [c for c in cands if c.reason == "prescreen"]
     assert screened, [(c.status, c.reason) for c in cands]
     for c in screened:  # recorded untrained, with the prediction that rejected it

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from evonorm.report.figures import spearman
+from evonorm.stats import spearman
 from evonorm.search.candidates import Candidate
 from evonorm.search.surrogate import PRESCREEN_REASON, learning_target
 
