@@ -1,0 +1,113 @@
+"""Does the prescreen pay for itself? Valid layers per worker-hour: evolution with and without the
+prescreen, and random search, at equal worker-seconds.
+
+Protocol (fixed before the runs):
+- preset `demo` (`--preset`), S space, Fashion-MNIST; three arms that share the preset, the data
+  split and the training seeds, and differ only in how candidates are proposed: `evolution`,
+  `prescreen` (evolution with `prescreen=True` at the engine's defaults: 4 children per slot, a
+  threshold of 0.05, 20% of slots trained whatever the surrogate says, no prediction before 3
+  valid and 3 rejected candidates) and `random`;
+- budget: `--budget-seconds` worker-seconds per run (default 900, the candidates' evaluation times
+  plus, for `prescreen`, its features' time); one worker of one thread per run; the three arms of
+  a seed run side by side, so they see the same machine load; search seeds `--seeds` (default 0-9);
+- per run: valid layers (status valid) among the candidates finished within the budget, per
+  worker-hour, and the distinct valid layers of its own (by function key; seed layers and cache
+  hits excluded);
+- test: one-sided exact paired permutation (sign-flip) tests over the seeds, prescreen >
+  evolution and prescreen > random, on valid layers per worker-hour; the target is >= 5x plain
+  evolution's mean. Every run is reported.
+The search fitness of the layers (and the paper's Fig. 10 metric) is experiments/evolution_vs_random.py's
+work (`--set prescreen=true` gives it the prescreened arm); this measures what the prescreen is
+for: training the candidates worth training. `results/prescreen/summary.json`:
+`{"arms": {ARM: {"seeds": [...], "valid_per_worker_hour": [...], "distinct_valid_own": [...]}},
+"budget_worker_seconds": ..., "command": "...", "p_value": {...}}`.
+
+    python experiments/prescreen_arms.py --seeds 0 1 2 3 4 5 6 7 8 9 --budget-seconds 900
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from multiprocessing import get_context
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, log, out_dir  # noqa: E402
+from evolution_vs_random import _one_run, read_run, run_config  # noqa: E402
+
+from evonorm.stats import paired_sign_flip_greater  # noqa: E402
+
+ARMS = {"evolution": ("evolution", {}), "prescreen": ("evolution", {"prescreen": True}),
+        "random": ("random", {})}
+
+
+def arm_numbers(candidates, budget_seconds: float) -> tuple[float, int]:
+    """(valid layers per worker-hour, distinct valid layers of the run's own) within the budget; a
+    cache hit (a layer proposed again, answered from the store) is not a layer found."""
+    valid = [c for c in candidates if c.status == "valid" and not c.cache_hit]
+    own = {c.key for c in valid if c.origin != "seed"}
+    return len(valid) / (budget_seconds / 3600.0), len(own)
+
+
+def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: str) -> dict:
+    arms: dict[str, dict] = {}
+    for arm in ARMS:
+        rows = {"seeds": [], "valid_per_worker_hour": [], "distinct_valid_own": []}
+        for seed in seeds:
+            read = read_run(runs_dir / f"{arm}_s{seed}", budget_seconds)
+            if read is None or read[1] != "complete":
+                continue
+            rate, own = arm_numbers(read[3], budget_seconds)
+            rows["seeds"].append(seed)
+            rows["valid_per_worker_hour"].append(round(rate, 3))
+            rows["distinct_valid_own"].append(own)
+        arms[arm] = rows
+    p = {}
+    for rival in ("evolution", "random"):
+        both = [s for s in arms["prescreen"]["seeds"] if s in arms[rival]["seeds"]]
+        if both:
+            a = [arms["prescreen"]["valid_per_worker_hour"][arms["prescreen"]["seeds"].index(s)]
+                 for s in both]
+            b = [arms[rival]["valid_per_worker_hour"][arms[rival]["seeds"].index(s)] for s in both]
+            p[f"prescreen>{rival}"] = paired_sign_flip_greater(a, b)
+    means = {arm: statistics.fmean(r["valid_per_worker_hour"]) for arm, r in arms.items()
+             if r["valid_per_worker_hour"]}
+    return {"arms": arms, "budget_worker_seconds": budget_seconds, "command": command,
+            "p_value": p, "test": "one-sided exact paired permutation (sign-flip) over the seeds",
+            "mean_valid_per_worker_hour": means}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="demo")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    p.add_argument("--budget-seconds", type=float, default=900.0)
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "prescreen")
+    p.add_argument("--summarize-only", action="store_true")
+    p.add_argument("--out", default=None, help="output folder (default results/prescreen)")
+    args = p.parse_args()
+    command = " ".join(["python", *sys.argv])
+    if not args.summarize_only:
+        ctx = get_context("spawn")
+        for seed in args.seeds:  # the three arms of a seed side by side
+            procs = []
+            for arm, (algorithm, extra) in ARMS.items():
+                cfg = run_config(args.preset, algorithm, seed, args.budget_seconds, extra)
+                procs.append(ctx.Process(target=_one_run,
+                                         args=(str(args.runs / f"{arm}_s{seed}"), cfg.to_dict())))
+            for proc in procs:
+                proc.start()
+            for proc in procs:
+                proc.join()
+            log(f"seed {seed} done")
+    summary = summarize(args.runs, args.seeds, args.budget_seconds, command)
+    d = out_dir("prescreen", args.out)
+    (d / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
