@@ -140,7 +140,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
 
     With `cfg.train_seeds` > 1 each architecture trains that many runs (`run_seed`) and each stage
     scores their mean accuracy; a non-finite loss in any of them rejects the layer. The last stage
-    scores `cfg.final_runs` runs: those beyond `train_seeds` train from scratch only for a layer
+    scores the task's `final_runs` runs: those beyond `train_seeds` train from scratch only for a layer
     that got that far.
     """
     task = proxy_config(cfg)
