@@ -31,7 +31,10 @@ def test_budget_cut_and_metric():
 
 @pytest.mark.fashion_mnist
 def test_both_arms_share_everything_but_the_algorithm():
-    evo, rnd = (run_config("scratch", a, 3, 600.0).to_dict() for a in ("evolution", "random"))
+    from evonorm.search.config import flat_config
+
+    evo, rnd = (flat_config(run_config("scratch", a, 3, 600.0).to_dict())
+                for a in ("evolution", "random"))
     assert {k for k in evo if evo[k] != rnd[k]} == {"algorithm"}
     assert evo["seed_layers"] == [] and evo["budget_seconds"] == 600.0 and evo["workers"] == 1
     assert evo["near_misses"] is True  # parents before the first valid layer (random ignores it)
