@@ -57,7 +57,8 @@ def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monke
         assert s.search_config().dataset == "synthetic"
     # the end-of-search table and the report page name them under their first sentence
     setup = "preset demo, dataset synthetic (150 train / 50 held-out images), device cpu, 1 local worker(s)"
-    assert out.splitlines()[2] == setup, out
+    # after the verdict and the proxy's rank fidelity
+    assert out.splitlines()[3] == setup and out.splitlines()[2].startswith("rank fidelity of demo"), out
     from evonorm.report import write_report
 
     assert f"run: {setup}" in write_report([run]).read_text()
