@@ -233,7 +233,8 @@ def test_version_2_store_gains_the_stages_column(tmp_path):
     run = init_run(tmp_path / "run", cfg)
     run_search(run, objective=staged_objective, progress=False)
     db = sqlite3.connect(run / "store.sqlite")
-    db.execute("ALTER TABLE candidates DROP COLUMN stages")
+    for column in ("stages", "features", "prediction"):  # versions 3, 6 and 7
+        db.execute(f"ALTER TABLE candidates DROP COLUMN {column}")
     db.execute("ALTER TABLE reranks DROP COLUMN split")  # version 4
     db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     db.commit()
