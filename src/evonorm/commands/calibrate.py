@@ -67,10 +67,10 @@ def main(argv: list[str]) -> int:
                          if args.archs else None)
     except (ValueError, TypeError) as err:
         raise CommandError(str(err)) from None
-    panel_data, panel = None, None
+    layers, panel = None, None
     if args.panel is not None:
         try:
-            panel_data, layers = load_panel(args.panel)
+            _, layers = load_panel(args.panel)
         except ValueError as err:
             raise CommandError(str(err)) from None
         panel = {layer.name: layer.graph for layer in layers}
@@ -96,7 +96,7 @@ def main(argv: list[str]) -> int:
     threshold = quality_threshold(ds.num_classes, task.quality_factor)
     table = format_summary(summarize(records, list(task.archs)), threshold, task.train_seeds,
                            task.final_runs)
-    if panel_data is not None:
+    if layers is not None:
         table += "\n\n" + rank_fidelity_section(records, layers, cfg.preset, out, args.panel, argv,
                                                   ds.num_classes)
     write_atomic(out / "table.md", (table + "\n").encode())

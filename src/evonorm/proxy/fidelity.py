@@ -11,7 +11,6 @@ orders wrongly).
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
