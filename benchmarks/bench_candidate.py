@@ -32,7 +32,7 @@ import time
 import torch
 
 from evonorm.graph import Graph
-from evonorm.graph.cpp import load as load_cpp
+from evonorm.graph.cpp import load_kernel
 from evonorm.graph.library import get_graph
 from evonorm.proxy.presets import PRESETS
 
@@ -176,8 +176,8 @@ def main() -> int:
         print("bench_candidate: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
-    if "cpp" in args.impls and not load_cpp().ok:
-        print(f"bench_candidate: the C++ kernel could not be built: {load_cpp().reason}", file=sys.stderr)
+    if "cpp" in args.impls and not load_kernel().ok:
+        print(f"bench_candidate: the C++ kernel could not be built: {load_kernel().reason}", file=sys.stderr)
         return 2
     rows = bench_layer(args) if args.layer_only else bench_train(args)
     if args.layer_only:

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=None, help="steps per round (default: 2 on CPU, 20 on CUDA)")
     ap.add_argument("--chunk-kb", type=int, default=None,
                     help="tuning: the EvoNorm kernels' CPU working-set size in KiB (default: the package's)")
-    ap.add_argument("--impl", default="auto", choices=["auto", "kernel", "compile", "triton"],
+    ap.add_argument("--impl", default="auto", choices=["auto", "plain", "fast", "compile", "triton"],
                     help="EvoNorm implementation: auto (Triton kernels on CUDA, kernel on CPU), kernel, compile, "
                          "triton")
     ap.add_argument("--clock", default="wall", choices=["wall", "cpu"],

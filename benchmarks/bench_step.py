@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--arch", default="resnet50", choices=list_archs())
     ap.add_argument("--layers", nargs="+", default=DEFAULT_LAYERS, help="registry names; the first is the reference")
-    ap.add_argument("--impl", default="auto", choices=["auto", "kernel", "compile", "triton"],
+    ap.add_argument("--impl", default="auto", choices=["auto", "plain", "fast", "compile", "triton"],
                     help="EvoNorm implementation (auto: Triton kernels on CUDA, kernel on CPU)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--size", type=int, default=224, help="input height and width")

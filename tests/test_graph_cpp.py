@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from evonorm.graph import Graph
-from evonorm.graph import compile as graph_compile
+from evonorm.graph import module as graph_module
 from evonorm.graph import cpp as K
 from evonorm.graph.fast import make_plan
 from evonorm.graph.library import get_graph
@@ -32,7 +32,7 @@ def test_auto_runs_the_kernel_for_cpu_float_input_and_the_plain_path_for_bfloat1
 
 
 def test_where_the_kernel_cannot_be_built_auto_runs_the_fast_path(monkeypatch):
-    monkeypatch.setattr(graph_compile, "load_cpp", lambda: K.CppStatus(False, "no C++ compiler"))
+    monkeypatch.setattr(graph_module, "load_kernel", lambda: K.CppStatus(False, "no C++ compiler"))
     layer = GN_RELU.to_module(8, groups=4)
     assert _backward_name(layer, torch.randn(2, 8, 3, 3)) == "FastGraphFunctionBackward"
     with pytest.raises(ValueError, match=r"could not be built \(no C\+\+ compiler\)"):
@@ -41,7 +41,7 @@ def test_where_the_kernel_cannot_be_built_auto_runs_the_fast_path(monkeypatch):
 
 def test_the_kernel_is_turned_off_by_its_environment_variable(monkeypatch):
     monkeypatch.setenv("EVONORM_CPP", "0")
-    status = K.load.__wrapped__()  # the uncached call: this process keeps its loaded kernel
+    status = K.load_kernel.__wrapped__()  # the uncached call: this process keeps its loaded kernel
     assert not status.ok and "EVONORM_CPP=0" in status.reason
 
 
@@ -89,7 +89,7 @@ def test_a_plan_becomes_rows_of_op_codes_with_the_fused_steps():
 
 
 def test_a_malformed_program_is_refused():
-    assert K.load().ok
+    assert K.load_kernel().ok
     x, p = torch.randn(2, 4, 3, 3), torch.ones(4)
     bad = torch.tensor([[K.CODES["add"], 0, 0, 5]])  # an argument that comes later
     with pytest.raises(RuntimeError, match="program: bad row 0"):

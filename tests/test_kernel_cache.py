@@ -228,7 +228,7 @@ def test_a_truncated_library_is_rebuilt_by_the_next_process(tmp_path):
     """A real build in a fresh cache, the library cut to 1000 bytes, and a second process: it rebuilds and
     runs the kernel (it once died of SIGBUS)."""
     env = os.environ | {"EVONORM_CPP_CACHE": str(tmp_path)}
-    code = ("from evonorm.graph.cpp import load; import sys; s = load(); print(s.ok, s.reason); "
+    code = ("from evonorm.graph.cpp import load_kernel; import sys; s = load_kernel(); print(s.ok, s.reason); "
             "sys.exit(0 if s.ok else 1)")
     first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stdout + first.stderr

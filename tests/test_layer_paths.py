@@ -9,7 +9,7 @@ import torch
 
 import _objectives
 from evonorm.graph.library import NAMED_GRAPHS, get_graph
-from evonorm.layers import EvoNormS0
+from evonorm.layers import EvoNormS0, create_norm_act
 from evonorm.layers.paths import notice_once, recording
 from evonorm.search.objective import run_trial
 from evonorm.proxy.presets import get_preset
@@ -63,8 +63,35 @@ def test_a_triton_layer_that_runs_the_plain_formulas_says_so_once(capsys):
 def test_an_evonorm_layer_records_its_kernel():
     with recording() as calls:
         EvoNormS0(8, groups=4)(torch.randn(2, 8, 3, 3))
-        EvoNormS0(8, groups=4, impl="kernel")(torch.randn(2, 8, 3, 3))
-    assert dict(calls) == {"kernel": 2}
+        EvoNormS0(8, groups=4, impl="fast")(torch.randn(2, 8, 3, 3))
+    assert dict(calls) == {"fast": 2}
+
+
+@pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_b0"])
+def test_impl_plain_runs_the_plain_formula_with_the_fast_paths_values(name):
+    x = torch.randn(2, 8, 3, 3)
+    fast, plain = create_norm_act(name, 8, groups=4, impl="fast"), create_norm_act(name, 8, groups=4, impl="plain")
+    with recording() as calls:
+        y = plain(x)
+    assert dict(calls) == {"plain": 1}
+    torch.testing.assert_close(y, fast(x))
+
+
+def test_one_impl_vocabulary_refuses_what_a_family_lacks_in_one_line():
+    with pytest.raises(ValueError, match=r"EvoNorm layers take impl auto \| plain \| fast \| compile \| triton, got 'cpp'$"):
+        EvoNormS0(8, groups=4, impl="cpp")
+    with pytest.raises(ValueError, match=r"graph layers take impl auto \| plain \| fast \| cpp, got 'triton'$"):
+        get_graph("evonorm_s0").to_module(8, groups=4, impl="triton")
+    with pytest.raises(ValueError, match="not a path this package has"):
+        get_graph("evonorm_s0").to_module(8, groups=4, impl="kernal")
+
+
+def test_the_earlier_name_kernel_still_runs_the_fast_path_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="impl='kernel' is now impl='fast'"):
+        layer = EvoNormS0(8, groups=4, impl="kernel")
+    with recording() as calls:
+        layer(torch.randn(2, 8, 3, 3))
+    assert layer.impl == "fast" and dict(calls) == {"fast": 1}
 
 
 def test_nothing_is_counted_outside_a_recording():

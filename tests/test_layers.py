@@ -304,7 +304,7 @@ def test_affine2d():
 @pytest.mark.parametrize("name", EVONORMS)
 def test_compiled_formula_matches_kernel(name):
     """impl="compile" (the default on CUDA) against the hand-written kernel, values and gradients."""
-    kernel = _randomize(create_norm_act(name, 16, impl="kernel"))
+    kernel = _randomize(create_norm_act(name, 16, impl="fast"))
     comp = create_norm_act(name, 16, impl="compile")
     comp.load_state_dict(kernel.state_dict())
     x = torch.randn(4, 16, 5, 5, requires_grad=True)
@@ -322,7 +322,7 @@ def test_compiled_formula_matches_kernel(name):
 
 
 def test_impl_is_validated():
-    with pytest.raises(ValueError, match="impl must be one of"):
+    with pytest.raises(ValueError, match="EvoNorm layers take impl auto"):
         create_norm_act("evonorm_s0", 8, impl="cuda")
 
 
@@ -345,7 +345,7 @@ def test_double_backward(name, training):
 @pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_b0"])
 def test_inside_a_torch_compiled_model(name):
     """A model holding the hand-written kernels can itself be torch.compile'd (TrainConfig.compile)."""
-    model = nn.Sequential(nn.Conv2d(3, 16, 3), create_norm_act(name, 16, impl="kernel")).eval()
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), create_norm_act(name, 16, impl="fast")).eval()
     x = torch.randn(4, 3, 8, 8, requires_grad=True)
     y = torch.compile(model)(x)
     y.sum().backward()

@@ -11,7 +11,7 @@ EVONORMS = ["evonorm_b0", "evonorm_b1", "evonorm_b2", "evonorm_s0", "evonorm_s1"
 
 
 def _pair(name, c, impl="auto"):
-    cpu = create_norm_act(name, c, impl="kernel")
+    cpu = create_norm_act(name, c, impl="fast")
     with torch.no_grad():
         for p in cpu.parameters():
             p.add_(torch.randn_like(p) * 0.3)
@@ -20,7 +20,7 @@ def _pair(name, c, impl="auto"):
     return cpu, gpu
 
 
-@pytest.mark.parametrize("impl", ["auto", "kernel", "compile", "triton"])  # auto: the Triton kernels on CUDA
+@pytest.mark.parametrize("impl", ["auto", "plain", "fast", "compile", "triton"])  # auto: the Triton kernels on CUDA
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("name", EVONORMS)
 def test_cuda_matches_cpu(name, training, impl):
@@ -41,7 +41,7 @@ def test_cuda_matches_cpu(name, training, impl):
         torch.testing.assert_close(bg.cpu(), b, msg=n)
 
 
-@pytest.mark.parametrize("impl", ["auto", "kernel", "compile", "triton"])
+@pytest.mark.parametrize("impl", ["auto", "plain", "fast", "compile", "triton"])
 @pytest.mark.parametrize("name", EVONORMS)
 def test_cuda_gradcheck_float64(name, impl):
     layer = create_norm_act(name, 6, groups=3, impl=impl).double().cuda()

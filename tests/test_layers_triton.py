@@ -120,7 +120,7 @@ def test_double_backward_differentiates_the_formula(name):
     x = _input((2, 8, 3, 2), torch.float64, False).requires_grad_()
     (gx,) = torch.autograd.grad(layer(x).square().sum(), x, create_graph=True)
     (ggx,) = torch.autograd.grad(gx.sum(), x)
-    ref = create_norm_act(name, 8, groups=4, impl="kernel").to(DEVICE, torch.float64)
+    ref = create_norm_act(name, 8, groups=4, impl="fast").to(DEVICE, torch.float64)
     ref.load_state_dict(layer.state_dict())
     (rx,) = torch.autograd.grad(ref(x).square().sum(), x, create_graph=True)
     (rgx,) = torch.autograd.grad(rx.sum(), x)
@@ -135,5 +135,5 @@ def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
 
 
 def test_auto_picks_the_cpu_kernel_on_cpu():
-    assert resolve_impl("auto", torch.randn(1)) == "kernel"
+    assert resolve_impl("auto", torch.randn(1)) == "fast"
     assert resolve_impl("triton", torch.randn(1)) == "triton"

@@ -138,7 +138,7 @@ def say(line: str) -> None:
 
 
 @lru_cache(maxsize=1)
-def load() -> CppStatus:
+def load_kernel() -> CppStatus:
     """Build (once per machine) and load the kernel; never raises: a failure is reported in the status."""
     if os.environ.get("EVONORM_CPP", "1") == "0":
         return CppStatus(False, "turned off by EVONORM_CPP=0")
@@ -417,7 +417,7 @@ class CppGraphFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, v0, v1, weight, bias, spec: FastSpec, prog: torch.Tensor):
         # an absent v0 / v1 is no node of the program: any per-channel tensor stands in (it is not read)
-        out, saved = load().forward(x.contiguous(), weight if v0 is None else v0, weight if v1 is None else v1,
+        out, saved = load_kernel().forward(x.contiguous(), weight if v0 is None else v0, weight if v1 is None else v1,
                                     weight, bias, prog, spec.groups, spec.eps)
         ctx.spec, ctx.prog = spec, prog
         ctx.save_for_backward(x, v0, v1, weight, bias, saved)
@@ -428,7 +428,7 @@ class CppGraphFunction(torch.autograd.Function):
         x, v0, v1, weight, bias, saved = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: differentiate the plain formula instead
             return (*differentiable_grads(plain_formula, (x, v0, v1, weight, bias), (ctx.spec,), dy), None, None)
-        dx, dv0, dv1, dw, db = load().backward(
+        dx, dv0, dv1, dw, db = load_kernel().backward(
             dy.contiguous(), x.contiguous(), weight if v0 is None else v0, weight if v1 is None else v1, weight, saved,
             ctx.prog, ctx.spec.groups, ctx.spec.eps)
         return like_input(dx, x), None if v0 is None else dv0, None if v1 is None else dv1, dw, db, None, None

@@ -18,7 +18,7 @@ import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from evonorm.graph.compile import to_module as compile_module
+from evonorm.graph.module import to_module as compile_module
 from evonorm.graph.export import to_python as export_python
 from evonorm.graph.fingerprint import fingerprint as functional_fingerprint
 from evonorm.graph.primitives import COMMUTATIVE, INPUTS, NUM_INPUTS, PRIMITIVES
@@ -196,7 +196,7 @@ class Graph:
 
     def to_module(self, num_features: int, *, apply_act: bool = True, groups: int = 32, eps: float = 1e-5,
                   momentum: float = 0.1, impl: str = "auto", **kwargs):
-        """The layer as an nn.Module (`evonorm.graph.compile.to_module`); impl "auto" | "plain" | "fast" | "cpp"."""
+        """The layer as an nn.Module (`evonorm.graph.module.to_module`); impl "auto" | "plain" | "fast" | "cpp"."""
         return compile_module(self, num_features, apply_act=apply_act, groups=groups, eps=eps,
                          momentum=momentum, impl=impl, **kwargs)
 

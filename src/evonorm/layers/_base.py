@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from evonorm.layers._common import affine, check_input
-from evonorm.layers.impl import IMPLS
+from evonorm.layers.impl import EVONORM_IMPLS, check_impl
 from evonorm.layers.paths import fell_back
 from evonorm.layers.tracing import exporting, fx_leaf
 
@@ -21,9 +21,8 @@ class EvoNormBase(nn.Module):
     def __init__(self, num_features: int, *, apply_act: bool = True, eps: float = 1e-5, momentum: float = 0.1,
                  impl: str = "auto"):
         super().__init__()
-        if impl not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
-        self.impl = impl  # "auto": the Triton kernels on CUDA, the hand-written autograd kernel elsewhere
+        # "auto": the Triton kernels on CUDA, the fast path (hand-written autograd kernel) elsewhere
+        self.impl = check_impl(impl, EVONORM_IMPLS, "EvoNorm layers")
         self.num_features = num_features
         self.apply_act = apply_act
         self.eps = eps

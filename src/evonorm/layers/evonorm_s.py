@@ -25,6 +25,8 @@ class _EvoNormS(EvoNormBase):
     def _norm_act(self, x: torch.Tensor) -> torch.Tensor:
         impl = resolve_impl(self.impl, x)
         ran(impl)
+        if impl == "plain":
+            return self._plain(x, type(self).__name__)
         args = (x, self.v, self.weight, self.bias, self.groups, self.eps, self.variant)
         if impl == "compile":
             return compiled("s")(*args)

@@ -1,16 +1,40 @@
-"""Which implementation an EvoNorm layer runs (`impl`): the hand-written kernels, the compiled formula,
-or the Triton kernels. Triton and torch.compile are imported only when a layer first needs them.
+"""How a layer runs in eager mode (`impl`): one vocabulary for the EvoNorm layers and for graph layers, so a
+name means the same path wherever it is given. Triton and torch.compile are imported only when a layer
+first needs them.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 
 from evonorm.layers._formula import b_formula, s_formula
 
-IMPLS = ("auto", "kernel", "compile", "triton")
+IMPLS = ("auto", "plain", "fast", "compile", "cpp", "triton")
+"""Every path a layer can be asked for:
+- "plain": the formula as ordinary tensor ops, one autograd node per op (what tracing and export run);
+- "fast": one autograd function with a hand-derived backward (fewer, larger steps; no saved intermediates);
+- "compile": the plain formula under torch.compile (Inductor fuses it);
+- "cpp": the whole layer as one C++ kernel compiled on first use, for CPU tensors;
+- "triton": Triton kernels, for CUDA tensors;
+- "auto": the best of these that applies to the input.
+A layer family takes the subset it implements (`EVONORM_IMPLS`, `GRAPH_IMPLS` in `evonorm.graph.module`)."""
+EVONORM_IMPLS = ("auto", "plain", "fast", "compile", "triton")
+RENAMED = {"kernel": "fast"}  # earlier names, still taken with a deprecation warning
+
+
+def check_impl(impl: str, takes: tuple[str, ...], family: str) -> str:
+    """`impl` as `family` runs it: an earlier name is mapped (with a one-line warning), a name outside `takes`
+    is refused in one line that says what the family takes."""
+    if impl in RENAMED:
+        warnings.warn(f"impl={impl!r} is now impl={RENAMED[impl]!r}", DeprecationWarning, stacklevel=3)
+        impl = RENAMED[impl]
+    if impl not in takes:
+        known = "" if impl in IMPLS else " (not a path this package has)"
+        raise ValueError(f"{family} take impl {' | '.join(takes)}, got {impl!r}{known}")
+    return impl
 
 
 @functools.cache
@@ -20,11 +44,11 @@ def compiled(kind: str):
 
 
 def resolve_impl(impl: str, x: torch.Tensor) -> str:
-    """The path a layer takes for `x`: "auto" is the Triton kernels on CUDA (when Triton imports; on an H100
-    they ran faster than the compiled formula at every shape measured, with no compile wait), the
-    hand-written autograd kernel elsewhere; any other impl as named."""
+    """The path an EvoNorm layer takes for `x`: "auto" is the Triton kernels on CUDA (when Triton imports; on
+    an H100 they ran faster than the compiled formula at every shape measured, with no compile wait), the
+    fast path (hand-written autograd kernel) elsewhere; any other impl as named."""
     if impl == "auto":
-        return "triton" if x.is_cuda and _has_triton() else "kernel"
+        return "triton" if x.is_cuda and _has_triton() else "fast"
     return impl
 
 

@@ -21,7 +21,7 @@ _CALLS: ContextVar[Counter | None] = ContextVar("evonorm_layer_paths", default=N
 
 @contextmanager
 def recording() -> Iterator[Counter]:
-    """`with recording() as calls:` counts the layer calls per path ("cpp", "fast", "plain", "kernel",
+    """`with recording() as calls:` counts the layer calls per path ("cpp", "fast", "plain",
     "triton", "compile", "synced") made inside the block."""
     calls: Counter = Counter()
     token = _CALLS.set(calls)

@@ -20,17 +20,19 @@ from torch import nn
 from evonorm.graph import primitives as P
 from evonorm.graph.batch import BatchStat
 from evonorm.graph.fast import FastGraphFunction, FastSpec, fast_applies, make_plan
-from evonorm.graph.cpp import CppGraphFunction, cpp_applies, load as load_cpp, program
+from evonorm.graph.cpp import CppGraphFunction, cpp_applies, load_kernel, program
 from evonorm.graph.primitives import INPUTS, NUM_INPUTS, LayerGraph
 from evonorm.layers import resolve_groups
+from evonorm.layers.impl import check_impl
 from evonorm.layers.paths import fell_back, ran
 from evonorm.layers.tracing import exporting, fx_leaf
 
-IMPLS = ("auto", "plain", "fast", "cpp")
-"""How a compiled layer runs in eager mode: "plain" the fx module (one autograd op per primitive op), "fast"
-one autograd function with a hand-derived backward (`evonorm.graph.fast`), "cpp" the whole layer as one
-compiled C++ kernel for CPU tensors (`evonorm.graph.cpp`; the fast path for others), "auto" the C++ kernel
-where it applies and could be built, else the fast path where it applies."""
+GRAPH_IMPLS = ("auto", "plain", "fast", "cpp")
+"""How a graph layer runs in eager mode (the package's one `impl` vocabulary, `evonorm.layers.impl.IMPLS`):
+"plain" this fx module (one autograd op per primitive op), "fast" one autograd function with a hand-derived
+backward (`evonorm.graph.fast`), "cpp" the whole layer as one compiled C++ kernel for CPU tensors
+(`evonorm.graph.cpp`; the fast path for others, said once), "auto" the C++ kernel where it applies and
+could be built, else the fast path where it applies."""
 
 
 def to_module(graph: LayerGraph, num_features: int, *, apply_act: bool = True, groups: int = 32,
@@ -39,18 +41,17 @@ def to_module(graph: LayerGraph, num_features: int, *, apply_act: bool = True, g
 
     Parameters `v0` (init 0) and `v1` (init 1) exist when a live node uses them; each live batch node
     i is a submodule `batch<i>` with its running buffer. apply_act=False gives the plain per-channel
-    affine (the paper's `nonlinearity=False`). `impl` picks the eager path (`IMPLS`): "fast" and "cpp" are
+    affine (the paper's `nonlinearity=False`). `impl` picks the eager path (`GRAPH_IMPLS`): "fast" and "cpp" are
     refused for a graph with a live batch op, which always runs the plain path, and "cpp" where the kernel
     cannot be built (the reason is in the error). Unknown keyword arguments are ignored.
     """
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
+    impl = check_impl(impl, GRAPH_IMPLS, "graph layers")
     plan = make_plan(graph) if apply_act and impl != "plain" else None
     if impl in ("fast", "cpp") and apply_act and plan is None:
         raise ValueError(f"impl={impl!r} does not take layers with batch statistics (batch_mean/std/rms): "
                          "use impl='auto' or 'plain'")
-    if impl == "cpp" and not load_cpp().ok:
-        raise ValueError(f"impl='cpp': the CPU graph kernel could not be built ({load_cpp().reason})")
+    if impl == "cpp" and not load_kernel().ok:
+        raise ValueError(f"impl='cpp': the CPU graph kernel could not be built ({load_kernel().reason})")
     groups = resolve_groups(num_features, groups)
     root = nn.Module()
     root.weight = nn.Parameter(torch.ones(num_features))
@@ -113,7 +114,7 @@ class GraphLayer(fx.GraphModule):
             w, b, v0, v1 = p["weight"], p["bias"], p.get("v0"), p.get("v1")
             if isinstance(x, torch.Tensor) and x.shape[1:2] == (self.num_features,) and not exporting(x):
                 if (self.cpp_program is not None and cpp_applies(x, (w, b, v0, v1))
-                        and load_cpp().ok):
+                        and load_kernel().ok):
                     ran("cpp")
                     return CppGraphFunction.apply(x, v0, v1, w, b, self.fast_spec, self.cpp_program)
                 if fast_applies(x, (w, b, v0, v1)):
@@ -132,8 +133,8 @@ class GraphLayer(fx.GraphModule):
             ran(path)
         elif x is None:
             fell_back("cpp", path, "traced, exported or compiled")
-        elif not load_cpp().ok:
-            fell_back("cpp", path, "the CPU graph kernel is unavailable: " + load_cpp().reason)
+        elif not load_kernel().ok:
+            fell_back("cpp", path, "the CPU graph kernel is unavailable: " + load_kernel().reason)
         else:
             fell_back("cpp", path, f"the CPU graph kernel takes float32/float64 CPU tensors and parameters, "
                                    f"got {x.dtype} on {x.device.type}")
