@@ -409,7 +409,7 @@ class Store:
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (proposal.idx, json.dumps(proposal.graph), key, fingerprint, proposal.parent_id,
                  proposal.origin, e.status, e.reason, e.reason_step,
-                 None if e.detail is None else json.dumps(e.detail), json.dumps(e.accuracies),
+                 None if e.detail is None else json.dumps(e.detail), json.dumps(e.scores),
                  e.fitness, int(cache_hit), seconds, json.dumps(e.timings), worker,
                  proposal.created_at, now, json.dumps(e.stages) if e.stages else None,
                  _json_or_null(features), _json_or_null(prediction)))
@@ -455,7 +455,7 @@ class Store:
         evaluation = Evaluation(
             status=r["status"], reason=r["reason"], reason_step=r["reason_step"],
             detail=None if detail is None else self._json(detail, f"{where}: detail", hints["detail"]),
-            accuracies=self._json(r["accuracies"], f"{where}: accuracies", hints["accuracies"]),
+            scores=self._json(r["accuracies"], f"{where}: accuracies", hints["scores"]),
             fitness=r["fitness"], timings=self._json(r["timings"], f"{where}: timings", hints["timings"]),
             stages=self._json(stages, f"{where}: stages", hints["stages"]) if stages else [])
         return Candidate(
