@@ -236,6 +236,7 @@ def test_version_2_store_gains_the_stages_column(tmp_path):
     for column in ("stages", "features", "prediction"):  # versions 3, 6 and 7
         db.execute(f"ALTER TABLE candidates DROP COLUMN {column}")
     db.execute("ALTER TABLE reranks DROP COLUMN split")  # version 4
+    db.execute("ALTER TABLE candidates RENAME COLUMN scores TO accuracies")  # version 8
     db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     db.commit()
     db.close()
