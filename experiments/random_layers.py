@@ -200,7 +200,7 @@ def summarize(records, archs, chance, d: Path, settings: dict) -> None:
     write_table(d, "calibration_pairs", pairs, {"settings": settings})
     # The report's own figures, fed with these records as candidates.
     cands = [{"id": i, "origin": "random", "status": "rejected", "graph": r["graph"],
-              "accuracies": {a: v for a, v in r["accuracies"].items() if v is not None}}
+              "scores": {a: v for a, v in r["accuracies"].items() if v is not None}}
              for i, r in enumerate(rand)]
     bn = [r for r in refs if r["name"] == "bn_relu"]
     bn_mean = (sum(v for v in bn[0]["accuracies"].values() if v is not None) / len(archs)) if bn else None

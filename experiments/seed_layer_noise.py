@@ -54,7 +54,7 @@ def one_search(run: Path, preset: str, seed: int, workers: int, overrides: dict)
         rows.append({"layer": name, "seed": seed, "status": c.status if c else "missing",
                      "reason": c.reason if c else None,
                      "fitness": c.fitness if c and c.status == "valid" else None,
-                     "accuracies": dict(c.accuracies) if c else {},
+                     "accuracies": dict(c.scores) if c else {},
                      "seconds": round(c.seconds, 1) if c else None})
     return rows
 

@@ -166,7 +166,7 @@ def test_demo_references_pass_the_quality_test_on_fashion_mnist():
     for name, graph in reference_graphs("s").items():
         # a hurdle no layer clears stops each after the first stage, as the quality test does
         res = train_stages(Graph.from_json(graph), ds, cfg, hurdles=[1.01])
-        assert res.status == "valid" and res.stage == 1, (name, res.reason, res.accuracies)
+        assert res.status == "valid" and res.stage == 1, (name, res.reason, res.scores)
 
 
 def test_staged_calibration_trains_random_layers_past_the_bar():

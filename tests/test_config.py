@@ -74,6 +74,7 @@ def test_a_version_4_store_is_nested_in_place_when_opened_for_writing(tmp_path):
     db = sqlite3.connect(tmp_path / "store.sqlite")  # and the columns a version-4 store lacks
     for column in ("features", "prediction"):
         db.execute(f"ALTER TABLE candidates DROP COLUMN {column}")
+    db.execute("ALTER TABLE candidates RENAME COLUMN scores TO accuracies")  # version 8
     db.commit()
     db.close()
     with Store(tmp_path, readonly=True) as s:  # read only: read as is

@@ -12,7 +12,7 @@ import pytest
 import _objectives
 from evonorm.cli import main as cli
 from evonorm.graph.library import NAMED_GRAPHS
-from evonorm.search import Reject, Trial, load, resume, search
+from evonorm.search import Candidate, Evaluation, Reject, Trial, load, resume, search
 from evonorm.search.objective import load_objective, run_trial
 from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
@@ -29,10 +29,10 @@ def _payload(graph="evonorm_s0", **cfg):
 
 def test_run_trial_turns_each_kind_of_answer_into_an_evaluation():
     ok = run_trial(_objectives.mixed, _payload())
-    assert ok.status == "valid" and ok.accuracies == {"objective": ok.fitness} and ok.timings
+    assert ok.status == "valid" and ok.scores == {"objective": ok.fitness} and ok.timings
     two = run_trial(_objectives.two, _payload())
-    assert two.status == "valid" and set(two.accuracies) == {"acc", "speed"}
-    assert two.fitness == pytest.approx(sum(two.accuracies.values()) / 2)
+    assert two.status == "valid" and set(two.scores) == {"acc", "speed"}
+    assert two.fitness == pytest.approx(sum(two.scores.values()) / 2)
     rej = run_trial(_objectives.mixed, _payload("evonorm_s1"))
     assert (rej.status, rej.reason) == ("rejected", "too slow on my phone")
     nan = run_trial(_objectives.mixed, _payload("evonorm_s2"))
@@ -45,8 +45,27 @@ def test_run_trial_turns_each_kind_of_answer_into_an_evaluation():
     assert none.status == "failed" and "not a number" in none.reason
     detailed = run_trial(lambda n, t: (_ for _ in ()).throw(
         Reject("quality:x", step=3, detail={"a": 1}, scores={"x": 0.1})), _payload())
-    assert (detailed.reason, detailed.reason_step, detailed.detail, detailed.accuracies) == (
+    assert (detailed.reason, detailed.reason_step, detailed.detail, detailed.scores) == (
         "quality:x", 3, {"a": 1}, {"x": 0.1})
+
+
+def test_the_old_name_accuracies_still_reads_with_a_deprecation_warning():
+    ev = Evaluation.valid({"a": 0.25, "b": 0.75})
+    with pytest.warns(DeprecationWarning, match="^accuracies is now scores$") as seen:
+        assert ev.accuracies == ev.scores == {"a": 0.25, "b": 0.75}
+    assert seen[0].filename == __file__  # it names the line that used the old name
+    with pytest.warns(DeprecationWarning, match="accuracies is now scores"):
+        assert Candidate(1, ev).accuracies == ev.scores
+    with pytest.warns(DeprecationWarning, match="accuracies is now scores") as seen:
+        assert Evaluation("valid", accuracies={"a": 0.25, "b": 0.75}, fitness=0.5) == ev
+    assert seen[0].filename == __file__
+    with pytest.warns(DeprecationWarning, match="accuracies is now scores"):
+        assert Evaluation.valid(accuracies={"a": 0.25, "b": 0.75}) == ev
+    with pytest.warns(DeprecationWarning, match="accuracies is now scores"):
+        assert Evaluation.from_dict({"status": "valid", "accuracies": {"a": 0.25, "b": 0.75},
+                                     "fitness": 0.5}) == ev
+    with pytest.raises(TypeError, match="not accuracies as well"):
+        Evaluation("valid", scores={"a": 1.0}, accuracies={"a": 1.0})
 
 
 def test_trial_hurdles_and_nonfinite_reports():
@@ -119,7 +138,7 @@ def test_dict_objective_names_the_scores_of_the_pareto_tournament(tmp_path):
     with Store(tmp_path / "run", readonly=True) as store:
         assert store.search_config().scores == ("acc", "speed")  # named by the first valid result
         cands = store.candidates()
-    assert all(set(c.accuracies) == {"acc", "speed"} for c in cands if c.status == "valid")
+    assert all(set(c.scores) == {"acc", "speed"} for c in cands if c.status == "valid")
     assert any(c.origin == "mutation" for c in cands)  # tournaments ran on the named scores
 
 

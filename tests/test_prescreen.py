@@ -175,7 +175,7 @@ def test_the_report_shows_predicted_against_measured():
 
     def cand(i, status, p, *, fit=None, pred_fit=None, explore=False, reason=None):
         return {"id": i, "status": status, "reason": reason, "fitness": fit,
-                "accuracies": {"a": fit} if fit is not None else {}, "features": f,
+                "scores": {"a": fit} if fit is not None else {}, "features": f,
                 "prediction": {"p_valid": p, "fitness": pred_fit, "explore": explore}}
 
     cands = [cand(1, "valid", 0.9, fit=0.6, pred_fit=0.55), cand(2, "valid", 0.7, fit=0.5, pred_fit=0.5),

@@ -35,7 +35,7 @@ def test_proxy_search_then_resume_and_load(tmp_path):
         cfg = store.search_config()
         first = store.candidates()[0]
     assert cfg.objective is None and cfg.dataset == "synthetic"
-    assert first.origin == "seed" and set(first.accuracies) <= set(cfg.archs)
+    assert first.origin == "seed" and set(first.scores) <= set(cfg.archs)
     with pytest.raises(ValueError, match=r"evonorm\.proxy\.resume"):
         resume(run)  # the engine does not know the built-in task
     again = proxy.resume(run, progress=False)  # budget spent: opens and finishes

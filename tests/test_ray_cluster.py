@@ -139,4 +139,4 @@ def test_own_objective_reaches_workers_that_cannot_import_it(ray_head, tmp_path,
     with Store(tmp_path / "run", readonly=True) as store:
         cands = store.candidates()
     assert all(c.status == "valid" and c.worker for c in cands), [c.reason for c in cands]
-    assert all(c.accuracies["shipped"] == 1.0 for c in cands)  # imported from the upload
+    assert all(c.scores["shipped"] == 1.0 for c in cands)  # imported from the upload

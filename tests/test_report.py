@@ -32,7 +32,7 @@ def fake_candidates(n=60, seed=0):
         out.append({"id": i, "graph": B0, "key": f"k{i % 7}", "origin": "random" if i % 2 else "mutation",
                     "status": status,
                     "reason": {"valid": None, "rejected": f"quality:{ARCHS[0]}", "failed": "error: boom"}[status],
-                    "accuracies": acc, "fitness": sum(acc.values()) / 3 if status == "valid" else None,
+                    "scores": acc, "fitness": sum(acc.values()) / 3 if status == "valid" else None,
                     "seconds": 1.5})
     out.append({"id": n, "status": "pending"})  # an evaluation still in flight
     return out
@@ -71,17 +71,17 @@ def test_empty_run_still_gives_a_page_that_says_so(tmp_path):
 
 
 def test_top_layers_groups_by_key_and_counts_how_often_found():
-    cands = [{"id": 0, "key": "a", "status": "valid", "fitness": 0.5, "accuracies": {"r": 0.5}},
-             {"id": 1, "key": "a", "status": "valid", "fitness": 0.7, "accuracies": {"r": 0.7}},
+    cands = [{"id": 0, "key": "a", "status": "valid", "fitness": 0.5, "scores": {"r": 0.5}},
+             {"id": 1, "key": "a", "status": "valid", "fitness": 0.7, "scores": {"r": 0.7}},
              {"id": 2, "key": "a", "status": "rejected", "reason": "stability"},
-             {"id": 3, "key": "b", "status": "valid", "fitness": 0.6, "accuracies": {"r": 0.6}},
+             {"id": 3, "key": "b", "status": "valid", "fitness": 0.6, "scores": {"r": 0.6}},
              {"id": 4, "key": "c", "status": "failed", "reason": "nonfinite"}]
     rows = top_layers(cands)
     assert [(r.key, r.found, r.best.id) for r in rows] == [("a", 3, 1), ("b", 1, 3)]
 
 
 def test_progress_curve_tracks_top10_of_the_population_window():
-    cands = [{"id": i, "status": "valid", "fitness": f, "accuracies": {}} for i, f in
+    cands = [{"id": i, "status": "valid", "fitness": f, "scores": {}} for i, f in
              enumerate([0.9, 0.1, 0.2, 0.3])] + [{"id": 9, "status": "rejected"}]
     xs, m, s = progress_curve(RunData("r", cands), top=2)
     assert xs == [1, 2, 3, 4] and m == pytest.approx([0.9, 0.5, 0.55, 0.6])
@@ -93,9 +93,9 @@ def test_progress_curve_tracks_top10_of_the_population_window():
 def test_failures_count_at_chance_and_reasons_are_grouped():
     cands = [{"id": 0, "status": "failed", "reason": "error: ValueError: x", "origin": "random"},
              {"id": 1, "status": "rejected", "reason": "quality:m", "origin": "random",
-              "accuracies": {"r": 0.3}},
+              "scores": {"r": 0.3}},
              {"id": 2, "status": "valid", "origin": "mutation", "fitness": 0.5,
-              "accuracies": {"r": 0.5, "m": 0.5}}]
+              "scores": {"r": 0.5, "m": 0.5}}]
     acc = random_accuracies(cands, ["r", "m"], 0.1)
     assert acc == {"r": [0.1, 0.3], "m": [0.1, 0.1]}
     from evonorm.report.data import as_candidate
@@ -126,7 +126,7 @@ def test_figures_say_what_they_show():
     from evonorm.report.figures import accuracy_histogram, calibration, search_progress
 
     cands = [{"id": i, "status": "valid", "origin": "random", "fitness": 0.5,
-              "accuracies": {ARCHS[0]: 0.2 + i / 100, ARCHS[1]: 0.3 + i / 90}} for i in range(30)]
+              "scores": {ARCHS[0]: 0.2 + i / 100, ARCHS[1]: 0.3 + i / 90}} for i in range(30)]
     ax = accuracy_histogram(cands, ARCHS[:2]).axes[0]
     bars = [(round(p.get_x(), 6), round(p.get_x() + p.get_width(), 6)) for p in ax.patches if p.get_height() > 0]
     assert len(bars) >= 2 and all(a[1] <= b[0] or b[1] <= a[0] for i, a in enumerate(bars) for b in bars[i + 1:])

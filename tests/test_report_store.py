@@ -23,7 +23,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def add(store, i, status, accs=None, reason=None, key=None, origin="random"):
     idx = store.add_proposal(GRAPH, None, origin, [3, [0], None])
     accs = accs or {}
-    ev = Evaluation(status, reason, accuracies=accs,
+    ev = Evaluation(status, reason, scores=accs,
                     fitness=sum(accs.values()) / len(accs) if status == "valid" else None)
     store.add_candidate(PendingProposal(idx, GRAPH, None, origin, time.time()), ev,
                         key=key or f"k{i}", fingerprint=None, seconds=1.0,

@@ -36,7 +36,7 @@ def test_load_reads_the_flat_config_as_is(run):
     result = load(run)
     assert result.complete and result.done == result.budget == 75
     top = result.top(3)
-    assert top and all(c.status == "valid" and set(c.accuracies) == set(ARCHS) for c in top)
+    assert top and all(c.status == "valid" and set(c.scores) == set(ARCHS) for c in top)
     with Store(run, readonly=True) as store:
         assert store.get_meta("schema_version") == 4  # reading wrote nothing
 

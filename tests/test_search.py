@@ -40,7 +40,7 @@ def test_search_spends_budget_and_keeps_aging_population(tmp_path):
                             for c in kids)
         assert all(c.origin == "random" and c.parent_id is None for c in cands[:3])
         assert {c.reason for c in cands if c.status == "rejected"} == {"quality:a1"}
-        assert all(c.fitness == pytest.approx(sum(c.accuracies.values()) / 2) for c in valid)
+        assert all(c.fitness == pytest.approx(sum(c.scores.values()) / 2) for c in valid)
         assert all(c.worker for c in cands if not c.cache_hit)
 
 
@@ -112,8 +112,8 @@ def test_cache_hits_reuse_earlier_results(tmp_path):
     for h in hits:
         src = next(c for c in fresh if c.key == h.key or c.fingerprint == h.fingerprint)
         assert src.id < h.id
-        assert (h.status, h.reason, h.accuracies, h.fitness) == (
-            src.status, src.reason, src.accuracies, src.fitness)
+        assert (h.status, h.reason, h.scores, h.fitness) == (
+            src.status, src.reason, src.scores, src.fitness)
         assert h.worker is None
 
 

@@ -55,7 +55,7 @@ def test_search_resume_rerank_tiny(tmp_path, capsys):
         by_proposal = sorted(cands, key=lambda c: c.proposal)
         assert [c.origin for c in by_proposal] == ["seed", "seed", "random", "random"]
         s0 = next(c for c in cands if c.origin == "seed" and c.status == "valid")
-        assert set(s0.accuracies) == {"resnet50_cifar", "mobilenetv2_cifar"}
+        assert set(s0.scores) == {"resnet50_cifar", "mobilenetv2_cifar"}
         assert s0.timings.get("train", 0) > 0 and s0.seconds > 0
         zero = next(c for c in cands if c.origin == "seed" and c.status != "valid")
         assert zero.reason == "precheck:constant" and zero.reason_step == 0

@@ -53,5 +53,5 @@ def test_ray_tiny_search(local_ray, tmp_path):
         cands = s.candidates()
     assert sorted(c.proposal for c in cands) == [0, 1, 2, 3]
     seed = next(c for c in cands if c.origin == "seed")
-    assert seed.status == "valid" and set(seed.accuracies) == set(cfg.archs)
+    assert seed.status == "valid" and set(seed.scores) == set(cfg.archs)
     assert all(c.worker for c in cands if not c.cache_hit)

@@ -60,15 +60,15 @@ def test_layers_equal_at_init_that_trained_identically_are_one_row():
     assert init_key(std) != init_key(square)
     accs = {"resnet50_cifar": 0.416, "mobilenetv2_cifar": 0.2095}
     cands = [
-        {"id": 40, "graph": square, "key": "a", "status": "valid", "accuracies": accs},
-        {"id": 68, "graph": log, "key": "b", "status": "valid", "accuracies": dict(accs)},
-        {"id": 96, "graph": std, "key": "c", "status": "valid", "accuracies": dict(accs)},
+        {"id": 40, "graph": square, "key": "a", "status": "valid", "scores": accs},
+        {"id": 68, "graph": log, "key": "b", "status": "valid", "scores": dict(accs)},
+        {"id": 96, "graph": std, "key": "c", "status": "valid", "scores": dict(accs)},
         {"id": 97, "graph": _over_layer_std("tanh"), "key": "d", "status": "valid",
-         "accuracies": {"resnet50_cifar": 0.416, "mobilenetv2_cifar": 0.2096}},  # v0 moves
-        {"id": 98, "graph": log, "key": "b", "status": "valid", "accuracies": dict(accs)},
+         "scores": {"resnet50_cifar": 0.416, "mobilenetv2_cifar": 0.2096}},  # v0 moves
+        {"id": 98, "graph": log, "key": "b", "status": "valid", "scores": dict(accs)},
     ]
     for c in cands:
-        c["fitness"] = sum(c["accuracies"].values()) / 2
+        c["fitness"] = sum(c["scores"].values()) / 2
     rows = top_layers(cands, same=same_layer_keys())
     assert init_key(_over_layer_std("tanh")) == init_key(square)
     assert [(r.best.id, r.spellings, r.found) for r in rows] == [(97, 1, 1), (40, 2, 3), (96, 1, 1)]

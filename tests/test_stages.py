@@ -82,7 +82,7 @@ def test_train_stages_hurdle_stops_and_quality_bar_rejects():
     ds = search_dataset(cfg)
     g = NAMED_GRAPHS["evonorm_s0"]
     full = train_stages(g, ds, cfg)
-    assert full.status == "valid" and full.stage == 2 and full.accuracies == full.stages[-1]
+    assert full.status == "valid" and full.stage == 2 and full.scores == full.stages[-1]
     arch = cfg.archs[0]  # a reference or re-training run is the candidates' full run
     assert train(g, ds, train_config(cfg, arch)).accuracy == full.stages[-1][arch]
     stopped = train_stages(g, ds, cfg, hurdles=[1.01])  # no layer clears a hurdle above 100%
@@ -90,7 +90,7 @@ def test_train_stages_hurdle_stops_and_quality_bar_rejects():
     assert stopped.stages[0] == full.stages[0]  # the same first stage either way
     rejected = train_stages(g, ds, cfg.replace(quality_factor=20.0))  # bar: 200% accuracy
     assert rejected.status == "rejected" and rejected.reason == f"quality:{cfg.archs[0]}"
-    assert list(rejected.accuracies) == [cfg.archs[0]]  # the other archs were not trained
+    assert list(rejected.scores) == [cfg.archs[0]]  # the other archs were not trained
 
 
 def test_a_candidate_killed_after_a_stage_continues_from_its_checkpoint(tmp_path, monkeypatch):
@@ -145,7 +145,7 @@ def test_final_train_seeds_add_runs_only_for_a_layer_that_reaches_the_end(monkey
     more = train_stages(g, ds, cfg)
     assert more.stages[0] == one.stages[0]  # the first stage is scored on train_seeds runs
     assert more.stages[-1][arch] == pytest.approx((one.stages[-1][arch] + other) / 2)
-    assert more.accuracies == more.stages[-1]
+    assert more.scores == more.stages[-1]
     assert [s for s in steps if s[1] == cfg.seed + 100] == [(a, cfg.seed + 100, 6) for a in cfg.archs]
     steps.clear()  # stopped by a hurdle: no extra run
     stopped = train_stages(g, ds, cfg, hurdles=[1.0])
@@ -164,7 +164,7 @@ def test_train_seeds_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(t
     arch = cfg.archs[0]
     other = train(g, ds, train_config(cfg, arch, seed=cfg.seed + 100)).accuracy
     assert both.stages[-1][arch] == pytest.approx((one.stages[-1][arch] + other) / 2)
-    assert both.accuracies == both.stages[-1] and len(both.stages) == 2
+    assert both.scores == both.stages[-1] and len(both.stages) == 2
     # the quality bar judges the mean: a bar above one seed's first stage but below the mean
     # rejects that seed alone and passes the pair (where the two seeds differ on `arch`)
     firsts = {s: train_stages(g, ds, cfg.replace(seed=s, train_seeds=1, archs=(arch,)))
@@ -236,6 +236,7 @@ def test_version_2_store_gains_the_stages_column(tmp_path):
     for column in ("stages", "features", "prediction"):  # versions 3, 6 and 7
         db.execute(f"ALTER TABLE candidates DROP COLUMN {column}")
     db.execute("ALTER TABLE reranks DROP COLUMN split")  # version 4
+    db.execute("ALTER TABLE candidates RENAME COLUMN scores TO accuracies")  # version 8
     db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     db.commit()
     db.close()

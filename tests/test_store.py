@@ -14,7 +14,7 @@ G = {"nodes": [["sigmoid", 0], ["mul", 0, 4]]}
 
 def _add(store, proposal, status="valid", key="k", fp="f", cache_hit=False, window=None,
          worker=None, **kw):
-    ev = Evaluation(status, accuracies=kw.pop("acc", {"a": 0.5}),
+    ev = Evaluation(status, scores=kw.pop("acc", {"a": 0.5}),
                     fitness=0.5 if status == "valid" else None, **kw)
     prop = PendingProposal(proposal, G, None, "random", time.time())
     return store.add_candidate(prop, ev, key=key, fingerprint=fp, cache_hit=cache_hit,
@@ -37,7 +37,7 @@ def test_round_trip_and_read_api(tmp_path):
     with Store(tmp_path / "store.sqlite", readonly=True) as r:
         assert r.config() == {"budget": 3, "archs": ["a"]}
         (c,) = r.candidates()
-        assert (c.id, c.proposal, c.graph, c.status, c.accuracies, c.worker) == (
+        assert (c.id, c.proposal, c.graph, c.status, c.scores, c.worker) == (
             1, 1, G, "valid", {"a": 0.5}, "w0")
         assert c.timings == {"train": 1.0} and c.cache_hit is False and c.finished_at >= c.created_at
         assert r.population() == [1]
@@ -155,12 +155,12 @@ def test_a_version_1_store_reads_then_migrates_in_place_keeping_its_rows(tmp_pat
     db.close()
     with Store(tmp_path, readonly=True) as r:  # read-only: no migration, detail reads as None
         (old,) = r.candidates()
-        assert (old.id, old.status, old.accuracies, old.fitness, old.detail) == (
+        assert (old.id, old.status, old.scores, old.fitness, old.detail) == (
             1, "valid", {"a": 0.5}, 0.5, None)
         assert r.get_meta("schema_version") == 1
         assert r.reranks()[0]["split"] is None  # scored on the search's held-out images
     with Store(tmp_path) as s:  # for writing: migrated to the current schema
-        assert s.get_meta("schema_version") == SCHEMA_VERSION == 7
+        assert s.get_meta("schema_version") == SCHEMA_VERSION == 8
         assert s.candidates() == [old] and s.population() == [1]
         assert s.config()["evolution"]["budget"] == 2  # the flat config, nested by part
         assert s.search_config().budget == 2 and s.search_config().task == {}
@@ -174,3 +174,50 @@ def test_a_version_1_store_reads_then_migrates_in_place_keeping_its_rows(tmp_pat
     with Store(tmp_path) as s:  # opening again changes nothing
         assert s.get_meta("schema_version") == SCHEMA_VERSION
         assert [c.detail for c in s.candidates()] == [None, {"grad_norm": 3e8}]
+
+
+def _version_7_store(path) -> list:
+    """A store as version 7 left it: the candidates' scores in a column named accuracies."""
+    with Store(path) as s:
+        for i in range(3):
+            s.add_proposal(G, None, "random", [3, [i], None])
+        _add(s, 0, acc={"a": 0.25, "b": 0.75}, window=2)
+        _add(s, 1, status="rejected", reason="quality:b", acc={"a": 0.5}, key="k2")
+        stored = s.candidates()
+    db = sqlite3.connect(path / "store.sqlite")
+    db.execute("ALTER TABLE candidates RENAME COLUMN scores TO accuracies")
+    db.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    return stored
+
+
+def _columns(path) -> set[str]:
+    db = sqlite3.connect(path / "store.sqlite")
+    try:
+        return {r[1] for r in db.execute("PRAGMA table_info(candidates)")}
+    finally:
+        db.close()
+
+
+def test_a_version_7_store_is_migrated_to_scores_with_its_rows_intact(tmp_path):
+    stored = _version_7_store(tmp_path)
+    with Store(tmp_path) as s:
+        assert s.get_meta("schema_version") == SCHEMA_VERSION == 8
+        assert s.candidates() == stored
+        assert [c.scores for c in s.candidates()] == [{"a": 0.25, "b": 0.75}, {"a": 0.5}]
+        (prop,) = s.pending_proposals()  # and a new candidate is written under the new name
+        s.add_candidate(prop, Evaluation.valid({"a": 0.125}), key="k3", fingerprint=None)
+        assert s.get_candidate(3).scores == {"a": 0.125}
+    cols = _columns(tmp_path)
+    assert "scores" in cols and "accuracies" not in cols
+
+
+def test_a_version_7_store_opened_read_only_reads_its_scores_as_they_are(tmp_path):
+    stored = _version_7_store(tmp_path)
+    with Store(tmp_path, readonly=True) as r:
+        assert r.get_meta("schema_version") == 7
+        assert r.candidates() == stored
+        assert r.candidates()[0].scores == {"a": 0.25, "b": 0.75} and r.population() == [1]
+    assert "accuracies" in _columns(tmp_path)  # reading changed nothing
+

@@ -136,11 +136,11 @@ def measure(payload: dict) -> dict:
     if job.kind == "panel":
         res = train_stages(job.graph or job.name, search_dataset(cfg), cfg, screen=False)
         rec.status, rec.reason = res.status, res.reason
-        rec.accuracies, rec.fitness = dict(res.accuracies), res.fitness
+        rec.accuracies, rec.fitness = dict(res.scores), res.fitness
     elif cfg.stages:  # staged: the quality test is the first stage; train on past it, bar at 0
         res = evaluate_candidate({"graph": job.graph,
                                   "config": cfg.replace(quality_factor=0.0).to_dict()})
-        rec.reason, rec.accuracies = res.reason, dict(res.accuracies)
+        rec.reason, rec.accuracies = res.reason, dict(res.scores)
         if res.status == "valid":
             rec.fitness = res.fitness
             bar = quality_threshold(search_dataset(cfg).num_classes, task.quality_factor)
@@ -152,13 +152,13 @@ def measure(payload: dict) -> dict:
     elif job.kind == "random":
         res = evaluate_candidate({"graph": job.graph, "config": cfg.to_dict()})
         rec.status, rec.reason = res.status, res.reason
-        rec.accuracies, rec.fitness = dict(res.accuracies), res.fitness
+        rec.accuracies, rec.fitness = dict(res.scores), res.fitness
         if rec.status != "valid":
             rec.accuracies, rec.fitness = {}, None
     else:
         res = evaluate_candidate({"graph": job.graph,
                                   "config": cfg.replace(quality_steps=0).to_dict()})
-        rec.reason, rec.accuracies = res.reason, dict(res.accuracies)
+        rec.reason, rec.accuracies = res.reason, dict(res.scores)
         if res.status == "valid":
             rec.fitness = res.fitness
         ds = search_dataset(cfg)

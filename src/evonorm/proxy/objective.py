@@ -104,8 +104,8 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
         raise _error(err) from None
     if result.status != "valid":
         raise Reject(result.reason or "rejected", step=result.reason_step, detail=result.detail,
-                     scores=result.accuracies)
-    return dict(result.accuracies)
+                     scores=result.scores)
+    return dict(result.scores)
 
 
 def evaluate_candidate(payload: dict) -> Evaluation:

@@ -77,7 +77,7 @@ class RunData:
         cfg = self.config.get("archs") or self.config.get("architectures") or []
         seen = [a for a in cfg if isinstance(a, str)]
         for c in self.candidates:
-            for a in c.accuracies or {}:
+            for a in c.scores or {}:
                 if a not in seen:
                     seen.append(a)
         return seen
@@ -180,8 +180,8 @@ def _references(data: RunData, folder: Path) -> dict[str, dict[str, float]]:
     names = named_keys()
     for c in data.candidates:
         label = names.get(c.key or "")
-        if label and c.accuracies and label not in refs:
-            refs[label] = dict(c.accuracies)
+        if label and c.scores and label not in refs:
+            refs[label] = dict(c.scores)
     return refs
 
 

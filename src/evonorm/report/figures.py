@@ -144,7 +144,7 @@ def random_accuracies(candidates: Sequence[Any], archs: Sequence[str], chance: f
         if origin is not None and c.origin != origin:
             continue
         for a in archs:
-            acc = (c.accuracies or {}).get(a)
+            acc = (c.scores or {}).get(a)
             out[a].append(float(acc) if finite(acc) else chance)
     return out
 
@@ -234,13 +234,13 @@ def pareto(run: RunData) -> Any:
     fig, ax = plt.subplots(figsize=(5.6, 4.8))
     pop_ids = set(run.population)
     members = [c for c in run.valid if c.id in pop_ids] or run.valid
-    members = [c for c in members if all(finite((c.accuracies or {}).get(a)) for a in archs)]
+    members = [c for c in members if all(finite((c.scores or {}).get(a)) for a in archs)]
     if len(archs) < 2 or not members:
         _message(ax, "no valid layer with accuracies on two architectures yet")
         ax.set_title("Pareto front of the population")
         return fig
     a, b = archs[0], archs[1]
-    pts = [[c.accuracies[x] for x in archs] for c in members]
+    pts = [[c.scores[x] for x in archs] for c in members]
     front = set(pareto_front(pts))
     ax.scatter([p[0] for i, p in enumerate(pts) if i not in front],
                [p[1] for i, p in enumerate(pts) if i not in front],

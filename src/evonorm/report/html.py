@@ -98,7 +98,7 @@ def top_table(run: RunData, n: int = 10) -> str:
     rows = []
     for i, row in enumerate(top_layers(run.candidates, n, same=same_layer_keys()), 1):
         c = row.best
-        rows.append([i, formula_cell(c.graph), *[(c.accuracies or {}).get(a) for a in archs],
+        rows.append([i, formula_cell(c.graph), *[(c.scores or {}).get(a) for a in archs],
                      c.fitness, row.spellings, row.found, c.id, c.origin])
     if not rows:
         return '<p class="note">No valid layer yet.</p>'

@@ -28,7 +28,7 @@ def summary_table(run_dir: str | Path, top: int = 10) -> str:
     for rank, row in enumerate(rows, 1):
         c = row.best
         lines.append([str(rank), str(c.id), f"{c.fitness:.4f}"]
-                     + [f"{c.accuracies.get(a, float('nan')):.4f}" for a in archs]
+                     + [f"{c.scores.get(a, float('nan')):.4f}" for a in archs]
                      + [str(row.spellings), formula(c.graph)])
     widths = [max(len(r[i]) for r in lines) for i in range(len(head) - 1)]
     table = "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + r[-1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
-from evonorm.search.evaluation import Evaluation, finite
+from evonorm.search.evaluation import Evaluation, accuracies_renamed, finite
 
 Origin = Literal["random", "mutation", "seed"]
 
@@ -25,7 +25,7 @@ class Candidate:
     """One finished evaluation: the `Evaluation` the store saved whole, plus where it came from.
 
     The defaults serve hand-written records (reports of plain dicts, tests); the store fills every
-    field. The evaluation's fields read through (`c.status`, `c.accuracies`, ...).
+    field. The evaluation's fields read through (`c.status`, `c.scores`, ...).
     """
 
     id: int
@@ -44,16 +44,22 @@ class Candidate:
     features: dict | None = None  # at birth, with the prescreen on (`evonorm.search.features`)
     prediction: dict | None = None  # the surrogate's, before training (`surrogate.Born.record`)
 
-    # the evaluation's fields, read through: c.status, c.reason, c.accuracies, ...
+    # the evaluation's fields, read through: c.status, c.reason, c.scores, ...
     status = _evaluation_field("status")
     reason = _evaluation_field("reason")
     reason_step = _evaluation_field("reason_step")
     detail = _evaluation_field("detail")
-    accuracies = _evaluation_field("accuracies")
+    scores = _evaluation_field("scores")
     fitness = _evaluation_field("fitness")
     timings = _evaluation_field("timings")
     stages = _evaluation_field("stages")
     stage = _evaluation_field("stage")
+
+    @property
+    def accuracies(self) -> dict[str, float]:
+        """The old name of `scores`, read with a DeprecationWarning."""
+        accuracies_renamed()
+        return self.scores
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Candidate":
@@ -143,7 +149,7 @@ def same_layer_keys() -> tuple[KeyFn, KeyFn]:
     """How readers tell that two distinct valid layers of a run are one (`top_layers(same=...)`):
     the same function (both fingerprints agree: `function_key`), or the same training: equal at
     v0 = 0 and v1 = 1, their initial values (`init_key`), and trained to exactly the same
-    accuracies at the same stage (x - v0^2 and x - sign(v0)*ln|v0| both leave v0 at 0, where
+    scores at the same stage (x - v0^2 and x - sign(v0)*ln|v0| both leave v0 at 0, where
     neither has a gradient). Each key is computed once per candidate."""
     memo: dict[tuple[str, int], str | None] = {}
 
@@ -156,9 +162,9 @@ def same_layer_keys() -> tuple[KeyFn, KeyFn]:
         if ("init", c.id) not in memo:
             memo["init", c.id] = init_key(c.graph)
         k = memo["init", c.id]
-        if k is None or not c.accuracies:
+        if k is None or not c.scores:
             return None
-        return f"{k}|{c.stage}|" + ",".join(f"{a}={v!r}" for a, v in sorted(c.accuracies.items()))
+        return f"{k}|{c.stage}|" + ",".join(f"{a}={v!r}" for a, v in sorted(c.scores.items()))
 
     return function, training
 

@@ -95,7 +95,7 @@ class SearchResult:
     def top(self, k: int = 5) -> list[Candidate]:
         """The best `k` distinct valid layers, best first (as the report ranks them: one row per
         layer however often it was proposed or spelled), each its best `Candidate` (`.graph` JSON,
-        `.fitness`, `.accuracies` per objective)."""
+        `.fitness`, `.scores` per objective)."""
 
         with Store(self.run_dir, readonly=True) as store:
             return [row.best for row in top_layers(store.candidates(), k, same=same_layer_keys())]
@@ -196,7 +196,7 @@ class _Search:
         """A candidate as a population member: a valid one at its stage, whose stage fitnesses
         feed the hurdles (a cache hit's too: every proposal of a layer counts, as in the
         population); a near miss at stage 0, so any valid contestant beats it."""
-        scores = tuple(float(c.accuracies.get(a, 0.0)) for a in self.cfg.scores)
+        scores = tuple(float(c.scores.get(a, 0.0)) for a in self.cfg.scores)
         if c.status != "valid":
             return Member(c.id, c.graph, scores, 0)
         for k, f in enumerate(c.evaluation.stage_fitness[:len(self.reached)]):
@@ -291,11 +291,11 @@ class _Search:
         """A valid result scored under the run's score names (`cfg.scores`). The first valid
         result names them (stored in the config); a later result under other names is the
         objective's error."""
-        names = set(e.accuracies)
+        names = set(e.scores)
         if e.status != "valid" or names == set(self.cfg.scores):
             return e
         if self.tally.valid == 0:
-            self.cfg = self.cfg.replace(scores=tuple(e.accuracies))
+            self.cfg = self.cfg.replace(scores=tuple(e.scores))
             self.store.set_config(self.cfg.to_dict())
             return e
         return Evaluation("rejected", reason=(

@@ -4,12 +4,31 @@ store saves whole, and the driver and the report read back (stdlib only, so it i
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal, Mapping, get_args
+from typing import Any, Callable, Literal, Mapping, get_args
 
 Status = Literal["valid", "rejected", "failed"]
 STATUSES: tuple[str, ...] = get_args(Status)  # a finished evaluation has one of these
+
+
+def accuracies_renamed(stacklevel: int = 2) -> None:
+    """Warn that `accuracies` is now `scores` (an objective's scores need not be accuracies) where
+    the old name was used: `stacklevel` counts as `warnings.warn` counts from its caller."""
+    warnings.warn("accuracies is now scores", DeprecationWarning, stacklevel=stacklevel + 1)
+
+
+def _scores(scores: Mapping[str, float] | None, accuracies: Mapping[str, float] | None
+            ) -> Mapping[str, float] | None:
+    """`scores`, or what was given under the old keyword `accuracies` (with the warning)."""
+    if accuracies is None:
+        return scores
+    if scores is not None:
+        raise TypeError("give scores, not accuracies as well (accuracies is now scores)")
+    accuracies_renamed(3)
+    return accuracies
 
 
 @dataclass(frozen=True)
@@ -21,12 +40,12 @@ class Evaluation:
     status: Status
     reason: str | None = None
     reason_step: int | None = None  # the training or ascent step where the check failed
-    detail: dict | None = None  # what the check measured (grad_norm, accuracy and threshold, ...)
-    accuracies: dict[str, float] = field(default_factory=dict)  # held-out accuracy per arch
-    fitness: float | None = None  # mean of `accuracies`, for valid evaluations only
+    detail: dict | None = None  # what the check measured (a gradient norm, a score and its bar, ...)
+    scores: dict[str, float] = field(default_factory=dict)  # the objective's score per name
+    fitness: float | None = None  # mean of `scores`, for valid evaluations only
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase; "calls:PATH": layer calls per path
-    # multi-fidelity: accuracies per architecture after each stage reached; `accuracies` and
-    # `fitness` are the last stage's. A valid layer stopped by a hurdle has fewer stages.
+    # multi-fidelity: scores per name after each stage reached; `scores` and `fitness` are the
+    # last stage's. A valid layer stopped by a hurdle has fewer stages.
     stages: list[dict[str, float]] = field(default_factory=list)
 
     @property
@@ -39,31 +58,43 @@ class Evaluation:
         an equal stage, and one that cleared a hurdle outranks those it stopped)."""
         return (self.stage, self.fitness if self.fitness is not None else float("-inf"))
 
-    @classmethod
-    def valid(cls, accuracies: Mapping[str, float], timings: Mapping[str, float] | None = None,
-              stages: list[Mapping[str, float]] | None = None) -> "Evaluation":
-        accs = dict(accuracies)
-        return cls("valid", accuracies=accs, fitness=sum(accs.values()) / len(accs) if accs else None,
-                   timings=dict(timings or {}), stages=[dict(s) for s in stages or []])
+    @property
+    def accuracies(self) -> dict[str, float]:
+        """The old name of `scores`, read with a DeprecationWarning."""
+        accuracies_renamed()
+        return self.scores
 
     @classmethod
-    def rejected(cls, rejection: Any, accuracies: Mapping[str, float] | None = None,
-                 timings: Mapping[str, float] | None = None) -> "Evaluation":
+    def valid(cls, scores: Mapping[str, float] | None = None, timings: Mapping[str, float] | None = None,
+              stages: list[Mapping[str, float]] | None = None, *,
+              accuracies: Mapping[str, float] | None = None) -> "Evaluation":
+        """Scored on every name; fitness their mean. (`accuracies=`: the old keyword.)"""
+        given = _scores(scores, accuracies)
+        if given is None:
+            raise TypeError("Evaluation.valid() needs scores")
+        s = dict(given)
+        return cls("valid", scores=s, fitness=sum(s.values()) / len(s) if s else None,
+                   timings=dict(timings or {}), stages=[dict(st) for st in stages or []])
+
+    @classmethod
+    def rejected(cls, rejection: Any, scores: Mapping[str, float] | None = None,
+                 timings: Mapping[str, float] | None = None, *,
+                 accuracies: Mapping[str, float] | None = None) -> "Evaluation":
         """From a `Reject` (reason, step, detail) and what was measured before it."""
         return cls("rejected", rejection.reason, rejection.step, rejection.detail,
-                   dict(accuracies or {}), None, dict(timings or {}))
+                   dict(_scores(scores, accuracies) or {}), None, dict(timings or {}))
 
     @property
     def near_miss(self) -> bool:
-        """Rejected by the quality test after it learned on an architecture (an accuracy at or
-        above the bar on one, below it on another): evolution may mutate it (`near_misses`)."""
+        """Rejected by the quality test after it learned on some objective (a score at or above
+        the bar on one, below it on another): evolution may mutate it (`near_misses`)."""
         bar = (self.detail or {}).get("threshold")
         return (self.status == "rejected" and (self.reason or "").startswith("quality:")
-                and bar is not None and any(a >= bar for a in self.accuracies.values()))
+                and bar is not None and any(a >= bar for a in self.scores.values()))
 
     @property
     def stage_fitness(self) -> list[float]:
-        """Mean accuracy over the architectures after each stage reached."""
+        """Mean score over the names after each stage reached."""
         return [sum(s.values()) / len(s) for s in self.stages if s]
 
     @classmethod
@@ -75,15 +106,35 @@ class Evaluation:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Evaluation":
-        """The dict form (`to_dict`, or a hand-written record): unknown keys are ignored."""
+        """The dict form (`to_dict`, or a hand-written record): unknown keys are ignored; a
+        record's `accuracies` (the old name) reads as `scores`, with the warning."""
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
-        kw["accuracies"] = dict(kw.get("accuracies") or {})
+        if "accuracies" in d and "scores" not in d:
+            accuracies_renamed()
+            kw["scores"] = d["accuracies"]
+        kw["scores"] = dict(kw.get("scores") or {})
         kw["timings"] = dict(kw.get("timings") or {})
         kw["stages"] = [dict(s) for s in kw.get("stages") or []]
         return cls(**kw)
 
 
+def _old_keyword(init: Callable[..., None]) -> Callable[..., None]:
+    """The dataclass's __init__, also taking `accuracies=` (the old name of `scores`, warned)."""
+
+    @functools.wraps(init)
+    def __init__(self: Evaluation, *args: Any, accuracies: Mapping[str, float] | None = None,
+                 **kw: Any) -> None:
+        if accuracies is not None:
+            kw["scores"] = _scores(kw.pop("scores", None), accuracies)
+        init(self, *args, **kw)
+
+    return __init__
+
+
+Evaluation.__init__ = _old_keyword(Evaluation.__init__)  # type: ignore[method-assign]
+
+
 def finite(x: Any) -> bool:
-    """True for a real, finite number (a fitness or accuracy that can be plotted and ranked)."""
+    """True for a real, finite number (a fitness or score that can be plotted and ranked)."""
     return isinstance(x, (int, float)) and math.isfinite(x)

@@ -1,7 +1,7 @@
 """Regularized (aging) evolution with multi-objective tournaments, and random search (paper Sec. 4.3).
 
 Everything random goes through one stdlib `random.Random` so the driver can save its state with each
-proposal and a resumed search continues the same stream. Scores are maximised (accuracies).
+proposal and a resumed search continues the same stream. Scores are maximised.
 
 Graph and fingerprint imports are made where a layer is proposed: they load torch, which the
 engine's other modules do not need.

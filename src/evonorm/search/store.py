@@ -24,9 +24,10 @@ from evonorm.search.config import PARTS, SearchConfig, nested_config
 from evonorm.search.evaluation import Evaluation
 
 STORE_NAME = "store.sqlite"
-SCHEMA_VERSION = 7  # 2: candidates.detail (what a rejection measured); 3: candidates.stages;
+SCHEMA_VERSION = 8  # 2: candidates.detail (what a rejection measured); 3: candidates.stages;
 # 4: reranks.split; 5: the config nested by part (`SearchConfig`), the task's settings apart;
-# 6: candidates.features (at birth); 7: candidates.prediction (the prescreen's)
+# 6: candidates.features (at birth); 7: candidates.prediction (the prescreen's);
+# 8: candidates.accuracies renamed scores (an objective's scores need not be accuracies)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,10 +51,10 @@ CREATE TABLE IF NOT EXISTS candidates (
     reason TEXT,
     reason_step INTEGER,
     detail TEXT,                        -- JSON, or NULL (schema version 2)
-    stages TEXT,                        -- JSON list of per-stage accuracies, or NULL (version 3)
+    stages TEXT,                        -- JSON list of per-stage scores, or NULL (version 3)
     features TEXT,                      -- JSON {name: value} at birth, or NULL (version 6)
     prediction TEXT,                    -- JSON, the surrogate's before training, or NULL (version 7)
-    accuracies TEXT NOT NULL,
+    scores TEXT NOT NULL,               -- JSON {name: score}; named accuracies before version 8
     fitness REAL,
     cache_hit INTEGER NOT NULL,
     seconds REAL NOT NULL,
@@ -120,7 +121,8 @@ _MIGRATIONS = {1: "ALTER TABLE candidates ADD COLUMN detail TEXT",
                3: "ALTER TABLE reranks ADD COLUMN split TEXT",
                4: _nest_config,
                5: "ALTER TABLE candidates ADD COLUMN features TEXT",
-               6: "ALTER TABLE candidates ADD COLUMN prediction TEXT"}
+               6: "ALTER TABLE candidates ADD COLUMN prediction TEXT",
+               7: "ALTER TABLE candidates RENAME COLUMN accuracies TO scores"}
 
 
 def migrate(db: sqlite3.Connection) -> None:
@@ -404,12 +406,12 @@ class Store:
         with self._db:
             cur = self._db.execute(
                 "INSERT INTO candidates (proposal, graph, key, fingerprint, parent_id, origin, "
-                "status, reason, reason_step, detail, accuracies, fitness, cache_hit, seconds, "
+                "status, reason, reason_step, detail, scores, fitness, cache_hit, seconds, "
                 "timings, worker, created_at, finished_at, stages, features, prediction) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (proposal.idx, json.dumps(proposal.graph), key, fingerprint, proposal.parent_id,
                  proposal.origin, e.status, e.reason, e.reason_step,
-                 None if e.detail is None else json.dumps(e.detail), json.dumps(e.accuracies),
+                 None if e.detail is None else json.dumps(e.detail), json.dumps(e.scores),
                  e.fitness, int(cache_hit), seconds, json.dumps(e.timings), worker,
                  proposal.created_at, now, json.dumps(e.stages) if e.stages else None,
                  _json_or_null(features), _json_or_null(prediction)))
@@ -452,10 +454,11 @@ class Store:
         stages = r["stages"] if "stages" in cols else None  # ... or of a version-2 one
         features = r["features"] if "features" in cols else None  # ... or of one before version 6
         prediction = r["prediction"] if "prediction" in cols else None
+        scores = "scores" if "scores" in cols else "accuracies"  # ... or before version 8
         evaluation = Evaluation(
             status=r["status"], reason=r["reason"], reason_step=r["reason_step"],
             detail=None if detail is None else self._json(detail, f"{where}: detail", hints["detail"]),
-            accuracies=self._json(r["accuracies"], f"{where}: accuracies", hints["accuracies"]),
+            scores=self._json(r[scores], f"{where}: {scores}", hints["scores"]),
             fitness=r["fitness"], timings=self._json(r["timings"], f"{where}: timings", hints["timings"]),
             stages=self._json(stages, f"{where}: stages", hints["stages"]) if stages else [])
         return Candidate(
