@@ -73,8 +73,9 @@ class RunData:
 
     @property
     def archs(self) -> list[str]:
-        """Architectures in the order the config lists them, else in order of first appearance."""
-        cfg = self.config.get("archs") or self.config.get("architectures") or []
+        """The score names (the proxy task's architectures) in the order the config lists them, else in order
+        of first appearance."""
+        cfg = self.config.get("archs") or self.config.get("scores") or self.config.get("architectures") or []
         seen = [a for a in cfg if isinstance(a, str)]
         for c in self.candidates:
             for a in c.scores or {}:
