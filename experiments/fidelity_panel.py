@@ -22,6 +22,10 @@ panel resumes where it stopped. `<out>/panel.json` is rewritten after every run,
 `proxies` that `evonorm calibrate` wrote into it.
 
     nohup nice -n 15 python experiments/fidelity_panel.py --workers 2 > runs/panel.log 2>&1 &
+
+Where a GPU is lent, the same panel (or a wider one, the paper's proxy widths) is a second reference
+in a folder of its own: `--device cuda --width 0.25 --out results/fidelity-gpu`. A folder holds one
+setting: resuming it with another is refused in one line.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ CURVE_LAYERS = ("bn_relu", "evonorm_s0")  # scored at every fifth of training
 ARCH_LR = {"resnet50_cifar": 0.1, "mobilenetv2_cifar": 0.03}
 SETTING = {"dataset": "fashion_mnist", "width": 0.0625, "steps": 2000, "batch_size": 64,
            "schedule": "cosine", "lr_warmup": 100, "lr": ARCH_LR, "eval_batch_size": 64,
-           "n_train": 60000, "n_test": 10000, "seeds": [0, 1, 2], "threads_per_run": 1}
+           "n_train": 60000, "n_test": 10000, "seeds": [0, 1, 2], "threads_per_run": 1, "device": "cpu"}
 CHANCE = 0.1
 
 
@@ -108,7 +112,8 @@ def train_one(job: tuple) -> dict:
     cfg = TrainConfig(arch=arch, width=setting["width"], steps=setting["steps"],
                       batch_size=setting["batch_size"], lr=ARCH_LR[arch], schedule="cosine",
                       lr_warmup=setting["lr_warmup"], eval_batch_size=setting["eval_batch_size"],
-                      n_train=setting["n_train"], n_test=setting["n_test"], seed=seed)
+                      n_train=setting["n_train"], n_test=setting["n_test"], seed=seed,
+                      device=setting.get("device", "cpu"))
     fifths = (1, 2, 3, 4, 5) if layer in CURVE_LAYERS else (3, 4, 5)
     points = [cfg.steps * k // 5 for k in fifths]
     ckpt = Path(out) / "ckpt" / f"{run_key(layer, arch, seed)}.pt"
@@ -164,6 +169,16 @@ def write_panel(out: Path, rows: list[dict], wall: float, command: str, setting:
     os.replace(tmp, path)
 
 
+def stored_setting(out: Path) -> dict | None:
+    """The setting a panel folder was started with (None: a new folder), as `main` builds it."""
+    path = out / "panel.json"
+    if not path.exists():
+        return None
+    stored = dict(json.loads(path.read_text())["reference"]["setting"])
+    stored.pop("layers", None)
+    return {"device": "cpu", **stored}  # panels started before --device ran on the CPU
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=RESULTS / "fidelity")
@@ -171,10 +186,16 @@ def main() -> None:
     p.add_argument("--only", nargs="*", help="train these panel layers only")
     p.add_argument("--dry-run", action="store_true",
                    help="a few steps on 640 images (a check of the script, not a panel)")
+    p.add_argument("--device", default=SETTING["device"], help="cpu, or cuda for a second reference")
+    p.add_argument("--width", type=float, default=SETTING["width"], help="channel multiplier")
     args = p.parse_args()
-    setting = dict(SETTING)
+    setting = {**SETTING, "device": args.device, "width": args.width}
     if args.dry_run:
         setting.update(steps=10, n_train=640, n_test=200, lr_warmup=2)
+    if stored_setting(args.out) not in (None, setting):
+        print(f"fidelity_panel: {args.out} holds a panel of another setting "
+              f"({stored_setting(args.out)}): give it another --out", file=sys.stderr)
+        sys.exit(2)
     args.out.mkdir(parents=True, exist_ok=True)
     rows_path = args.out / "runs.jsonl"
     done = {run_key(r["layer"], r["arch"], r["seed"]) for r in read_rows(rows_path)}

@@ -51,3 +51,17 @@ def test_the_panel_file_keeps_the_proxies(tmp_path):
     assert data["proxies"] == {"demo": {"x": 1}}
     assert data["reference"]["runs"] == [row] and data["reference"]["wall_seconds"] == 12.0
     assert len(data["reference"]["setting"]["layers"]) >= 16 and data["reference"]["machine"]
+
+
+def test_a_panel_folder_holds_one_setting_and_another_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "panel"
+    out.mkdir()
+    old = {k: v for k, v in fp.SETTING.items() if k != "device"}  # written before --device existed
+    (out / "panel.json").write_text(json.dumps({"reference": {"setting": {**old, "layers": ["x"]}}}))
+    assert fp.stored_setting(out) == fp.SETTING  # an earlier panel ran on the CPU
+    monkeypatch.setattr(sys, "argv", ["fidelity_panel.py", "--out", str(out), "--width", "0.25"])
+    with pytest.raises(SystemExit) as stop:
+        fp.main()
+    err = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "holds a panel of another setting" in err[0]
+    assert not (out / "runs.jsonl").exists()
