@@ -375,8 +375,8 @@ def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) ->
                 spent[name] += took[name]
             pair_ratios.append(took["before"] / took["objective"])
             a, b = got["before"], got["objective"]
-            same &= (a.status, a.reason, a.scores, a.stages) == (b.status, b.reason, b.scores,
-                                                                 b.stages)
+            same &= (a.status, a.reason, a.scores, a.stage_scores) == (b.status, b.reason, b.scores,
+                                                                 b.stage_scores)
             print(f"round {r + 1} candidate {i + 1}: {a.status} {a.reason or ''} | "
                   + " ".join(f"{n} {got[n].status}" for n in paths), flush=True)
     n = rounds * len(payloads)

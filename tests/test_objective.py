@@ -68,6 +68,16 @@ def test_the_old_name_accuracies_still_reads_with_a_deprecation_warning():
         Evaluation("valid", scores={"a": 1.0}, accuracies={"a": 1.0})
 
 
+def test_the_old_name_stages_of_the_per_stage_scores_reads_with_a_deprecation_warning():
+    ev = Evaluation.valid({"a": 0.5}, stage_scores=[{"a": 0.25}, {"a": 0.5}])
+    with pytest.warns(DeprecationWarning, match="^Evaluation.stages is now stage_scores$"):
+        assert ev.stages == ev.stage_scores == [{"a": 0.25}, {"a": 0.5}]
+    with pytest.warns(DeprecationWarning, match="stages is now stage_scores"):
+        assert Candidate(1, ev).stages == ev.stage_scores
+    assert Evaluation.from_dict({"status": "valid", "scores": {"a": 0.5}, "fitness": 0.5,
+                                 "stages": [{"a": 0.25}, {"a": 0.5}]}) == ev  # a record from before
+
+
 def test_trial_hurdles_and_nonfinite_reports():
     t = Trial(graph=None, hurdles=[0.5, None])
     assert not t.should_stop()
@@ -91,17 +101,17 @@ def test_trial_hurdles_and_nonfinite_reports():
         return 0.6
 
     staged = run_trial(two_stages, _payload(stages=(2,), quality_steps=0))
-    assert staged.stages == [{"objective": 0.3}, {"objective": 0.6}] and staged.stage == 2
+    assert staged.stage_scores == [{"objective": 0.3}, {"objective": 0.6}] and staged.stage == 2
 
     def reports_then_returns(norm_act, trial):
         trial.report(0.3, step=1)
         return 0.7 if not trial.should_stop() else 0.3
 
     on = run_trial(reports_then_returns, _payload(stages=(2,), quality_steps=0))
-    assert on.stages == [{"objective": 0.3}, {"objective": 0.7}] and on.fitness == 0.7
+    assert on.stage_scores == [{"objective": 0.3}, {"objective": 0.7}] and on.fitness == 0.7
     payload = {**_payload(stages=(2,), quality_steps=0), "hurdles": [0.5]}
     stopped = run_trial(reports_then_returns, payload)
-    assert stopped.stages == [{"objective": 0.3}] and stopped.stage == 1
+    assert stopped.stage_scores == [{"objective": 0.3}] and stopped.stage == 1
 
 
 def test_search_on_own_objective_stores_every_outcome_and_ranks_distinct_layers(tmp_path):

@@ -80,13 +80,13 @@ def test_a_planted_pickle_is_not_run_and_the_candidate_trains_again(tmp_path, mo
     again = train_stages(g, ds, cfg, checkpoint=str(ckpt))
     assert not marker.exists()
     assert calls[:len(cfg.archs)] == [3] * len(cfg.archs)  # from the first stage
-    assert again.stages == whole.stages and not ckpt.exists()
+    assert again.stage_scores == whole.stage_scores and not ckpt.exists()
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "dropped stage checkpoint" in err[0] and str(ckpt) in err[0]
 
     ckpt.write_bytes(pickle.dumps(_Planted(str(marker))))
     calls.clear()
-    assert train_stages(g, ds, cfg, checkpoint=str(ckpt)).stages == whole.stages
+    assert train_stages(g, ds, cfg, checkpoint=str(ckpt)).stage_scores == whole.stage_scores
     assert not marker.exists() and calls[0] == 3
     ckpt.write_bytes(pickle.dumps(_Planted(str(marker))))
     pickle.loads(ckpt.read_bytes())  # the file is a real threat: unpickled, it runs
@@ -101,7 +101,7 @@ def test_corrupt_or_foreign_checkpoints_are_dropped(tmp_path, monkeypatch, capfd
     ckpt = tmp_path / "7.pt"
     for content in (b"", b"\x80\x04garbage", os.urandom(256)):
         ckpt.write_bytes(content)
-        assert train_stages(g, ds, cfg, checkpoint=str(ckpt)).stages == whole.stages
+        assert train_stages(g, ds, cfg, checkpoint=str(ckpt)).stage_scores == whole.stage_scores
         assert len(capfd.readouterr().err.strip().splitlines()) == 1
     # plain data, but not this candidate's: stages of other architectures, or no runs
     for saved in ({"stages": [{"other_arch": 0.5}], "runs": {}},
@@ -109,7 +109,7 @@ def test_corrupt_or_foreign_checkpoints_are_dropped(tmp_path, monkeypatch, capfd
                   {"stages": [], "runs": {}}, [1, 2, 3]):
         torch.save(saved, ckpt)
         calls = _count_advances(monkeypatch)
-        assert train_stages(g, ds, cfg, checkpoint=str(ckpt)).stages == whole.stages
+        assert train_stages(g, ds, cfg, checkpoint=str(ckpt)).stage_scores == whole.stage_scores
         assert calls[0] == 3 and not ckpt.exists()
         assert "dropped stage checkpoint" in capfd.readouterr().err
         monkeypatch.undo()
@@ -143,5 +143,5 @@ def test_a_search_never_runs_a_checkpoint_planted_in_its_run_folder(tmp_path, ca
     assert result.complete and not marker.exists()
     with Store(run, readonly=True) as store:
         seed = next(c for c in store.candidates() if c.origin == "seed")
-    assert seed.status == "valid" and len(seed.stages) == 2  # trained again from its first stage
+    assert seed.status == "valid" and len(seed.stage_scores) == 2  # trained again from its first stage
     assert "dropped stage checkpoint" in capfd.readouterr().err

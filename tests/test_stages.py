@@ -82,12 +82,12 @@ def test_train_stages_hurdle_stops_and_quality_bar_rejects():
     ds = search_dataset(cfg)
     g = NAMED_GRAPHS["evonorm_s0"]
     full = train_stages(g, ds, cfg)
-    assert full.status == "valid" and full.stage == 2 and full.scores == full.stages[-1]
+    assert full.status == "valid" and full.stage == 2 and full.scores == full.stage_scores[-1]
     arch = cfg.archs[0]  # a reference or re-training run is the candidates' full run
-    assert train(g, ds, train_config(cfg, arch)).accuracy == full.stages[-1][arch]
+    assert train(g, ds, train_config(cfg, arch)).accuracy == full.stage_scores[-1][arch]
     stopped = train_stages(g, ds, cfg, hurdles=[1.01])  # no layer clears a hurdle above 100%
     assert stopped.status == "valid" and stopped.stage == 1
-    assert stopped.stages[0] == full.stages[0]  # the same first stage either way
+    assert stopped.stage_scores[0] == full.stage_scores[0]  # the same first stage either way
     rejected = train_stages(g, ds, cfg.replace(quality_factor=20.0))  # bar: 200% accuracy
     assert rejected.status == "rejected" and rejected.reason == f"quality:{cfg.archs[0]}"
     assert list(rejected.scores) == [cfg.archs[0]]  # the other archs were not trained
@@ -117,7 +117,7 @@ def test_a_candidate_killed_after_a_stage_continues_from_its_checkpoint(tmp_path
     calls.clear()
     again = train_stages(g, ds, cfg, checkpoint=str(ckpt))
     assert calls == [6] * len(cfg.archs)  # stage one was not trained again
-    assert again.stages == whole.stages and not ckpt.exists()
+    assert again.stage_scores == whole.stage_scores and not ckpt.exists()
 
 
 def test_config_checks_stages():
@@ -143,13 +143,13 @@ def test_final_train_seeds_add_runs_only_for_a_layer_that_reaches_the_end(monkey
     monkeypatch.setattr(Run, "advance", lambda self, to_step=None, **kw: (
         steps.append((self.cfg.arch, self.cfg.seed, to_step)), real(self, to_step, **kw))[1])
     more = train_stages(g, ds, cfg)
-    assert more.stages[0] == one.stages[0]  # the first stage is scored on train_seeds runs
-    assert more.stages[-1][arch] == pytest.approx((one.stages[-1][arch] + other) / 2)
-    assert more.scores == more.stages[-1]
+    assert more.stage_scores[0] == one.stage_scores[0]  # the first stage is scored on train_seeds runs
+    assert more.stage_scores[-1][arch] == pytest.approx((one.stage_scores[-1][arch] + other) / 2)
+    assert more.scores == more.stage_scores[-1]
     assert [s for s in steps if s[1] == cfg.seed + 100] == [(a, cfg.seed + 100, 6) for a in cfg.archs]
     steps.clear()  # stopped by a hurdle: no extra run
     stopped = train_stages(g, ds, cfg, hurdles=[1.0])
-    assert len(stopped.stages) == 1 and all(s[1] == cfg.seed for s in steps)
+    assert len(stopped.stage_scores) == 1 and all(s[1] == cfg.seed for s in steps)
     with pytest.raises(ValueError, match="final_train_seeds must be >= train_seeds"):
         _staged_cfg(train_seeds=2, final_train_seeds=1)
 
@@ -163,15 +163,15 @@ def test_train_seeds_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(t
     one = train_stages(g, ds, cfg.replace(train_seeds=1))
     arch = cfg.archs[0]
     other = train(g, ds, train_config(cfg, arch, seed=cfg.seed + 100)).accuracy
-    assert both.stages[-1][arch] == pytest.approx((one.stages[-1][arch] + other) / 2)
-    assert both.scores == both.stages[-1] and len(both.stages) == 2
+    assert both.stage_scores[-1][arch] == pytest.approx((one.stage_scores[-1][arch] + other) / 2)
+    assert both.scores == both.stage_scores[-1] and len(both.stage_scores) == 2
     # the quality bar judges the mean: a bar above one seed's first stage but below the mean
     # rejects that seed alone and passes the pair (where the two seeds differ on `arch`)
     firsts = {s: train_stages(g, ds, cfg.replace(seed=s, train_seeds=1, archs=(arch,)))
-              .stages[0][arch] for s in (cfg.seed, cfg.seed + 100)}
+              .stage_scores[0][arch] for s in (cfg.seed, cfg.seed + 100)}
     low = min(firsts, key=firsts.get)
     mean = sum(firsts.values()) / 2
-    assert both.stages[0][arch] == pytest.approx(mean)
+    assert both.stage_scores[0][arch] == pytest.approx(mean)
     if firsts[low] < mean:
         factor = (firsts[low] + mean) / 2 * ds.num_classes
         alone = train_stages(g, ds, cfg.replace(seed=low, train_seeds=1, quality_factor=factor))
@@ -193,7 +193,7 @@ def test_train_seeds_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(t
     monkeypatch.setattr(Run, "advance", lambda self, to_step=None, **kw: (
         calls.append(to_step), real(self, to_step, **kw))[1])
     again = train_stages(g, ds, cfg, checkpoint=str(ckpt))
-    assert calls == [6] * (2 * len(cfg.archs)) and again.stages == both.stages
+    assert calls == [6] * (2 * len(cfg.archs)) and again.stage_scores == both.stage_scores
 
 
 def test_tournament_compares_only_at_the_furthest_stage():
@@ -241,10 +241,10 @@ def test_version_2_store_gains_the_stages_column(tmp_path):
     db.commit()
     db.close()
     with Store(run, readonly=True) as store:  # reads as it is
-        assert all(c.stages == [] for c in store.candidates())
+        assert all(c.stage_scores == [] for c in store.candidates())
     with Store(run) as store:  # migrates when opened for writing
         assert store._db.execute("SELECT stages FROM candidates").fetchall()
-    ev = Evaluation.valid({"a": 0.5}, stages=[{"a": 0.3}, {"a": 0.5}])
+    ev = Evaluation.valid({"a": 0.5}, stage_scores=[{"a": 0.3}, {"a": 0.5}])
     assert Evaluation.from_dict(ev.to_dict()) == ev and ev.stage_fitness == [0.3, 0.5]
 
 

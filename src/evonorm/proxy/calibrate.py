@@ -144,7 +144,7 @@ def measure(payload: dict) -> dict:
         if res.status == "valid":
             rec.fitness = res.fitness
             bar = quality_threshold(search_dataset(cfg).num_classes, task.quality_factor)
-            for arch, acc in res.stages[0].items():
+            for arch, acc in res.stage_scores[0].items():
                 rec.quality[arch], rec.quality_pass[arch] = acc, acc >= bar
                 if acc < bar and rec.reason is None:
                     rec.reason = f"quality:{arch}"

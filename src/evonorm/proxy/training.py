@@ -223,7 +223,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
                 buf = io.BytesIO()
                 torch.save({"stages": stages, "runs": {keys[ai]: r.state() for ai, r in runs.items()}}, buf)
                 write_atomic(check_folder(ckpt.parent, create=True) / ckpt.name, buf.getvalue())
-        return decided(Evaluation.valid(stages[-1], stages=stages if cfg.stages else None))
+        return decided(Evaluation.valid(stages[-1], stage_scores=stages if cfg.stages else None))
     except Exception:  # the layer raised: decided too (a killed worker keeps its checkpoint)
         if ckpt is not None:
             ckpt.unlink(missing_ok=True)

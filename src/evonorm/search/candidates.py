@@ -52,7 +52,7 @@ class Candidate:
     scores = _evaluation_field("scores")
     fitness = _evaluation_field("fitness")
     timings = _evaluation_field("timings")
-    stages = _evaluation_field("stages")
+    stage_scores = _evaluation_field("stage_scores")
     stage = _evaluation_field("stage")
 
     @property
@@ -60,6 +60,11 @@ class Candidate:
         """The old name of `scores`, read with a DeprecationWarning."""
         accuracies_renamed()
         return self.scores
+
+    @property
+    def stages(self) -> list[dict[str, float]]:
+        """The old name of `stage_scores` (`stages` are the config's step counts), with the warning."""
+        return self.evaluation.stages
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Candidate":

@@ -44,14 +44,21 @@ class Evaluation:
     scores: dict[str, float] = field(default_factory=dict)  # the objective's score per name
     fitness: float | None = None  # mean of `scores`, for valid evaluations only
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase; "calls:PATH": layer calls per path
-    # multi-fidelity: scores per name after each stage reached; `scores` and `fitness` are the
-    # last stage's. A valid layer stopped by a hurdle has fewer stages.
-    stages: list[dict[str, float]] = field(default_factory=list)
+    # multi-fidelity: scores per name after each stage reached (the config's `stages` are the step
+    # counts where stages end); `scores` and `fitness` are the last stage's. A valid layer stopped by
+    # a hurdle has fewer stages.
+    stage_scores: list[dict[str, float]] = field(default_factory=list)
 
     @property
     def stage(self) -> int:
         """Stages reached (1 for a search without stages)."""
-        return len(self.stages) or 1
+        return len(self.stage_scores) or 1
+
+    @property
+    def stages(self) -> list[dict[str, float]]:
+        """The old name of `stage_scores` (`stages` are the config's step counts), with a warning."""
+        warnings.warn("Evaluation.stages is now stage_scores", DeprecationWarning, stacklevel=2)
+        return self.stage_scores
 
     def rank_key(self) -> tuple[int, float]:
         """How valid layers compare: the further stage first, then fitness (so layers compare at
@@ -66,7 +73,7 @@ class Evaluation:
 
     @classmethod
     def valid(cls, scores: Mapping[str, float] | None = None, timings: Mapping[str, float] | None = None,
-              stages: list[Mapping[str, float]] | None = None, *,
+              stage_scores: list[Mapping[str, float]] | None = None, *,
               accuracies: Mapping[str, float] | None = None) -> "Evaluation":
         """Scored on every name; fitness their mean. (`accuracies=`: the old keyword.)"""
         given = _scores(scores, accuracies)
@@ -74,7 +81,7 @@ class Evaluation:
             raise TypeError("Evaluation.valid() needs scores")
         s = dict(given)
         return cls("valid", scores=s, fitness=sum(s.values()) / len(s) if s else None,
-                   timings=dict(timings or {}), stages=[dict(st) for st in stages or []])
+                   timings=dict(timings or {}), stage_scores=[dict(st) for st in stage_scores or []])
 
     @classmethod
     def rejected(cls, rejection: Any, scores: Mapping[str, float] | None = None,
@@ -95,7 +102,7 @@ class Evaluation:
     @property
     def stage_fitness(self) -> list[float]:
         """Mean score over the names after each stage reached."""
-        return [sum(s.values()) / len(s) for s in self.stages if s]
+        return [sum(s.values()) / len(s) for s in self.stage_scores if s]
 
     @classmethod
     def failed(cls, reason: str) -> "Evaluation":
@@ -107,7 +114,8 @@ class Evaluation:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Evaluation":
         """The dict form (`to_dict`, or a hand-written record): unknown keys are ignored; a
-        record's `accuracies` (the old name) reads as `scores`, with the warning."""
+        record's `accuracies` (the old name) reads as `scores`, with the warning, and its `stages` as
+        `stage_scores`."""
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
         if "accuracies" in d and "scores" not in d:
@@ -115,7 +123,7 @@ class Evaluation:
             kw["scores"] = d["accuracies"]
         kw["scores"] = dict(kw.get("scores") or {})
         kw["timings"] = dict(kw.get("timings") or {})
-        kw["stages"] = [dict(s) for s in kw.get("stages") or []]
+        kw["stage_scores"] = [dict(s) for s in kw.get("stage_scores") or d.get("stages") or []]
         return cls(**kw)
 
 

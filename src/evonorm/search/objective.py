@@ -160,10 +160,10 @@ def run_trial(objective: Objective, payload: dict) -> Evaluation:
            if not all(math.isfinite(x) for x in v.values())]
     if bad:
         return Evaluation.rejected(Reject("nonfinite", step=bad[0][0]), timings=timings())
-    stages = [s for _, s in trial.reports]
-    if not trial.stopped and (not stages or stages[-1] != scores):
-        stages.append(scores)  # the returned value is the last stage, unless it was reported
-    return Evaluation.valid(scores, timings(), stages if payload.get("staged") else None)
+    stage_scores = [s for _, s in trial.reports]
+    if not trial.stopped and (not stage_scores or stage_scores[-1] != scores):
+        stage_scores.append(scores)  # the returned value is the last stage, unless it was reported
+    return Evaluation.valid(scores, timings(), stage_scores if payload.get("staged") else None)
 
 
 # ---------------------------------------------------------------------- naming and loading

@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS candidates (
     reason TEXT,
     reason_step INTEGER,
     detail TEXT,                        -- JSON, or NULL (schema version 2)
-    stages TEXT,                        -- JSON list of per-stage scores, or NULL (version 3)
+    stages TEXT,                        -- JSON list of per-stage scores (stage_scores), or NULL (v. 3)
     features TEXT,                      -- JSON {name: value} at birth, or NULL (version 6)
     prediction TEXT,                    -- JSON, the surrogate's before training, or NULL (version 7)
     scores TEXT NOT NULL,               -- JSON {name: score}; named accuracies before version 8
@@ -413,7 +413,7 @@ class Store:
                  proposal.origin, e.status, e.reason, e.reason_step,
                  None if e.detail is None else json.dumps(e.detail), json.dumps(e.scores),
                  e.fitness, int(cache_hit), seconds, json.dumps(e.timings), worker,
-                 proposal.created_at, now, json.dumps(e.stages) if e.stages else None,
+                 proposal.created_at, now, json.dumps(e.stage_scores) if e.stage_scores else None,
                  _json_or_null(features), _json_or_null(prediction)))
             if join_population is not None:
                 ids = (self.population() + [cur.lastrowid])[-join_population:]
@@ -460,7 +460,7 @@ class Store:
             detail=None if detail is None else self._json(detail, f"{where}: detail", hints["detail"]),
             scores=self._json(r[scores], f"{where}: {scores}", hints["scores"]),
             fitness=r["fitness"], timings=self._json(r["timings"], f"{where}: timings", hints["timings"]),
-            stages=self._json(stages, f"{where}: stages", hints["stages"]) if stages else [])
+            stage_scores=self._json(stages, f"{where}: stages", hints["stage_scores"]) if stages else [])
         return Candidate(
             id=r["id"], evaluation=evaluation, graph=self._json(r["graph"], f"{where}: graph", dict), key=r["key"],
             fingerprint=r["fingerprint"], parent_id=r["parent_id"], origin=r["origin"],
