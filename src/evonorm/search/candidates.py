@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
-from evonorm.search.evaluation import Evaluation, accuracies_renamed, finite
+from evonorm.search.evaluation import Evaluation, finite, renamed
 
 Origin = Literal["random", "mutation", "seed"]
 
@@ -58,13 +58,14 @@ class Candidate:
     @property
     def accuracies(self) -> dict[str, float]:
         """The old name of `scores`, read with a DeprecationWarning."""
-        accuracies_renamed()
+        renamed("accuracies", "scores")
         return self.scores
 
     @property
     def stages(self) -> list[dict[str, float]]:
         """The old name of `stage_scores` (`stages` are the config's step counts), with the warning."""
-        return self.evaluation.stages
+        renamed("Candidate.stages", "stage_scores")
+        return self.stage_scores
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Candidate":

@@ -14,10 +14,11 @@ Status = Literal["valid", "rejected", "failed"]
 STATUSES: tuple[str, ...] = get_args(Status)  # a finished evaluation has one of these
 
 
-def accuracies_renamed(stacklevel: int = 2) -> None:
-    """Warn that `accuracies` is now `scores` (an objective's scores need not be accuracies) where
-    the old name was used: `stacklevel` counts as `warnings.warn` counts from its caller."""
-    warnings.warn("accuracies is now scores", DeprecationWarning, stacklevel=stacklevel + 1)
+def renamed(old: str, new: str, stacklevel: int = 2) -> None:
+    """Warn that `old` is now `new` where the old name was used (`accuracies`: an objective's scores
+    need not be accuracies; `stages`: the config's step counts): `stacklevel` counts as
+    `warnings.warn` counts from its caller."""
+    warnings.warn(f"{old} is now {new}", DeprecationWarning, stacklevel=stacklevel + 1)
 
 
 def _scores(scores: Mapping[str, float] | None, accuracies: Mapping[str, float] | None
@@ -27,7 +28,7 @@ def _scores(scores: Mapping[str, float] | None, accuracies: Mapping[str, float] 
         return scores
     if scores is not None:
         raise TypeError("give scores, not accuracies as well (accuracies is now scores)")
-    accuracies_renamed(3)
+    renamed("accuracies", "scores", 3)
     return accuracies
 
 
@@ -57,7 +58,7 @@ class Evaluation:
     @property
     def stages(self) -> list[dict[str, float]]:
         """The old name of `stage_scores` (`stages` are the config's step counts), with a warning."""
-        warnings.warn("Evaluation.stages is now stage_scores", DeprecationWarning, stacklevel=2)
+        renamed("Evaluation.stages", "stage_scores")
         return self.stage_scores
 
     def rank_key(self) -> tuple[int, float]:
@@ -68,7 +69,7 @@ class Evaluation:
     @property
     def accuracies(self) -> dict[str, float]:
         """The old name of `scores`, read with a DeprecationWarning."""
-        accuracies_renamed()
+        renamed("accuracies", "scores")
         return self.scores
 
     @classmethod
@@ -119,7 +120,7 @@ class Evaluation:
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
         if "accuracies" in d and "scores" not in d:
-            accuracies_renamed()
+            renamed("accuracies", "scores")
             kw["scores"] = d["accuracies"]
         kw["scores"] = dict(kw.get("scores") or {})
         kw["timings"] = dict(kw.get("timings") or {})
