@@ -192,9 +192,10 @@ def main() -> None:
     setting = {**SETTING, "device": args.device, "width": args.width}
     if args.dry_run:
         setting.update(steps=10, n_train=640, n_test=200, lr_warmup=2)
-    if stored_setting(args.out) not in (None, setting):
-        print(f"fidelity_panel: {args.out} holds a panel of another setting "
-              f"({stored_setting(args.out)}): give it another --out", file=sys.stderr)
+    stored = stored_setting(args.out)
+    if stored not in (None, setting):
+        print(f"fidelity_panel: {args.out} holds a panel of another setting ({stored}): "
+              "give it another --out", file=sys.stderr)
         sys.exit(2)
     args.out.mkdir(parents=True, exist_ok=True)
     rows_path = args.out / "runs.jsonl"
