@@ -49,9 +49,8 @@ class _EvoNormB(EvoNormBase):
                                      self.variant, self.sync)
         impl = resolve_impl(self.impl, x)
         ran(impl)
-        if impl == "plain":
-            return b_plain(x, self.v, self.weight, self.bias, type(self).__name__, self.num_features, self.apply_act,
-                           self.running_var, self.training, self.momentum, self.eps, self.variant)
+        if impl == "plain":  # (synced statistics returned above, so `_plain` takes the formula)
+            return self._plain(x, type(self).__name__)
         if impl == "compile":
             y, var = compiled("b")(x, self.v, self.weight, self.bias, self.running_var, self.training, self.eps,
                                    self.variant)
