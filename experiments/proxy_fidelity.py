@@ -15,6 +15,8 @@ Protocol (fixed before the runs):
   seeds' mean, the pairs the reference separates by > 3 points that the proxy orders wrongly, and
   worker-seconds per candidate (the mean seconds of a panel layer's evaluation, all settings run
   on the same machine under the same load where possible);
+- derived settings (`DERIVED` below): other ways to score a measured setting's runs, at the cost
+  of what they would train;
 - the choice: among settings at <= 1.5x demo's worker-seconds per candidate, the highest Spearman;
   within 0.05 of it, the cheaper. The target is Spearman >= 0.8 with every > 3-point pair in order;
   if no setting reaches it, the best one ships and the chart says how far it is.
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -64,6 +68,55 @@ SETTINGS: dict[str, dict] = {
 SEEDS = (0, 1, 2)
 COST_CAP = 1.5
 
+# Other ways to score a setting's runs, measured on the runs it trained (no training of their
+# own): one architecture alone, the first stage alone, the first two runs, the median of the runs
+# instead of their mean, and the end of training predicted from the learning curve. The
+# prediction takes the score as linear in log(training length), as learning curves are over
+# short spans: fitness + k * (gain from the first stage to the end), where the first stage is
+# half the training; k = 1 predicts one doubling further, k = "panel" the reference's length
+# (log2 of its training images over the setting's). Both rules are fixed here, before their runs,
+# and none is fitted to the panel. name -> (measured setting, rule)
+DERIVED: dict[str, tuple[str, str]] = {
+    "demo/resnet50": ("demo", "arch:resnet50_cifar"),
+    "demo/mobilenetv2": ("demo", "arch:mobilenetv2_cifar"),
+    "demo/stage1": ("demo", "stage1"),
+    "demo/2runs": ("demo", "runs:2"),
+    "demo/median": ("demo", "median"),
+    "demo/ahead1": ("demo", "ahead:1"),
+    "demo/ahead-panel": ("demo", "ahead:panel"),
+}
+
+
+def rescore(rec, rule: str, *, train_seeds: int, stage_share: float,
+            ahead_panel: float, chance: float) -> tuple[float, float]:
+    """A panel record's fitness and cost (worker-seconds) under `rule` (see DERIVED). Costs of
+    fewer steps or runs are the record's seconds times the share of run-steps they train; a
+    layer whose training was not finite scores chance at its whole cost."""
+    if rec.status != "valid":
+        return chance, rec.seconds
+    if not rec.run_scores or not rec.stage_scores:
+        raise ValueError(f"the run of {rec.name} (seed {rec.seed}) keeps no per-run scores: "
+                         f"measure its setting again with this version")
+    archs = list(rec.run_scores)
+    runs = {a: rec.run_scores[a] for a in archs}
+    n = len(runs[archs[0]])
+    mean = statistics.fmean
+    kind, _, arg = rule.partition(":")
+    if kind == "arch":
+        return mean(runs[arg]), rec.arch_seconds[arg]
+    if kind == "stage1":
+        return mean([rec.stage_scores[0][a] for a in archs]), rec.seconds * stage_share
+    if kind == "runs":
+        k = int(arg)
+        return mean([mean(runs[a][:k]) for a in archs]), rec.seconds * k / n
+    if kind == "median":
+        return mean([statistics.median(runs[a]) for a in archs]), rec.seconds
+    if kind == "ahead":
+        k = ahead_panel if arg == "panel" else float(arg)
+        gain = {a: mean(runs[a][:train_seeds]) - rec.stage_scores[0][a] for a in archs}
+        return mean([mean(runs[a]) + k * gain[a] for a in archs]), rec.seconds
+    raise ValueError(f"unknown rule {rule!r}")
+
 
 def measure_setting(name: str, panel_path: Path, workers: int, runs_root: Path, *,
                     preset: str = "demo", dataset: str = "fashion_mnist") -> dict:
@@ -76,8 +129,7 @@ def measure_setting(name: str, panel_path: Path, workers: int, runs_root: Path, 
 
     _, layers = load_panel(panel_path)
     panel = {layer.name: layer.graph for layer in layers}
-    cfg = with_dataset(get_preset(preset, workers=workers, threads=1, dataset=dataset,
-                                  **SETTINGS[name]))
+    cfg = setting_config(name, workers, preset, dataset)
     out = runs_root / name
     prepare_out(out, calibration_setup(cfg, len(SEEDS), 0, panel))
     jobs = [j for j in calibration_jobs(cfg, len(SEEDS), 0, panel) if j.kind == "panel"]
@@ -92,6 +144,55 @@ def measure_setting(name: str, panel_path: Path, workers: int, runs_root: Path, 
              "setting": SETTINGS[name], "worker_seconds_per_candidate": cost,
              "runs": [{"layer": r.name, "seed": r.seed, "fitness": r.fitness, "status": r.status}
                       for r in records],
+             **{k: v for k, v in fid.to_dict().items() if k not in ("proxy", "reference")}}
+    write_proxy(panel_path, f"{preset}:{name}", entry)
+    return entry
+
+
+def setting_config(name: str, workers: int = 1, preset: str = "demo", dataset: str = "fashion_mnist"):
+    """The search config of a setting of SETTINGS: the preset with the setting's changes."""
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.training import with_dataset
+
+    return with_dataset(get_preset(preset, workers=workers, threads=1, dataset=dataset,
+                                   **SETTINGS[name]))
+
+
+def measure_derived(name: str, panel_path: Path, runs_root: Path, *, preset: str = "demo",
+                    dataset: str = "fashion_mnist") -> dict:
+    """A DERIVED scoring of its setting's runs (which must be there); its fidelity entry."""
+    from evonorm.proxy.calibrate import load_runs
+    from evonorm.proxy.config import proxy_config
+    from evonorm.proxy.fidelity import load_panel, rank_fidelity, write_proxy
+    from evonorm.proxy.training import search_dataset, train_config
+
+    base, rule = DERIVED[name]
+    data, layers = load_panel(panel_path)
+    cfg = setting_config(base, preset=preset, dataset=dataset)
+    task = proxy_config(cfg)
+    records = [r for r in load_runs(runs_root / base) if r.kind == "panel"]
+    if not records:
+        raise SystemExit(f"{name}: no runs of {base} in {runs_root / base}; measure it first "
+                         f"(--only {base})")
+    end = train_config(cfg, task.archs[0]).steps
+    first = cfg.stages[0] if cfg.stages else end
+    share = (task.train_seeds * first) / (task.train_seeds * end
+                                          + (task.final_runs - task.train_seeds) * end)
+    ref = data["reference"].get("setting", {})
+    ahead_panel = (math.log(ref["steps"] * ref["batch_size"] / (end * cfg.train["batch_size"]))
+                   / math.log(end / first)) if first < end else 0.0
+    chance = 1.0 / search_dataset(cfg).num_classes
+    scored = [(r, *rescore(r, rule, train_seeds=task.train_seeds, stage_share=share,
+                           ahead_panel=ahead_panel, chance=chance)) for r in records]
+    proxy: dict[str, dict[int, float]] = {}
+    for r, fitness, _ in scored:
+        proxy.setdefault(r.name, {})[r.seed] = fitness
+    fid = rank_fidelity(proxy, {layer.name: layer.accuracy for layer in layers})
+    entry = {"command": f"python experiments/proxy_fidelity.py --only {name}",
+             "setting": {"runs_of": base, "rule": rule, "ahead_panel": round(ahead_panel, 3)},
+             "worker_seconds_per_candidate": statistics.fmean(c for _, _, c in scored),
+             "runs": [{"layer": r.name, "seed": r.seed, "fitness": f, "status": r.status}
+                      for r, f, _ in scored],
              **{k: v for k, v in fid.to_dict().items() if k not in ("proxy", "reference")}}
     write_proxy(panel_path, f"{preset}:{name}", entry)
     return entry
@@ -125,13 +226,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--panel", type=Path, default=RESULTS / "fidelity" / "panel.json")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--only", nargs="*", choices=list(SETTINGS), help="these settings only")
+    p.add_argument("--only", nargs="*", choices=[*SETTINGS, *DERIVED],
+                   help="these settings only (a derived one after its measured one)")
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "fidelity")
     args = p.parse_args()
     rows = []
-    for name in args.only or SETTINGS:
+    for name in args.only or [*SETTINGS, *DERIVED]:
         t0 = time.time()
-        e = measure_setting(name, args.panel, args.workers, args.runs)
+        e = (measure_derived(name, args.panel, args.runs) if name in DERIVED
+             else measure_setting(name, args.panel, args.workers, args.runs))
         ci = e["spearman_ci95"] or (None, None)
         rows.append({"setting": name, "layers": len(e["layers"]), "seeds": e["seeds"],
                      "seconds": e["worker_seconds_per_candidate"], "spearman": e["spearman"],
@@ -142,8 +245,8 @@ def main() -> None:
         log(f"{name}: Spearman {e['spearman']} ({time.time() - t0:.0f} s)")
     out = args.panel.parent
     write_table(out, "settings", rows, {"panel": str(args.panel), "seeds": list(SEEDS),
-                                        "settings": {r["setting"]: SETTINGS[r["setting"]]
-                                                     for r in rows}})
+                                        "settings": {r["setting"]: SETTINGS.get(r["setting"])
+                                                     or DERIVED[r["setting"]] for r in rows}})
     chart(rows, out / "settings.png")
     print(json.dumps(rows, indent=1))
 

@@ -85,6 +85,11 @@ class RunRecord:
     fitness: float | None = None  # mean of `accuracies` (references: also when rejected)
     seconds: float = 0.0
     graph: dict = field(default_factory=dict)
+    # panel layers: what the fitness is made of, so that other ways to score the same runs (one
+    # architecture, fewer runs, the first stage, the learning curve) are measured without training
+    stage_scores: list[dict[str, float]] = field(default_factory=list)  # per arch, after each stage
+    run_scores: dict[str, list[float]] = field(default_factory=dict)  # per arch, each run's last score
+    arch_seconds: dict[str, float] = field(default_factory=dict)  # training seconds per arch
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -137,6 +142,9 @@ def measure(payload: dict) -> dict:
         res = train_stages(job.graph or job.name, search_dataset(cfg), cfg, screen=False)
         rec.status, rec.reason = res.status, res.reason
         rec.accuracies, rec.fitness = dict(res.scores), res.fitness
+        if res.status == "valid":
+            rec.stage_scores = res.stage_scores or [dict(res.scores)]
+            rec.run_scores, rec.arch_seconds = res.detail["runs"], res.detail["seconds"]
     elif cfg.stages:  # staged: the quality test is the first stage; train on past it, bar at 0
         res = evaluate_candidate({"graph": job.graph,
                                   "config": cfg.replace(quality_factor=0.0).to_dict()})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from functools import lru_cache
 from typing import Any
 
@@ -193,10 +194,13 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
             ckpt.unlink(missing_ok=True)
         return e
 
+    run_scores: dict[str, list[float]] = {}  # the last stage's score of each run
+    seconds = dict.fromkeys(task.archs, 0.0)  # this evaluation's training time per architecture
     try:
         for k in range(len(stages), len(ends)):
             accs: dict[str, float] = {}
             for arch in task.archs:
+                t0 = time.perf_counter()
                 scores = []
                 for i in range(task.final_runs if k == len(ends) - 1 else task.train_seeds):
                     run = runs.get((arch, i))
@@ -210,6 +214,8 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
                                      detail={"arch": arch, "phase": phase})
                         return decided(Evaluation.rejected(rej, accs))
                     scores.append(float(acc))
+                seconds[arch] += time.perf_counter() - t0
+                run_scores[arch] = scores
                 accs[arch] = acc = sum(scores) / len(scores)
                 if k == 0 and bar is not None and acc < bar:
                     rej = Reject(f"quality:{arch}", step=ends[0],
@@ -223,7 +229,10 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
                 buf = io.BytesIO()
                 torch.save({"stages": stages, "runs": {keys[ai]: r.state() for ai, r in runs.items()}}, buf)
                 write_atomic(check_folder(ckpt.parent, create=True) / ckpt.name, buf.getvalue())
-        return decided(Evaluation.valid(stages[-1], stage_scores=stages if cfg.stages else None))
+        # what lies under the scores, for whoever studies the proxy (`evonorm calibrate --panel`)
+        detail = {"runs": run_scores, "seconds": seconds}
+        return decided(dataclasses.replace(
+            Evaluation.valid(stages[-1], stage_scores=stages if cfg.stages else None), detail=detail))
     except Exception:  # the layer raised: decided too (a killed worker keeps its checkpoint)
         if ckpt is not None:
             ckpt.unlink(missing_ok=True)
