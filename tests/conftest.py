@@ -1,7 +1,13 @@
 import os
 
-import pytest
-import torch
+# OpenMP threads that wait for work sleep instead of spinning. Two torch processes of two threads
+# each on two cores (pytest-xdist workers, or a test beside the worker pool it starts) otherwise
+# spin against each other: a step then took 28 times as long. Read when torch loads OpenMP, so
+# set before torch is imported; subprocesses of the tests inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # Triton's interpreter runs the impl="triton" kernels on CPU tensors (tests/test_layers_triton.py). Triton reads
 # this when it is imported, so it is set here, before any test imports it; where CUDA is available the kernels
@@ -9,8 +15,9 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# 2-core machines: keep each test process to the cores we have, and deterministic.
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# 2-core machines: keep each test process to the cores we have, and deterministic; under
+# pytest-xdist (`-n 2`) each worker takes one thread, as the workers share the cores.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, os.cpu_count() or 1))
 
 
 NO_DATA_ENV = "EVONORM_TEST_HIDE_FASHION_MNIST"
