@@ -15,6 +15,8 @@ Protocol (fixed before the runs):
 - scored on the whole test split at 60%, 80% and 100% of training (and at 20% and 40% for BN-ReLU
   and EvoNorm-S0); a run whose loss or logits are not finite scores chance (0.1);
 - order: seed 0 of every layer first, so a partial panel is a whole panel of fewer seeds.
+(Checkpoints at every tenth of training, added after the first runs, change no number: a run
+continued from a checkpoint ends where an uninterrupted one does.)
 
 Each finished run is a line of `<out>/runs.jsonl`; a run in progress is checkpointed (weights,
 optimizer and random state, `torch.load(weights_only=True)`) at every scoring point, so a killed
@@ -100,7 +102,8 @@ def run_key(layer: str, arch: str, seed: int) -> str:
 
 
 def train_one(job: tuple) -> dict:
-    """One (layer, arch, seed) run in a worker of one thread, checkpointed at each scoring point."""
+    """One (layer, arch, seed) run in a worker of one thread, checkpointed at every tenth of training
+    and at each scoring point (a kill loses at most a tenth of a run)."""
     layer, spec, arch, seed, out, setting = job
     import torch
 
@@ -127,12 +130,12 @@ def train_one(job: tuple) -> dict:
         run.restore(saved["run"])
         curve, spent = saved["curve"], float(saved["seconds"])
     start = time.perf_counter()
-    for point in points:
-        if run.step >= point:
+    for mark in sorted(set(points) | {cfg.steps * k // 10 for k in range(1, 10)}):
+        if run.step >= mark:
             continue
-        run.advance(point)
-        acc = run.score()
-        curve.append([point, acc])
+        run.advance(mark)
+        if mark in points:
+            curve.append([mark, run.score()])
         if not run.ok:
             break
         ckpt.parent.mkdir(parents=True, exist_ok=True)
@@ -184,6 +187,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=RESULTS / "fidelity")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--only", nargs="*", help="train these panel layers only")
+    p.add_argument("--seeds", nargs="*", type=int, choices=SETTING["seeds"],
+                   help="train these of the setting's seeds only (e.g. 0: a whole panel of one seed)")
     p.add_argument("--dry-run", action="store_true",
                    help="a few steps on 640 images (a check of the script, not a panel)")
     p.add_argument("--device", default=SETTING["device"], help="cpu, or cuda for a second reference")
@@ -201,7 +206,7 @@ def main() -> None:
     rows_path = args.out / "runs.jsonl"
     done = {run_key(r["layer"], r["arch"], r["seed"]) for r in read_rows(rows_path)}
     jobs = [(name, spec, arch, seed, str(args.out), setting)
-            for seed in SETTING["seeds"] for name, spec in PANEL for arch in ARCH_LR
+            for seed in args.seeds or SETTING["seeds"] for name, spec in PANEL for arch in ARCH_LR
             if (not args.only or name in args.only) and run_key(name, arch, seed) not in done]
     wall_path = args.out / "wall_seconds.txt"
     wall0 = float(wall_path.read_text()) if wall_path.exists() else 0.0
