@@ -44,6 +44,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, log  # noqa: E402
 
+from evonorm.search.lock import RunLock, RunLocked  # noqa: E402
+
 
 def _norm_relu(kind: str) -> dict:
     return {"nodes": [[f"{kind}_mean", 0], ["neg", 4], ["add", 0, 5], [f"{kind}_std", 0],
@@ -203,6 +205,13 @@ def main() -> None:
               "give it another --out", file=sys.stderr)
         sys.exit(2)
     args.out.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(args.out)  # one panel per folder: two would train and append the same runs
+    try:
+        lock.acquire()
+    except RunLocked:
+        print(f"fidelity_panel: {args.out} is in use by another panel process; wait for it or stop "
+              "it first", file=sys.stderr)
+        sys.exit(2)
     rows_path = args.out / "runs.jsonl"
     done = {run_key(r["layer"], r["arch"], r["seed"]) for r in read_rows(rows_path)}
     jobs = [(name, spec, arch, seed, str(args.out), setting)

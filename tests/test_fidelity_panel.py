@@ -65,3 +65,18 @@ def test_a_panel_folder_holds_one_setting_and_another_is_refused_in_one_line(tmp
     err = capsys.readouterr().err.splitlines()
     assert stop.value.code == 2 and len(err) == 1 and "holds a panel of another setting" in err[0]
     assert not (out / "runs.jsonl").exists()
+
+
+def test_a_second_panel_on_the_same_folder_is_refused_in_one_line(tmp_path):
+    import subprocess
+
+    from evonorm.search.lock import RunLock
+
+    script = Path(fp.__file__)
+    with RunLock(tmp_path):
+        proc = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--dry-run",
+                               "--seeds", "0", "--only", "bn_relu"], capture_output=True, text=True,
+                              timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "in use by another panel process" in proc.stderr
+    assert not (tmp_path / "runs.jsonl").exists()
