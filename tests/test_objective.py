@@ -49,6 +49,27 @@ def test_run_trial_turns_each_kind_of_answer_into_an_evaluation():
         "quality:x", 3, {"a": 1}, {"x": 0.1})
 
 
+def test_a_near_miss_is_any_rejection_by_a_stated_bar_that_some_score_reached():
+    """An objective of one's own makes near misses as the built-in task does: a Reject stating
+    its bar (`detail["threshold"]`) with a score at or above it on some name."""
+    from evonorm.search.candidates import reason_group
+
+    def judged(reason, detail, scores):
+        return run_trial(lambda n, t: (_ for _ in ()).throw(
+            Reject(reason, detail=detail, scores=scores)), _payload())
+
+    assert judged("too slow on one phone", {"threshold": 0.5}, {"a": 0.7, "b": 0.2}).near_miss
+    assert not judged("too slow on both", {"threshold": 0.5}, {"a": 0.3, "b": 0.2}).near_miss
+    assert not judged("stability", {"grad_norm": 9.0}, {"a": 0.7}).near_miss  # no bar stated
+    assert not judged("odd bar", {"threshold": "high"}, {"a": 0.7}).near_miss
+    assert not Evaluation.valid({"a": 0.9}).near_miss
+    assert reason_group("speed:phone") == "speed" and reason_group("speed:phone", fine=True) == \
+        "speed:phone"
+    assert reason_group("error: ValueError: x", fine=True) == "error"
+    assert reason_group("timeout: worker killed after 5s", fine=True) == "timeout"
+    assert reason_group("stability", fine=True) == "stability" and reason_group(None) == "?"
+
+
 def test_the_old_name_accuracies_still_reads_with_a_deprecation_warning():
     ev = Evaluation.valid({"a": 0.25, "b": 0.75})
     with pytest.warns(DeprecationWarning, match="^accuracies is now scores$") as seen:

@@ -204,13 +204,14 @@ def init_key(graph_json: object) -> str | None:
 
 
 def reason_group(reason: str | None, *, fine: bool = False) -> str:
-    """The kind of a rejection or failure reason, for counts: "quality:resnet50_cifar" ->
-    "quality", "precheck:constant" -> "precheck" (both kept whole when `fine`), "error: ..." ->
-    "error", "stability" -> "stability"; "?" when there is none."""
+    """The kind of a rejection or failure reason, for counts: its part before a colon
+    ("quality:resnet50_cifar" -> "quality"; kept whole, up to a space, when `fine`), "error: ..."
+    -> "error", "stability" -> "stability"; "?" when there is none."""
     text = (reason or "").strip()
     head = text.split(":", 1)[0].strip()
     if head in ("error", "exception"):
         return "error"
-    if fine and head in ("quality", "precheck"):
-        return text.split(" ", 1)[0]
+    token = text.split(" ", 1)[0]
+    if fine and ":" in token and not token.endswith(":"):  # "quality:x", not "timeout: worker..."
+        return token
     return head.split(" ", 1)[0] or "?"

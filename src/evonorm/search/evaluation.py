@@ -34,9 +34,10 @@ def _scores(scores: Mapping[str, float] | None, accuracies: Mapping[str, float] 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """A candidate's outcome: `valid` (trained on every architecture), `rejected` (the layer failed
-    a check: reason "precheck:...", "stability", "quality:ARCH", "nonfinite", "error: ...") or
-    `failed` (its worker died, hung or raised: says nothing about the layer, never reused)."""
+    """A candidate's outcome: `valid` (scored on every name), `rejected` (the objective found the
+    layer wanting: `reason` says why in the objective's words, `detail` what it measured; an
+    exception in the layer is "error: ...") or `failed` (its worker died, hung or raised: says
+    nothing about the layer, never reused)."""
 
     status: Status
     reason: str | None = None
@@ -94,11 +95,12 @@ class Evaluation:
 
     @property
     def near_miss(self) -> bool:
-        """Rejected by the quality test after it learned on some objective (a score at or above
-        the bar on one, below it on another): evolution may mutate it (`near_misses`)."""
+        """Rejected by a bar after it scored at or above it on some name: the rejection states its
+        bar as `detail["threshold"]` (a quality test on one architecture of several, say), and
+        evolution may mutate the layer (`near_misses`)."""
         bar = (self.detail or {}).get("threshold")
-        return (self.status == "rejected" and (self.reason or "").startswith("quality:")
-                and bar is not None and any(a >= bar for a in self.scores.values()))
+        return (self.status == "rejected" and isinstance(bar, (int, float))
+                and any(a >= bar for a in self.scores.values()))
 
     @property
     def stage_fitness(self) -> list[float]:
