@@ -55,16 +55,59 @@ def test_a_derived_setting_is_measured_from_its_settings_runs(tmp_path):
     recs = [_record(n, s, stage1=0.3, runs=[acc - 0.1 * s] * 4, mobile=1.5 - acc)
             for n, acc in ref.items() for s in (0, 1)]
     (runs / "demo" / "runs.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in recs))
-    entry = pf.measure_derived("demo/resnet50", panel, runs)
+    with pytest.raises(SystemExit, match="are not all in"):
+        pf.measure_derived("demo/resnet50", panel, runs)  # seed 2's runs are missing
+    entry = pf.measure_derived("demo/resnet50", panel, runs, (0, 1))
     assert entry["spearman"] == pytest.approx(1.0) and entry["wrong_pairs"] == []
     assert entry["worker_seconds_per_candidate"] == pytest.approx(30.0)
-    assert pf.measure_derived("demo/mobilenetv2", panel, runs)["spearman"] == pytest.approx(-1.0)
+    assert pf.measure_derived("demo/mobilenetv2", panel, runs, (0, 1))["spearman"] == \
+        pytest.approx(-1.0)
+    assert pf.measure_derived("demo/median", panel, runs, (1,))["seeds"] == 1
     stored = json.loads(panel.read_text())["proxies"]
-    assert set(stored) == {"demo:demo/resnet50", "demo:demo/mobilenetv2"}
-    assert stored["demo:demo/resnet50"]["setting"]["rule"] == "arch:resnet50_cifar"
+    assert set(stored) == {"demo:demo/resnet50@seeds01", "demo:demo/mobilenetv2@seeds01",
+                           "demo:demo/median@seeds1"}
+    assert stored["demo:demo/resnet50@seeds01"]["setting"]["rule"] == "arch:resnet50_cifar"
     # demo trains 150 steps of batch 32 from a first stage of 75: the reference's 2000 x 64 lies
     # log2(128000 / 4800) = 4.74 doublings further
-    assert pf.measure_derived("demo/ahead-panel", panel, runs)["setting"]["ahead_panel"] == \
+    assert pf.measure_derived("demo/ahead-panel", panel, runs, (0,))["setting"]["ahead_panel"] == \
         pytest.approx(4.737, abs=1e-3)
-    with pytest.raises(SystemExit, match="no runs of demo"):
-        pf.measure_derived("demo/median", panel, tmp_path / "elsewhere")
+    with pytest.raises(SystemExit, match="are not all in"):
+        pf.measure_derived("demo/median", panel, tmp_path / "elsewhere", (0,))
+
+
+def test_the_protocol_screens_confirms_the_two_best_and_chooses_among_fair_measurements(
+        tmp_path, monkeypatch, capsys):
+    """demo and the derived settings at every seed, the others screened at seed 0, the two best
+    screened within 1.5x demo's cost confirmed at seeds 1-2, the choice among what was measured
+    on its own seeds."""
+    screen = {"steps600-1run": 0.9, "steps300-2runs": 0.7, "images12k": 0.95, "nocrop": 0.5,
+              "lr0.05": 0.6, "width0.125": 0.99, "batch64": 0.4, "resnet-only-450": 0.1}
+    cost = {"width0.125": 500.0, "images12k": 140.0}  # width0.125 is over the cap
+    calls = []
+
+    def fake(name, seeds, spearman, seconds):
+        calls.append((name, tuple(seeds)))
+        return {"spearman": spearman, "spearman_ci95": None, "worker_seconds_per_candidate": seconds,
+                "layers": ["a", "b", "c"], "kendall": None, "spearman_of_mean": None,
+                "wrong_pairs": []}
+
+    def setting(name, panel, workers, runs, seeds):
+        if name == "demo":
+            return fake(name, seeds, 0.3, 100.0)
+        confirmed = {"images12k": 0.5, "steps600-1run": 0.85}
+        return fake(name, seeds, screen[name] if seeds == (0,) else confirmed[name],
+                    cost.get(name, 100.0))
+
+    monkeypatch.setattr(pf, "measure_setting", setting)
+    monkeypatch.setattr(pf, "measure_derived", lambda name, panel, runs, seeds: fake(
+        name, seeds, 0.82 if name == "demo/2runs" else 0.2, 50.0))
+    monkeypatch.setattr(pf, "chart", lambda rows, path: None)
+    monkeypatch.setattr(sys, "argv", ["proxy_fidelity.py", "--panel", str(tmp_path / "p.json")])
+    pf.main()
+    assert calls[0] == ("demo", (0, 1, 2)) and all(s == (0, 1, 2) for n, s in calls[1:8])
+    assert {n for n, s in calls if s == (0,)} == set(screen)
+    assert [n for n, s in calls if s == (1, 2)] == ["images12k", "steps600-1run"]
+    table = json.loads((tmp_path / "settings.json").read_text())
+    # steps600-1run confirms at 0.85 > demo/2runs' 0.82, but within 0.05: the cheaper derived one
+    assert table["meta"]["choice"] == "demo/2runs"
+    assert pf.choose([{"phase": "screen", "spearman": 0.99, "seconds": 1.0}], 10.0) is None
