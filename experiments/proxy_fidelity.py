@@ -12,8 +12,8 @@ Protocol (fixed before the runs):
   of one thread per job, demo's data split 0 throughout; `demo` as shipped at search seeds 0, 1, 2;
   every other setting screened at seed 0, then the two best screened at <= 1.5x demo's cost
   confirmed at seeds 1 and 2 (fresh seeds: the screen's pick of the best of eight is not what they
-  are judged on). Changed before any setting's run: all settings at three seeds was about 16
-  core-hours on the 2-core machine, on top of the panel's 17;
+  are judged on). Changed before any setting's run: all settings at three seeds was an
+  estimated 18 core-hours on the 2-core machine, on top of the panel's 17;
 - measured: Spearman (the mean over the seeds of one seed's correlation with the panel: what one
   search sees), its percentile bootstrap 95% interval over layers, Kendall, the Spearman of the
   seeds' mean, the pairs the reference separates by > 3 points that the proxy orders wrongly, and
