@@ -19,6 +19,12 @@ Protocol, fixed before the runs (docs/findings.md, "Evolution vs random search")
   same seed layers with the same data split and training seeds, so they differ only by what each
   algorithm proposed after them. Both tests are always reported; `--test` names the one fixed
   before the runs.
+- Beside it, the paper's own Fig. 10 metric at the end of the budget: the mean fitness of the 10
+  best layers trained to the end, a missing one at chance (`top10_mean`), with the same paired test.
+- `--evolution-arm prescreen --summarize-only --runs DIR` reads experiments/prescreen_arms.py's
+  prescreened runs as the evolution arm against its random arm: those runs are this experiment's
+  runs with the prescreen on (the same configs, one worker of one thread, the arms of a seed side
+  by side), so Fig. 10 with the prescreen needs no runs of its own.
 - Fresh training seeds (`--fresh-seeds N`): a run's best fitness is the best of several noisy
   evaluations, biased upward. For each seed where the arms' best layers differ, both are trained again
   with N fresh training seeds on that seed's data split and training setting (as `evonorm retrain`);
@@ -118,6 +124,24 @@ def run_metric(candidates, stages: int, chance: float) -> float:
     return chance if best is None else best.fitness
 
 
+def top_mean(candidates, stages: int, chance: float, k: int = 10) -> float:
+    """The paper's Fig. 10 metric at the end of a run: the mean fitness of the `k` best layers
+    trained to the end, a missing one counting as chance (so finding fewer layers costs)."""
+    full = sorted((c.fitness for c in candidates if c.status == "valid" and c.stage >= stages
+                   and c.fitness is not None), reverse=True)[:k]
+    return (sum(full) + chance * (k - len(full))) / k
+
+
+def arm_prefix(args, arm: str) -> str:
+    """The name an arm's runs go by; `--evolution-arm prescreen` reads
+    experiments/prescreen_arms.py's prescreened runs as the evolution arm."""
+    return getattr(args, "evolution_arm", "evolution") if arm == "evolution" else arm
+
+
+def arm_dir(runs_dir: Path, args, arm: str, seed: int) -> Path:
+    return runs_dir / f"{arm_prefix(args, arm)}_s{seed}"
+
+
 def read_run(run: Path, budget_seconds: float):
     """(config, status, chance accuracy, candidates finished within the budget) of one run; None before
     its store exists."""
@@ -138,7 +162,7 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
     rows, values = [], {arm: [] for arm in ARMS}
     for arm in ARMS:
         for seed in args.seeds:
-            read = read_run(runs_dir / f"{arm}_s{seed}", args.budget_seconds)
+            read = read_run(arm_dir(runs_dir, args, arm, seed), args.budget_seconds)
             if read is None:
                 continue
             cfg, status, chance, within = read
@@ -153,6 +177,7 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
                          "worker_seconds": round(sum(c.seconds for c in within), 1),
                          "seed_layers_best": (round(run_metric(seeded, cfg.num_stages, chance), 4)
                                               if seeded else None),
+                         "top10_mean": round(top_mean(within, cfg.num_stages, chance), 4),
                          "best_fitness": metric})
             if status == "complete":
                 values[arm].append(metric)
@@ -162,6 +187,8 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
     both = [s for s in args.seeds if all((arm, s) in complete for arm in ARMS)]
     pairs = {arm: [complete[arm, s] for s in both] for arm in ARMS}
     p_paired = paired_sign_flip_greater(pairs["evolution"], pairs["random"]) if both else None
+    top10 = {(r["arm"], r["seed"]): r["top10_mean"] for r in rows if r["status"] == "complete"}
+    top10_pairs = {arm: [top10[arm, s] for s in both] for arm in ARMS}
     summary = {
         "metric": ("best fitness (mean held-out accuracy over resnet50_cifar and "
                    "mobilenetv2_cifar, Fashion-MNIST, search split) of a layer trained through "
@@ -173,17 +200,25 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
         "test": TESTS[args.test],
         "p_value": p_paired if args.test == "paired" else p,
         "paired_seeds": both, "paired_p_value": p_paired, "u": u, "mann_whitney_p_value": p,
+        "evolution_arm": getattr(args, "evolution_arm", "evolution"),
+        "top10_mean": {**top10_pairs, "metric": "the paper's Fig. 10 metric: mean fitness of the 10 "
+                       "best layers trained to the end within the budget, a missing one at chance",
+                       "paired_p_value": (paired_sign_flip_greater(top10_pairs["evolution"],
+                                                                   top10_pairs["random"])
+                                          if both else None)},
         "mean_std": {arm: [statistics.fmean(v), statistics.stdev(v) if len(v) > 1 else 0.0]
                      for arm, v in values.items() if v},
     }
     (d / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (d / "runs.json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = ["| arm | seed | candidates | valid | trained to the end | near misses | "
-             "first trained to the end at (worker-s) | worker-s | best seed layer | best fitness |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "first trained to the end at (worker-s) | worker-s | best seed layer | top-10 mean | "
+             "best fitness |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['arm']} | {r['seed']} | {r['candidates']} | {r['valid']} | "
               f"{r['trained_to_end']} | {r['near_misses']} | {r['first_full_at'] or '-'} | "
-              f"{r['worker_seconds']} | {fmt_opt(r['seed_layers_best'])} | {r['best_fitness']:.4f} |"
+              f"{r['worker_seconds']} | {fmt_opt(r['seed_layers_best'])} | {r['top10_mean']:.4f} | "
+              f"{r['best_fitness']:.4f} |"
               for r in rows]
     (d / "runs.md").write_text("\n".join(lines) + "\n")
     _plot(rows, d)
@@ -208,11 +243,11 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
     from evonorm.proxy.retrain import SEED_OFFSET, load_rows, pending
 
     def fresh_file(seed: int, arm: str) -> Path:
-        return runs_dir / f"fresh_s{seed}_{arm}.jsonl"
+        return runs_dir / f"fresh_s{seed}_{arm_prefix(args, arm)}.jsonl"
 
     rows, jobs = [], []
     for seed in args.seeds:
-        reads = [read_run(runs_dir / f"{arm}_s{seed}", args.budget_seconds) for arm in ARMS]
+        reads = [read_run(arm_dir(runs_dir, args, arm, seed), args.budget_seconds) for arm in ARMS]
         if any(r is None or r[1] != "complete" for r in reads):
             continue
         cfg, _, chance, _ = reads[0]  # the arms share all but the algorithm, which training does not read
@@ -315,10 +350,15 @@ def main(argv: list[str] | None = None) -> int:
                         "runs/evolution_vs_random/PRESET_BUDGETs)")
     p.add_argument("--out", default=None, help="default results/evolution_vs_random")
     p.add_argument("--summarize-only", action="store_true")
+    p.add_argument("--evolution-arm", default="evolution", choices=["evolution", "prescreen"],
+                   help="the runs read as the evolution arm: prescreen reads the prescreened runs "
+                        "of experiments/prescreen_arms.py (with --summarize-only and its --runs)")
     p.add_argument("--fresh-seeds", type=int, default=0, metavar="N",
                    help="after the runs, train each seed's two best layers again with N fresh "
                         "training seeds and test those (fresh_seeds.json)")
     args = p.parse_args(argv)
+    if args.evolution_arm != "evolution" and not args.summarize_only:
+        p.error("--evolution-arm reads another experiment's runs: give it with --summarize-only")
     overrides = parse_sets(args.set)
     suffix = "".join(f"_{k}{v}" for k, v in sorted(overrides.items()))
     runs_dir = Path(args.runs or ROOT / "runs" / "evolution_vs_random"

@@ -16,9 +16,14 @@ Protocol (fixed before the runs):
 - test: one-sided exact paired permutation (sign-flip) tests over the seeds, prescreen >
   evolution and prescreen > random, on valid layers per worker-hour; the target is >= 5x plain
   evolution's mean. Every run is reported.
-The search fitness of the layers (and the paper's Fig. 10 metric) is experiments/evolution_vs_random.py's
-work (`--set prescreen=true` gives it the prescreened arm); this measures what the prescreen is
-for: training the candidates worth training. `results/prescreen/summary.json`:
+This measures what the prescreen is for: training the candidates worth training. The same runs
+are Fig. 10 with the prescreen (the search fitness of the layers, the paper's top-10 metric, the
+fresh-seed retraining): experiments/evolution_vs_random.py reads the prescreened arm as its
+evolution arm against this random arm,
+
+    python experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
+        --seeds 0 1 2 3 4 5 6 7 8 9 --runs runs/prescreen --evolution-arm prescreen \
+        --summarize-only --fresh-seeds 4 --out results/evolution_vs_random/prescreen `results/prescreen/summary.json`:
 `{"arms": {ARM: {"seeds": [...], "valid_per_worker_hour": [...], "distinct_valid_own": [...]}},
 "budget_worker_seconds": ..., "command": "...", "p_value": {...}}`.
 

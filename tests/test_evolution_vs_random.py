@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from evolution_vs_random import (first_full_at, fresh_seeds, progress_line, run_config,  # noqa: E402
-                                 run_metric, within_budget)
+from evolution_vs_random import (first_full_at, fresh_seeds, main, progress_line,  # noqa: E402
+                                 run_config, run_metric, summarize, top_mean, within_budget)
 
 from evonorm.search.candidates import Candidate  # noqa: E402
 
@@ -27,6 +27,38 @@ def test_budget_cut_and_metric():
     assert run_metric([], stages=2, chance=0.1) == 0.1
     assert first_full_at(cands, stages=2) == 10 and first_full_at(cands[1:], stages=2) == 30
     assert first_full_at(cands[1:3], stages=2) is None
+    # the paper's metric: the 10 best trained to the end, the missing 8 at chance
+    assert top_mean(cands, stages=2, chance=0.1) == pytest.approx((0.3 + 0.9 + 8 * 0.1) / 10)
+    assert top_mean(cands, stages=2, chance=0.1, k=1) == pytest.approx(0.9)
+
+
+def test_the_prescreened_runs_are_read_as_the_evolution_arm_with_the_top10_metric(
+        tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    import evolution_vs_random as evr
+
+    seen = []
+
+    def fake_read(run, budget):
+        seen.append(run.name)
+        cfg = SimpleNamespace(num_stages=2)
+        fit = {"prescreen": 0.5, "evolution": 0.2, "random": 0.3}[run.name.split("_s")[0]]
+        return cfg, "complete", 0.1, [_cand(1, 10, fitness=fit), _cand(2, 10, fitness=fit - 0.1)]
+
+    monkeypatch.setattr(evr, "read_run", fake_read)
+    monkeypatch.setattr(evr, "_plot", lambda rows, d: None)
+    args = SimpleNamespace(seeds=[0, 1], budget_seconds=900.0, preset="demo", set=[],
+                           test="paired", evolution_arm="prescreen")
+    s = summarize(tmp_path, args, tmp_path)
+    assert seen == ["prescreen_s0", "prescreen_s1", "random_s0", "random_s1"]
+    assert s["evolution"] == [0.5, 0.5] and s["random"] == [0.3, 0.3]
+    assert s["evolution_arm"] == "prescreen" and s["paired_p_value"] == 0.25
+    assert s["top10_mean"]["evolution"] == [pytest.approx((0.5 + 0.4 + 0.8) / 10)] * 2
+    assert s["top10_mean"]["paired_p_value"] == 0.25
+    with pytest.raises(SystemExit) as err:  # running new arms under another experiment's name: no
+        main(["--evolution-arm", "prescreen", "--runs", str(tmp_path)])
+    assert err.value.code == 2 and "--summarize-only" in capsys.readouterr().err
 
 
 @pytest.mark.fashion_mnist
