@@ -23,7 +23,10 @@ evolution arm against this random arm,
 
     python experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
         --seeds 0 1 2 3 4 5 6 7 8 9 --runs runs/prescreen --evolution-arm prescreen \
-        --summarize-only --fresh-seeds 4 --out results/evolution_vs_random/prescreen `results/prescreen/summary.json`:
+        --summarize-only --fresh-seeds 4
+
+(before it, the files of the run without the prescreen move to a folder of their own under
+results/evolution_vs_random/, as the earlier runs' did). `results/prescreen/summary.json`:
 `{"arms": {ARM: {"seeds": [...], "valid_per_worker_hour": [...], "distinct_valid_own": [...]}},
 "budget_worker_seconds": ..., "command": "...", "p_value": {...}}`.
 
