@@ -79,3 +79,18 @@ def save_png(fig: Any, path: Path) -> None:
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def die_with_parent() -> None:
+    """In a worker process (a pool's initializer): end it when the process that started it ends
+    (Linux's PR_SET_PDEATHSIG; a no-op elsewhere). A killed experiment then leaves no worker that
+    trains on into the files the next start resumes from."""
+    import ctypes
+    import signal
+
+    prctl = getattr(ctypes.CDLL(None), "prctl", None)
+    if prctl is None:
+        return
+    prctl(1, int(signal.SIGTERM))
+    if os.getppid() == 1:  # the parent ended before the line above
+        os._exit(1)

@@ -42,7 +42,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, log  # noqa: E402
+from _common import RESULTS, die_with_parent, log  # noqa: E402
 
 from evonorm.search.lock import RunLock, RunLocked  # noqa: E402
 
@@ -222,7 +222,8 @@ def main() -> None:
     t0 = time.time()
     command = " ".join(["python", *sys.argv])
     log(f"panel: {len(done)} runs done, {len(jobs)} to go, {args.workers} workers")
-    with get_context("spawn").Pool(args.workers, maxtasksperchild=1) as pool:
+    with get_context("spawn").Pool(args.workers, initializer=die_with_parent,
+                                   maxtasksperchild=1) as pool:
         for i, row in enumerate(pool.imap_unordered(train_one, jobs), 1):
             ckpt = Path(row.pop("ckpt"))
             with open(rows_path, "a") as f:

@@ -80,3 +80,36 @@ def test_a_second_panel_on_the_same_folder_is_refused_in_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "in use by another panel process" in proc.stderr
     assert not (tmp_path / "runs.jsonl").exists()
+
+
+def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
+    """A killed panel leaves no worker training on into its checkpoints."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from _common import die_with_parent; "
+            "die_with_parent(); print('ready', flush=True); time.sleep(120)")
+    parent = ("import subprocess, sys, time; "
+              "c = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]]); "
+              "print(c.pid, flush=True); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", parent, code, str(Path(fp.__file__).parent)],
+                            stdout=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    assert proc.stdout.readline().strip() == "ready"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        stat = Path(f"/proc/{child}/stat")
+        if stat.exists() and stat.read_text().split()[2] == "Z":
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the worker outlived the process that started it")
