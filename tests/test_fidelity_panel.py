@@ -89,15 +89,16 @@ def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
     import subprocess
     import time
 
-    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from _common import die_with_parent; "
-            "die_with_parent(); print('ready', flush=True); time.sleep(120)")
+    code = ("import os, sys, time; sys.path.insert(0, sys.argv[1]); "
+            "from _common import die_with_parent; die_with_parent(); "
+            "print('ready', os.getpid(), flush=True); time.sleep(120)")
     parent = ("import subprocess, sys, time; "
-              "c = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]]); "
-              "print(c.pid, flush=True); time.sleep(120)")
+              "subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]]); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", parent, code, str(Path(fp.__file__).parent)],
                             stdout=subprocess.PIPE, text=True)
-    child = int(proc.stdout.readline())
-    assert proc.stdout.readline().strip() == "ready"
+    word, pid = proc.stdout.readline().split()
+    assert word == "ready"
+    child = int(pid)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     deadline = time.monotonic() + 30
