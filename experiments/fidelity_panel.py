@@ -232,9 +232,11 @@ def main() -> None:
             wall = wall0 + time.time() - t0
             wall_path.write_text(f"{wall:.1f}\n")
             write_panel(args.out, read_rows(rows_path), wall, command, setting)
+            left = (time.time() - t0) / i * (len(jobs) - i)  # this start's pace
             log(f"[{i}/{len(jobs)}] {row['layer']} {row['arch']} seed {row['seed']}: "
                 f"{row['test_accuracy']:.4f} ({row['status']}, {row['seconds']:.0f} s) "
-                f"curve {[round(a or 0, 3) for _, a in row['curve']]}")
+                f"curve {[round(a or 0, 3) for _, a in row['curve']]}; "
+                f"about {left / 3600:.1f} h to go at this pace")
     log("panel complete")
 
 
