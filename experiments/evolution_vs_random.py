@@ -183,12 +183,14 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
                 values[arm].append(metric)
     u, p = (mann_whitney_greater(values["evolution"], values["random"])
             if values["evolution"] and values["random"] else (None, None))
-    complete = {(r["arm"], r["seed"]): r["best_fitness"] for r in rows if r["status"] == "complete"}
+    complete = {(r["arm"], r["seed"]): r for r in rows if r["status"] == "complete"}
     both = [s for s in args.seeds if all((arm, s) in complete for arm in ARMS)]
-    pairs = {arm: [complete[arm, s] for s in both] for arm in ARMS}
+
+    def paired(metric: str) -> dict[str, list[float]]:  # each arm's values on the seeds both finished
+        return {arm: [complete[arm, s][metric] for s in both] for arm in ARMS}
+
+    pairs, top10_pairs = paired("best_fitness"), paired("top10_mean")
     p_paired = paired_sign_flip_greater(pairs["evolution"], pairs["random"]) if both else None
-    top10 = {(r["arm"], r["seed"]): r["top10_mean"] for r in rows if r["status"] == "complete"}
-    top10_pairs = {arm: [top10[arm, s] for s in both] for arm in ARMS}
     summary = {
         "metric": ("best fitness (mean held-out accuracy over resnet50_cifar and "
                    "mobilenetv2_cifar, Fashion-MNIST, search split) of a layer trained through "
@@ -200,7 +202,7 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
         "test": TESTS[args.test],
         "p_value": p_paired if args.test == "paired" else p,
         "paired_seeds": both, "paired_p_value": p_paired, "u": u, "mann_whitney_p_value": p,
-        "evolution_arm": getattr(args, "evolution_arm", "evolution"),
+        "evolution_arm": arm_prefix(args, "evolution"),
         "top10_mean": {**top10_pairs, "metric": "the paper's Fig. 10 metric: mean fitness of the 10 "
                        "best layers trained to the end within the budget, a missing one at chance",
                        "paired_p_value": (paired_sign_flip_greater(top10_pairs["evolution"],

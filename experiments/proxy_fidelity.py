@@ -108,8 +108,8 @@ def rescore(rec, rule: str, *, train_seeds: int, stage_share: float,
     if not rec.run_scores or not rec.stage_scores:
         raise ValueError(f"the run of {rec.name} (seed {rec.seed}) keeps no per-run scores: "
                          f"measure its setting again with this version")
-    archs = list(rec.run_scores)
-    runs = {a: rec.run_scores[a] for a in archs}
+    runs = rec.run_scores
+    archs = list(runs)
     n = len(runs[archs[0]])
     mean = statistics.fmean
     kind, _, arg = rule.partition(":")
@@ -150,15 +150,15 @@ def measure_setting(name: str, panel_path: Path, workers: int, runs_root: Path,
                                          f"fitness {r.fitness} ({r.seconds:.0f} s)"))
     records = [r for r in load_runs(out) if r.kind == "panel" and r.seed in seeds]
     return _entry(name, seeds, SETTINGS[name], proxy_scores(records, 1.0 / search_dataset(cfg).num_classes),
-                  panel_cost(records), records, panel_path, preset)
+                  panel_cost(records), records, layers, panel_path, preset)
 
 
 def _entry(name: str, seeds: tuple[int, ...], setting: dict, proxy: dict[str, dict[int, float]],
-           cost: float | None, records: list, panel_path: Path, preset: str) -> dict:
-    """A setting's fidelity entry, also written into the panel file's `proxies`."""
-    from evonorm.proxy.fidelity import load_panel, rank_fidelity, write_proxy
+           cost: float | None, records: list, layers: list, panel_path: Path, preset: str) -> dict:
+    """A setting's fidelity entry against the panel's `layers`, also written into the panel file's
+    `proxies`."""
+    from evonorm.proxy.fidelity import rank_fidelity, write_proxy
 
-    _, layers = load_panel(panel_path)
     fid = rank_fidelity(proxy, {layer.name: layer.accuracy for layer in layers})
     seed_args = "" if tuple(seeds) == SEEDS else " --seeds " + " ".join(map(str, seeds))
     entry = {"command": f"python experiments/proxy_fidelity.py --only {name}{seed_args}",
@@ -194,7 +194,7 @@ def measure_derived(name: str, panel_path: Path, runs_root: Path, seeds: tuple[i
     from evonorm.proxy.training import search_dataset, train_config
 
     base, rule = DERIVED[name]
-    data, _ = load_panel(panel_path)
+    data, layers = load_panel(panel_path)
     cfg = setting_config(base, preset=preset, dataset=dataset)
     task = proxy_config(cfg)
     records = [r for r in load_runs(runs_root / base) if r.kind == "panel" and r.seed in seeds]
@@ -217,7 +217,7 @@ def measure_derived(name: str, panel_path: Path, runs_root: Path, seeds: tuple[i
         proxy.setdefault(r.name, {})[r.seed] = fitness
         costs.append(cost)
     return _entry(name, seeds, {"runs_of": base, "rule": rule, "ahead_panel": round(ahead_panel, 3)},
-                  proxy, statistics.fmean(costs), records, panel_path, preset)
+                  proxy, statistics.fmean(costs), records, layers, panel_path, preset)
 
 
 def choose(rows: list[dict], cap: float) -> dict | None:
@@ -239,7 +239,8 @@ def chart(rows: list[dict], path: Path) -> None:
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    base = next((r["seconds"] for r in rows if r["setting"] == BASELINE and r["seeds"] == "012"),
+    every = "".join(map(str, SEEDS))
+    base = next((r["seconds"] for r in rows if r["setting"] == BASELINE and r["seeds"] == every),
                 None)
     for r in rows:
         if r["spearman"] is None or r["seconds"] is None:
@@ -248,7 +249,7 @@ def chart(rows: list[dict], path: Path) -> None:
         ax.errorbar([r["seconds"]], [r["spearman"]],
                     yerr=None if lo is None else [[r["spearman"] - lo], [hi - r["spearman"]]],
                     fmt="o", capsize=3, mfc="none" if r["phase"] == "screen" else None)
-        label = r["setting"] + ("" if r["seeds"] == "012" else f" @{r['seeds']}")
+        label = r["setting"] + ("" if r["seeds"] == every else f" @{r['seeds']}")
         ax.annotate(label, (r["seconds"], r["spearman"]), fontsize=7,
                     xytext=(4, 3), textcoords="offset points")
     if base:

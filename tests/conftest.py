@@ -2,8 +2,9 @@ import os
 
 # OpenMP threads that wait for work sleep instead of spinning. Two torch processes of two threads
 # each on two cores (pytest-xdist workers, or a test beside the worker pool it starts) otherwise
-# spin against each other: a step then took 28 times as long. Read when torch loads OpenMP, so
-# set before torch is imported; subprocesses of the tests inherit it.
+# spin against each other: a step then took 4 to 23 times as long, against 1.4 times passive
+# (benchmarks/bench_omp_wait.py). Read when torch loads OpenMP, so set before torch is imported;
+# subprocesses of the tests inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
