@@ -51,6 +51,7 @@ def test_a_traced_cpp_layer_says_it_runs_the_plain_path(capsys):
 
 
 def test_a_triton_layer_that_runs_the_plain_formulas_says_so_once(capsys):
+    pytest.importorskip("triton", reason="triton is not installed (the `triton` extra)")
     layer = EvoNormS0(8, groups=4, impl="triton")
     with recording() as calls:
         torch.jit.trace(layer, torch.randn(2, 8, 3, 3))

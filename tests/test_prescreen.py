@@ -69,6 +69,7 @@ def _rows(n):
 
 
 def test_the_surrogate_predicts_nothing_at_cold_start_then_learns_the_rule():
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
     s = Surrogate(min_each=3)
     for f, v, t in _rows(4):  # 2 valid, 2 rejected: still cold
         s.add(f, v, t)
@@ -116,6 +117,7 @@ def test_a_pool_rejects_the_hopeless_and_trains_the_best_and_explore_trains_rega
 
 
 def test_a_prescreened_search_on_an_own_objective_records_prescreen_rejections(tmp_path):
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
     run = tmp_path / "run"
     result = search(_objectives.needs_max, out=run, preset="tiny", budget=60, workers=1,
                     progress=False, prescreen=True, prescreen_min=2, prescreen_explore=0.5,
