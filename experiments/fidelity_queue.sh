@@ -4,10 +4,12 @@
 #   1. the reference panel at seed 0: a whole panel of one seed;
 #   2. `demo`'s fitness for every panel layer at search seeds 0-2: its first Spearman, against
 #      that one-seed panel;
-#   3. the panel's seeds 1 and 2;
-#   4. every setting of the chart (demo's runs are kept) against the whole panel, with the table
-#      and the chart.
-# Steps 1 and 3 train in experiments/fidelity_panel.py, 2 and 4 in experiments/proxy_fidelity.py.
+#   3. the chart's screen: every other setting at seed 0, against the panel as it stands (which
+#      settings could rank well is the answer that changes what is tried next);
+#   4. the panel's seeds 1 and 2;
+#   5. the chart's whole protocol against the whole panel (the runs of 2 and 3 are kept), with the
+#      confirmation of the two best screened settings, the table and the chart.
+# Steps 1 and 4 train in experiments/fidelity_panel.py, 2, 3 and 5 in experiments/proxy_fidelity.py.
 #
 #     nohup nice -n 15 bash experiments/fidelity_queue.sh >> runs/fidelity_queue.log 2>&1 &
 set -euo pipefail
@@ -15,6 +17,8 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 "$PY" experiments/fidelity_panel.py --workers 2 --seeds 0
 "$PY" experiments/proxy_fidelity.py --workers 2 --only demo
+"$PY" experiments/proxy_fidelity.py --workers 2 --seeds 0 --only \
+    steps600-1run steps300-2runs images12k nocrop lr0.05 width0.125 batch64 resnet-only-450
 "$PY" experiments/fidelity_panel.py --workers 2
 "$PY" experiments/proxy_fidelity.py --workers 2
 echo "fidelity queue: done"
