@@ -140,10 +140,14 @@ def test_layer_exception_propagates(synthetic):
 
 
 def test_channels_last_matches_default(synthetic):
-    cfg = get_train_preset("tiny", steps=2)  # longer runs diverge chaotically from rounding alone
+    """The same network in another memory layout: the first step's loss agrees to rounding. Only
+    the first: a BatchNorm ResNet's gradients differ by up to 5% between layouts at one thread
+    (rounding, amplified through the batch statistics), so from the second step on the runs part."""
+    cfg = get_train_preset("tiny", steps=1)
     a = train(bn_relu, synthetic, cfg)
     b = train(bn_relu, synthetic, cfg.replace(channels_last=True))
-    assert a.final_loss == pytest.approx(b.final_loss, rel=1e-3)
+    assert a.status == b.status == "ok"
+    assert a.final_loss == pytest.approx(b.final_loss, rel=1e-5)
 
 
 def test_groups_reach_every_layer_with_group_statistics(synthetic):
