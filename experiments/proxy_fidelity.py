@@ -17,8 +17,10 @@ Protocol (fixed before the runs):
 - measured: Spearman (the mean over the seeds of one seed's correlation with the panel: what one
   search sees), its percentile bootstrap 95% interval over layers, Kendall, the Spearman of the
   seeds' mean, the pairs the reference separates by > 3 points that the proxy orders wrongly, and
-  worker-seconds per candidate (the mean seconds of a panel layer's evaluation, all settings run
-  on the same machine under the same load where possible);
+  worker-seconds per candidate (the mean CPU seconds of a panel layer's evaluation, one thread:
+  what it takes on a core of its own; changed before any setting's run from wall seconds, which
+  count the waits of a machine that other work shares, so settings run at different loads, in
+  different sessions, could not be compared);
 - derived settings (`DERIVED` below): other ways to score demo's runs, at seeds 0, 1, 2, at the
   cost of what they would train;
 - the choice (`choose`): among `demo`, the derived settings and the confirmed ones (on their
@@ -101,10 +103,11 @@ DERIVED: dict[str, tuple[str, str]] = {
 def rescore(rec, rule: str, *, train_seeds: int, stage_share: float,
             ahead_panel: float, chance: float) -> tuple[float, float]:
     """A panel record's fitness and cost (worker-seconds) under `rule` (see DERIVED). Costs of
-    fewer steps or runs are the record's seconds times the share of run-steps they train; a
-    layer whose training was not finite scores chance at its whole cost."""
+    fewer steps or runs are the record's cost times the share of run-steps they train, of one
+    architecture its share of the training seconds; a layer whose training was not finite scores
+    chance at its whole cost."""
     if rec.status != "valid":
-        return chance, rec.seconds
+        return chance, rec.cost
     if not rec.run_scores or not rec.stage_scores:
         raise ValueError(f"the run of {rec.name} (seed {rec.seed}) keeps no per-run scores: "
                          f"measure its setting again with this version")
@@ -114,18 +117,18 @@ def rescore(rec, rule: str, *, train_seeds: int, stage_share: float,
     mean = statistics.fmean
     kind, _, arg = rule.partition(":")
     if kind == "arch":
-        return mean(runs[arg]), rec.arch_seconds[arg]
+        return mean(runs[arg]), rec.cost * rec.arch_seconds[arg] / sum(rec.arch_seconds.values())
     if kind == "stage1":
-        return mean([rec.stage_scores[0][a] for a in archs]), rec.seconds * stage_share
+        return mean([rec.stage_scores[0][a] for a in archs]), rec.cost * stage_share
     if kind == "runs":
         k = int(arg)
-        return mean([mean(runs[a][:k]) for a in archs]), rec.seconds * k / n
+        return mean([mean(runs[a][:k]) for a in archs]), rec.cost * k / n
     if kind == "median":
-        return mean([statistics.median(runs[a]) for a in archs]), rec.seconds
+        return mean([statistics.median(runs[a]) for a in archs]), rec.cost
     if kind == "ahead":
         k = ahead_panel if arg == "panel" else float(arg)
         gain = {a: mean(runs[a][:train_seeds]) - rec.stage_scores[0][a] for a in archs}
-        return mean([mean(runs[a]) + k * gain[a] for a in archs]), rec.seconds
+        return mean([mean(runs[a]) + k * gain[a] for a in archs]), rec.cost
     raise ValueError(f"unknown rule {rule!r}")
 
 

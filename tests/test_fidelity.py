@@ -103,6 +103,7 @@ def test_calibrate_with_a_panel_stores_the_rank_fidelity(tmp_path, capsys):
     for r in (r for r in runs if r.status == "valid"):  # what the fitness is made of, kept
         assert r.stage_scores[-1] == r.accuracies and set(r.arch_seconds) == set(r.accuracies)
         assert all(s > 0 for s in r.arch_seconds.values())
+        assert 0 < r.cpu_seconds and r.cost == r.cpu_seconds  # one thread: its own CPU time
         assert r.fitness == pytest.approx(sum(sum(v) / len(v) for v in r.run_scores.values()) / 2)
     stored = json.loads(panel.read_text())["proxies"]
     assert stored["old"] == {"x": 1}  # other proxies kept

@@ -35,6 +35,10 @@ def test_each_rule_scores_the_runs_and_costs_what_it_trains():
     # ResNet50 gained 0.7 - 0.4 = 0.3 from the first stage to the end (its first two runs)
     assert pf.rescore(rec, "ahead:1", **kw) == pytest.approx(((0.7 + 0.3 + 0.5) / 2, 100.0))
     assert pf.rescore(rec, "ahead:panel", **kw) == pytest.approx(((0.7 + 1.2 + 0.5) / 2, 100.0))
+    # where the job's CPU time is known it is the cost: wall seconds count a shared machine's waits
+    rec.cpu_seconds = 50.0
+    assert pf.rescore(rec, "arch:resnet50_cifar", **kw)[1] == pytest.approx(15.0)
+    assert pf.rescore(rec, "runs:2", **kw)[1] == pytest.approx(25.0)
     bad = RunRecord("panel", "b", 0, "rejected", "nonfinite", seconds=7.0)
     assert pf.rescore(bad, "median", **kw) == (0.1, 7.0)
     old = RunRecord("panel", "c", 0, "valid", None, accuracies={R: 0.5}, fitness=0.5)

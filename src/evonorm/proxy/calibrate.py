@@ -69,6 +69,12 @@ class Job:
     def key(self) -> tuple[str, str, int]:
         return (self.kind, self.name, self.seed)
 
+    @property
+    def cost(self) -> float:
+        """Worker-seconds of the job: its CPU time (one thread: what it takes on a core of its
+        own), its wall seconds for a record that has none (older runs, dead workers)."""
+        return self.cpu_seconds or self.seconds
+
 
 @dataclass
 class RunRecord:
@@ -84,6 +90,9 @@ class RunRecord:
     accuracies: dict[str, float] = field(default_factory=dict)  # full training, held-out
     fitness: float | None = None  # mean of `accuracies` (references: also when rejected)
     seconds: float = 0.0
+    # the job's own CPU time: its cost where other work shares the machine (wall seconds there
+    # count the waits too, so settings measured at different loads could not be compared)
+    cpu_seconds: float = 0.0
     graph: dict = field(default_factory=dict)
     # panel layers: what the fitness is made of, so that other ways to score the same runs (one
     # architecture, fewer runs, the first stage, the learning curve) are measured without training
@@ -94,6 +103,12 @@ class RunRecord:
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.kind, self.name, self.seed)
+
+    @property
+    def cost(self) -> float:
+        """Worker-seconds of the job: its CPU time (one thread: what it takes on a core of its
+        own), its wall seconds for a record that has none (older runs, dead workers)."""
+        return self.cpu_seconds or self.seconds
 
 
 def calibration_jobs(cfg: SearchConfig, seeds: int, n_random: int,
@@ -133,7 +148,7 @@ def measure(payload: dict) -> dict:
 
     from evonorm.graph import Graph
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     job = Job(**payload["job"])
     cfg = SearchConfig.from_dict(payload["config"]).replace(seed=job.seed)
     task = proxy_config(cfg)
@@ -180,7 +195,7 @@ def measure(payload: dict) -> dict:
             if rej is not None and rec.reason is None:
                 rec.reason = rej.reason
         rec.status = "valid" if rec.reason is None else "rejected"
-    rec.seconds = time.perf_counter() - t0
+    rec.seconds, rec.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     return asdict(rec)
 
 
@@ -419,5 +434,5 @@ def proxy_scores(records: list[RunRecord], chance: float) -> dict[str, dict[int,
 
 def panel_cost(records: list[RunRecord]) -> float | None:
     """Worker-seconds of one panel layer's evaluation: the cost of a candidate trained to the end."""
-    secs = [r.seconds for r in records if r.kind == "panel"]
+    secs = [r.cost for r in records if r.kind == "panel"]
     return statistics.fmean(secs) if secs else None
