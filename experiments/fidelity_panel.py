@@ -21,7 +21,8 @@ continued from a checkpoint ends where an uninterrupted one does.)
 Each finished run is a line of `<out>/runs.jsonl`; a run in progress is checkpointed (weights,
 optimizer and random state, `torch.load(weights_only=True)`) at every scoring point, so a killed
 panel resumes where it stopped. `<out>/panel.json` is rewritten after every run, keeping the
-`proxies` that `evonorm calibrate` wrote into it.
+`proxies` that `evonorm calibrate` wrote into it, and `<out>/panel.md` with it (the table: `--table`
+writes it alone).
 
     nohup nice -n 15 python experiments/fidelity_panel.py --workers 2 > runs/panel.log 2>&1 &
 
@@ -174,6 +175,43 @@ def write_panel(out: Path, rows: list[dict], wall: float, command: str, setting:
     os.replace(tmp, path)
 
 
+def panel_table(rows: list[dict]) -> str:
+    """The panel as it stands, best reference first: each architecture's mean over its seeds, the
+    reference (the mean of both), and how far each run moved over the last fifth of training
+    (80% to 100%: the convergence check; mean over seeds, and the largest move)."""
+    archs = {"resnet50_cifar": "ResNet50", "mobilenetv2_cifar": "MobileNetV2"}
+    by_layer: dict[str, dict[str, list[dict]]] = {}
+    for r in rows:
+        by_layer.setdefault(r["layer"], {}).setdefault(r["arch"], []).append(r)
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs)
+
+    def reference(layer: str) -> float:
+        return mean([mean([r["test_accuracy"] for r in runs]) for runs in by_layer[layer].values()])
+
+    lines = ["| layer | " + " | ".join(f"{a} (seeds)" for a in archs.values()) + " | reference | "
+             + " | ".join(f"{a}, last fifth" for a in archs.values()) + " |",
+             "|---|" + "---|" * (2 * len(archs) + 1)]
+    for layer in sorted(by_layer, key=reference, reverse=True):
+        acc, moved = [], []
+        for arch in archs:
+            runs = sorted(by_layer[layer].get(arch, []), key=lambda r: r["seed"])
+            if not runs:
+                acc.append("")
+                moved.append("")
+                continue
+            acc.append(f"{100 * mean([r['test_accuracy'] for r in runs]):.1f} "
+                       f"({', '.join(str(r['seed']) for r in runs)})")
+            d = [100 * (r["curve"][-1][1] - r["curve"][-2][1]) for r in runs
+                 if len(r["curve"]) >= 2 and r["curve"][-1][1] is not None
+                 and r["curve"][-2][1] is not None]
+            moved.append(f"{mean(d):+.1f} (largest {max(d, key=abs):+.1f})" if d else "")
+        lines.append(f"| {layer} | " + " | ".join(acc) + f" | {100 * reference(layer):.1f} | "
+                     + " | ".join(moved) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def stored_setting(out: Path) -> dict | None:
     """The setting a panel folder was started with (None: a new folder), as `main` builds it."""
     path = out / "panel.json"
@@ -195,7 +233,13 @@ def main() -> None:
                    help="a few steps on 640 images (a check of the script, not a panel)")
     p.add_argument("--device", default=SETTING["device"], help="cpu, or cuda for a second reference")
     p.add_argument("--width", type=float, default=SETTING["width"], help="channel multiplier")
+    p.add_argument("--table", action="store_true",
+                   help="write <out>/panel.md from the finished runs and stop (it is also "
+                        "rewritten after every run)")
     args = p.parse_args()
+    if args.table:
+        (args.out / "panel.md").write_text(panel_table(read_rows(args.out / "runs.jsonl")))
+        return
     setting = {**SETTING, "device": args.device, "width": args.width}
     if args.dry_run:
         setting.update(steps=10, n_train=640, n_test=200, lr_warmup=2)
@@ -232,6 +276,7 @@ def main() -> None:
             wall = wall0 + time.time() - t0
             wall_path.write_text(f"{wall:.1f}\n")
             write_panel(args.out, read_rows(rows_path), wall, command, setting)
+            (args.out / "panel.md").write_text(panel_table(read_rows(rows_path)))
             left = (time.time() - t0) / i * (len(jobs) - i)  # this start's pace
             log(f"[{i}/{len(jobs)}] {row['layer']} {row['arch']} seed {row['seed']}: "
                 f"{row['test_accuracy']:.4f} ({row['status']}, {row['seconds']:.0f} s) "

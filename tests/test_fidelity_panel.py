@@ -114,3 +114,17 @@ def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
     else:
         os.kill(child, signal.SIGKILL)
         raise AssertionError("the worker outlived the process that started it")
+
+
+def test_the_table_ranks_by_reference_and_shows_the_last_fifth():
+    def row(layer, arch, seed, acc, before):
+        return {"layer": layer, "arch": arch, "seed": seed, "test_accuracy": acc,
+                "curve": [[1200, 0.5], [1600, before], [2000, acc]]}
+
+    rows = [row("a", "resnet50_cifar", 0, 0.70, 0.72), row("a", "resnet50_cifar", 1, 0.74, 0.70),
+            row("a", "mobilenetv2_cifar", 0, 0.60, 0.60),
+            row("b", "resnet50_cifar", 0, 0.80, 0.79)]  # b: one architecture so far
+    lines = fp.panel_table(rows).splitlines()
+    assert lines[2].startswith("| b | 80.0 (0) |  | 80.0 |")
+    # a: ResNet50 72.0 over seeds 0 and 1, reference (72 + 60) / 2; moved -2 and +4 points
+    assert lines[3] == "| a | 72.0 (0, 1) | 60.0 (0) | 66.0 | +1.0 (largest +4.0) | +0.0 (largest +0.0) |"
