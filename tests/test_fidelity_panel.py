@@ -82,8 +82,21 @@ def test_a_second_panel_on_the_same_folder_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "runs.jsonl").exists()
 
 
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split()[2] == "Z")
+
+
 def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
-    """A killed panel leaves no worker training on into its checkpoints."""
+    """A killed panel leaves no worker training on into its checkpoints; a worker started from a
+    thread that has ended lives on (a pool starts its replacement workers from a thread that ends
+    when the pool closes: killing them there hung the pool)."""
     import os
     import signal
     import subprocess
@@ -92,23 +105,23 @@ def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
     code = ("import os, sys, time; sys.path.insert(0, sys.argv[1]); "
             "from _common import die_with_parent; die_with_parent(); "
             "print('ready', os.getpid(), flush=True); time.sleep(120)")
-    parent = ("import subprocess, sys, time; "
-              "subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]]); time.sleep(120)")
+    # the thread that starts the worker ends 3 s later, after the worker is ready
+    parent = ("import subprocess, sys, threading, time; "
+              "t = threading.Thread(target=lambda: (subprocess.Popen("
+              "[sys.executable, '-c', sys.argv[1], sys.argv[2]]), time.sleep(3))); t.start(); "
+              "t.join(); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", parent, code, str(Path(fp.__file__).parent)],
                             stdout=subprocess.PIPE, text=True)
     word, pid = proc.stdout.readline().split()
     assert word == "ready"
     child = int(pid)
+    time.sleep(4.5)  # the thread has ended; the worker's watch looks every second
+    assert _alive(child), "the worker ended with the thread that started it"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        stat = Path(f"/proc/{child}/stat")
-        if stat.exists() and stat.read_text().split()[2] == "Z":
+        if not _alive(child):
             break
         time.sleep(0.2)
     else:
