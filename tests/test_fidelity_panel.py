@@ -112,13 +112,15 @@ def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
               "t.join(); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", parent, code, str(Path(fp.__file__).parent)],
                             stdout=subprocess.PIPE, text=True)
-    word, pid = proc.stdout.readline().split()
-    assert word == "ready"
-    child = int(pid)
-    time.sleep(4.5)  # the thread has ended; the worker's watch looks every second
-    assert _alive(child), "the worker ended with the thread that started it"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    try:
+        word, pid = proc.stdout.readline().split()
+        assert word == "ready"
+        child = int(pid)
+        time.sleep(4.5)  # the thread has ended; the worker's watch looks every second
+        assert _alive(child), "the worker ended with the thread that started it"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if not _alive(child):
