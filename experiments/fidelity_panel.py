@@ -45,6 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, die_with_parent, log  # noqa: E402
 
+from evonorm.files import update_lock, write_atomic  # noqa: E402
 from evonorm.search.lock import RunLock, RunLocked  # noqa: E402
 
 
@@ -162,7 +163,6 @@ def read_rows(path: Path) -> list[dict]:
 def write_panel(out: Path, rows: list[dict], wall: float, command: str, setting: dict) -> None:
     """panel.json from every finished run, keeping the proxies calibrate wrote."""
     path = out / "panel.json"
-    proxies = json.loads(path.read_text()).get("proxies", {}) if path.exists() else {}
     setting = {**setting, "layers": [name for name, _ in PANEL]}
     reference = {"setting": setting, "command": command,
                  "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
@@ -170,9 +170,10 @@ def write_panel(out: Path, rows: list[dict], wall: float, command: str, setting:
                  "worker_seconds": round(sum(r["seconds"] for r in rows), 1),
                  "runs": [{k: r[k] for k in ("layer", "graph", "arch", "seed", "test_accuracy",
                                              "status", "curve", "seconds")} for r in rows]}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"reference": reference, "proxies": proxies}, indent=1) + "\n")
-    os.replace(tmp, path)
+    with update_lock(path):  # calibrate and proxy_fidelity write their proxies into it too
+        proxies = json.loads(path.read_text()).get("proxies", {}) if path.exists() else {}
+        write_atomic(path, (json.dumps({"reference": reference, "proxies": proxies}, indent=1)
+                            + "\n").encode())
 
 
 def panel_table(rows: list[dict]) -> str:

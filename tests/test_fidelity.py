@@ -122,3 +122,31 @@ def test_calibrate_with_a_bad_panel_exits_2_in_one_line(tmp_path):
                            str(tmp_path / "X")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "no list reference.runs" in proc.stderr and not (tmp_path / "X").exists()
+
+
+def _write_proxies(path, who, barrier):
+    from evonorm.proxy.fidelity import write_proxy
+
+    barrier.wait()
+    for i in range(100):
+        write_proxy(path, f"{who}{i}", {"i": i})
+
+
+def test_proxies_written_by_two_processes_at_once_are_all_kept(tmp_path):
+    """Each writer reads, changes and rewrites the panel file under its lock: without it the later
+    rename erased the other's entries."""
+    from multiprocessing import get_context
+
+    ctx = get_context("spawn")
+    panel = tmp_path / "panel.json"
+    # a panel's size (its runs), so that a read-change-write takes a while
+    panel.write_text(json.dumps({"reference": {"runs": [{"curve": list(range(50))}] * 200},
+                                 "proxies": {}}))
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_write_proxies, args=(panel, who, barrier)) for who in "ab"]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=120)
+        assert proc.exitcode == 0
+    assert len(json.loads(panel.read_text())["proxies"]) == 200

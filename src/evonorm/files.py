@@ -12,8 +12,10 @@ is imported by the kernel cache, the store and the report alike.
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import dataclasses
 import errno
+import fcntl
 import json
 import math
 import os
@@ -22,7 +24,7 @@ import tempfile
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Iterator, Literal, Union
 
 
 class UnsafePath(OSError):
@@ -89,6 +91,20 @@ def write_atomic(path: str | Path, data: bytes, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def update_lock(path: str | Path) -> Iterator[None]:
+    """Hold `<path>.lock` while reading, changing and rewriting `path`, which other processes change
+    too: two such updates at once would each keep their own change, and the later rename would
+    erase the earlier one's. A blocking flock, which the OS drops when its holder dies."""
+    path = Path(path)
+    fd = open_regular(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
 
 
 def check_folder(path: str | Path, create: bool = False) -> Path:
