@@ -69,12 +69,6 @@ class Job:
     def key(self) -> tuple[str, str, int]:
         return (self.kind, self.name, self.seed)
 
-    @property
-    def cost(self) -> float:
-        """Worker-seconds of the job: its CPU time (one thread: what it takes on a core of its
-        own), its wall seconds for a record that has none (older runs, dead workers)."""
-        return self.cpu_seconds or self.seconds
-
 
 @dataclass
 class RunRecord:
