@@ -50,4 +50,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _seed():
+    """Every test starts from seed 0 and leaves torch's thread count as it found it: a command run
+    in-process (`main(["train", ...])`) sets its own, which otherwise changed the numbers and the
+    speed of the tests after it in the same process."""
     torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
