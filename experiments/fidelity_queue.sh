@@ -12,6 +12,10 @@
 # Steps 1 and 4 train in experiments/fidelity_panel.py, 2, 3 and 5 in experiments/proxy_fidelity.py.
 #
 #     nohup nice -n 15 bash experiments/fidelity_queue.sh >> runs/fidelity_queue.log 2>&1 &
+#
+# Heavy work beside it raises the CPU seconds the chart's costs are measured in (up to 25% seen):
+# pause the running step for it (`kill -STOP` its python process and that process's children,
+# `kill -CONT` after); a paused job is not timed out (the limit is 3x the preset's, 90 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
