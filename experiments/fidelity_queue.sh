@@ -15,7 +15,7 @@
 #
 # Heavy work beside it raises the CPU seconds the chart's costs are measured in (up to 25% seen):
 # pause the running step for it (`kill -STOP` its python process and that process's children,
-# `kill -CONT` after); a paused job is not timed out (the limit is 3x the preset's, 90 minutes).
+# `kill -CONT` after); keep the pause under an hour: a job's time limit (90 minutes) runs on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
