@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _processes import alive
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 import fidelity_panel as fp  # noqa: E402
@@ -82,17 +83,6 @@ def test_a_second_panel_on_the_same_folder_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "runs.jsonl").exists()
 
 
-def _alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split()[2] == "Z")
-
-
 def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
     """A killed panel leaves no worker training on into its checkpoints; a worker started from a
     thread that has ended lives on (a pool starts its replacement workers from a thread that ends
@@ -117,13 +107,13 @@ def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
         assert word == "ready"
         child = int(pid)
         time.sleep(4.5)  # the thread has ended; the worker's watch looks every second
-        assert _alive(child), "the worker ended with the thread that started it"
+        assert alive(child), "the worker ended with the thread that started it"
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if not _alive(child):
+        if not alive(child):
             break
         time.sleep(0.2)
     else:

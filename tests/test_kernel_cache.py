@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from _processes import alive
 from evonorm.graph import cpp as K
 
 FAKE = b"\x7fELF" + bytes(range(256)) * 8  # stands in for a library: never loaded in these tests
@@ -34,13 +35,6 @@ def _cache(tmp_path: Path, **kw) -> K.KernelCache:
     return K.KernelCache(folder, **kw)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split()[2] == "Z")  # a zombie has ended
 
 
 def test_a_stamped_library_is_the_one_loaded(tmp_path):
@@ -188,9 +182,9 @@ def test_a_build_past_its_time_is_stopped_with_its_whole_process_group(tmp_path,
     assert not status.ok and "took over 2 s" in status.reason
     grandchild = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while _alive(grandchild) and time.monotonic() < deadline:
+    while alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(grandchild)
+    assert not alive(grandchild)
     assert not list(cache.folder.glob("partial-*"))
 
 
@@ -215,9 +209,9 @@ def test_a_killed_caller_takes_its_build_with_it(tmp_path):
         caller.send_signal(signal.SIGKILL)
         caller.wait()
         deadline = time.monotonic() + 10
-        while _alive(compiler) and time.monotonic() < deadline:
+        while alive(compiler) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(compiler)
+        assert not alive(compiler)
     finally:
         caller.kill()
         caller.wait()
