@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from multiprocessing import get_context
@@ -45,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, die_with_parent, log  # noqa: E402
 
-from evonorm.files import update_lock, write_atomic  # noqa: E402
+from evonorm.files import update_json  # noqa: E402
 from evonorm.search.lock import RunLock, RunLocked  # noqa: E402
 
 
@@ -162,7 +163,6 @@ def read_rows(path: Path) -> list[dict]:
 
 def write_panel(out: Path, rows: list[dict], wall: float, command: str, setting: dict) -> None:
     """panel.json from every finished run, keeping the proxies calibrate wrote."""
-    path = out / "panel.json"
     setting = {**setting, "layers": [name for name, _ in PANEL]}
     reference = {"setting": setting, "command": command,
                  "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
@@ -170,10 +170,10 @@ def write_panel(out: Path, rows: list[dict], wall: float, command: str, setting:
                  "worker_seconds": round(sum(r["seconds"] for r in rows), 1),
                  "runs": [{k: r[k] for k in ("layer", "graph", "arch", "seed", "test_accuracy",
                                              "status", "curve", "seconds")} for r in rows]}
-    with update_lock(path):  # calibrate and proxy_fidelity write their proxies into it too
-        proxies = json.loads(path.read_text()).get("proxies", {}) if path.exists() else {}
-        write_atomic(path, (json.dumps({"reference": reference, "proxies": proxies}, indent=1)
-                            + "\n").encode())
+    # calibrate and proxy_fidelity write their proxies into it too: kept
+    update_json(out / "panel.json", lambda old: {"reference": reference,
+                                                 "proxies": (old or {}).get("proxies", {})},
+                create=True)
 
 
 def panel_table(rows: list[dict]) -> str:
@@ -185,8 +185,7 @@ def panel_table(rows: list[dict]) -> str:
     for r in rows:
         by_layer.setdefault(r["layer"], {}).setdefault(r["arch"], []).append(r)
 
-    def mean(xs: list[float]) -> float:
-        return sum(xs) / len(xs)
+    mean = statistics.fmean
 
     def reference(layer: str) -> float:
         return mean([mean([r["test_accuracy"] for r in runs]) for runs in by_layer[layer].values()])
@@ -276,8 +275,9 @@ def main() -> None:
             ckpt.unlink(missing_ok=True)
             wall = wall0 + time.time() - t0
             wall_path.write_text(f"{wall:.1f}\n")
-            write_panel(args.out, read_rows(rows_path), wall, command, setting)
-            (args.out / "panel.md").write_text(panel_table(read_rows(rows_path)))
+            rows = read_rows(rows_path)
+            write_panel(args.out, rows, wall, command, setting)
+            (args.out / "panel.md").write_text(panel_table(rows))
             left = (time.time() - t0) / i * (len(jobs) - i)  # this start's pace
             log(f"[{i}/{len(jobs)}] {row['layer']} {row['arch']} seed {row['seed']}: "
                 f"{row['test_accuracy']:.4f} ({row['status']}, {row['seconds']:.0f} s) "

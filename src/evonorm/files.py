@@ -12,7 +12,6 @@ is imported by the kernel cache, the store and the report alike.
 from __future__ import annotations
 
 import collections.abc
-import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -24,7 +23,7 @@ import tempfile
 import types
 import typing
 from pathlib import Path
-from typing import Any, Iterator, Literal, Union
+from typing import Any, Callable, Literal, Union
 
 
 class UnsafePath(OSError):
@@ -93,20 +92,6 @@ def write_atomic(path: str | Path, data: bytes, mode: int = 0o644) -> None:
         raise
 
 
-@contextlib.contextmanager
-def update_lock(path: str | Path) -> Iterator[None]:
-    """Hold `<path>.lock` while reading, changing and rewriting `path`, which other processes change
-    too: two such updates at once would each keep their own change, and the later rename would
-    erase the earlier one's. A blocking flock, which the OS drops when its holder dies."""
-    path = Path(path)
-    fd = open_regular(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing drops the lock
-
-
 def check_folder(path: str | Path, create: bool = False) -> Path:
     """`path` as a real folder (made, with its parents, when `create`); UnsafePath for a link or a file."""
     path = Path(path)
@@ -165,6 +150,23 @@ def read_json(path: str | Path) -> Any:
         return None if text is None else json.loads(text)
     except ValueError as err:
         raise DamagedFile(path, "", f"not valid JSON ({err})") from None
+
+
+def update_json(path: str | Path, change: Callable[[Any], Any], *, create: bool = False) -> None:
+    """Rewrite a JSON file with `change(value)` (None when absent: only with `create`), holding
+    `<path>.lock` from the read to the rename. Other processes update the same file: two updates at
+    once would each keep only their own change, and the later rename would erase the earlier one's.
+    A blocking flock, which the OS drops when its holder dies."""
+    path = Path(path)
+    fd = open_regular(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        value = read_json(path)
+        if value is None and not create:
+            raise FileNotFoundError(f"{path} does not exist")
+        write_atomic(path, (json.dumps(change(value), indent=1) + "\n").encode())
+    finally:
+        os.close(fd)  # closing drops the lock
 
 
 def read_jsonl(path: str | Path, cls: type) -> list:

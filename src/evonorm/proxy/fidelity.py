@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evonorm.files import update_lock, write_atomic
+from evonorm.files import update_json
 from evonorm.stats import bootstrap_ci, kendall, spearman
 
 WRONG_PAIR_GAP = 0.03  # a pair of layers the reference separates by more than 3 points
@@ -161,8 +161,9 @@ def format_fidelity(f: Fidelity, preset: str, seconds_per_candidate: float | Non
 def write_proxy(path: str | Path, key: str, entry: dict) -> None:
     """Store one proxy's measurement under `proxies[key]` of the panel file, atomically, keeping
     everything else in it (also what another process writes into it meanwhile)."""
-    path = Path(path)
-    with update_lock(path):
-        data = json.loads(path.read_text())
+
+    def change(data: dict) -> dict:
         data.setdefault("proxies", {})[key] = entry
-        write_atomic(path, (json.dumps(data, indent=1) + "\n").encode())
+        return data
+
+    update_json(path, change)
