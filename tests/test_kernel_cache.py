@@ -35,8 +35,6 @@ def _cache(tmp_path: Path, **kw) -> K.KernelCache:
     return K.KernelCache(folder, **kw)
 
 
-
-
 def test_a_stamped_library_is_the_one_loaded(tmp_path):
     assert K.checked_library(tmp_path) is None  # nothing built yet
     assert K.checked_library(tmp_path / "k") is None
