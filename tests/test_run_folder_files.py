@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from evonorm import files
 from evonorm.files import DamagedFile, UnsafePath
@@ -267,6 +267,7 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
 @settings(max_examples=200, deadline=None)
 @given(field=st.sampled_from(["layer", "kind", "seed", "accuracies", "fitness", "candidate_id", "seconds",
                               "reason"]), value=JSON_VALUES)
+@example(field="accuracies", value={"\n": False})  # a key with a line break: the message stays one line
 def test_any_row_is_a_retrain_row_of_the_declared_types_or_refused(tmp_path_factory, field, value):
     """Fuzz: a row with any JSON value in any field either loads, with that field of its declared type, or
     raises DamagedFile naming the line and the field."""

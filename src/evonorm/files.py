@@ -202,7 +202,8 @@ def check_record(cls: type, data: Any, path: str | Path, where: str, unknown: bo
         if name not in known:
             if unknown:
                 continue
-            raise DamagedFile(path, f"{where}: {name}" if where else str(name), "an unknown field")
+            raise DamagedFile(path, f"{where}: {key_text(name)}" if where else key_text(name),
+                              "an unknown field")
         problem = type_problem(value, hints[name])
         if problem is not None:
             raise DamagedFile(path, f"{where}: {name}" if where else name, problem)
@@ -238,7 +239,7 @@ def type_problem(value: Any, hint: Any) -> str | None:
         for k, v in value.items():
             problem = type_problem(v, args[1]) if args else None
             if problem is not None:
-                return f"{k}: {problem}"
+                return f"{key_text(k)}: {problem}"
         return None
     if hint in (list, tuple) or origin in (list, tuple, collections.abc.Sequence):
         if not isinstance(value, list):
@@ -262,6 +263,12 @@ def kind(hint: Any) -> str:
     names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null",
              None: "null", dict: "an object", list: "a list", tuple: "a list"}
     return names.get(hint) or names.get(typing.get_origin(hint)) or getattr(hint, "__name__", str(hint))
+
+
+def key_text(key: str) -> str:
+    """A field name read from a file, for a one-line message: quoted where it holds a line break or
+    another character that does not print."""
+    return key if key.isprintable() else json.dumps(key)
 
 
 def describe(value: Any) -> str:
