@@ -65,9 +65,11 @@ def _ray_head(tmp_path: Path, monkeypatch):
                 time.sleep(1)
         yield f"127.0.0.1:{port}"
     finally:
+        # a cluster of this test's own, in a temp dir of its own that goes with it: its clean shutdown
+        # took about half a minute, which no test needs, so it gets a few seconds before the kill
         os.killpg(head.pid, signal.SIGTERM)
         try:
-            head.wait(timeout=60)
+            head.wait(timeout=5)
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=30)
