@@ -40,6 +40,10 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     import evonorm.data
 
+    # The heavy tests first: two test processes split the list into halves and the one done first
+    # takes tests from the end of the other's, so a minute-long test never runs alone at the end
+    # while the other process waits (when the heavy and the fast tests run as one session).
+    items.sort(key=lambda item: "slow" not in item.keywords)
     if evonorm.data.default_dataset_name() == "fashion_mnist":
         return
     skip = pytest.mark.skip(reason=FASHION_MISSING)
