@@ -102,7 +102,12 @@ def calibration_note(preset: str, space: str) -> str:
 # How each preset's fitness ranks layers against the reference panel trained long (`evonorm
 # calibrate --panel`, docs/calibration.md): the report prints it beside its verdict, since a
 # found layer's lead means only as much as the proxy's order agrees with longer training.
-FIDELITY: dict[tuple[str, str], str] = {}
+FIDELITY: dict[tuple[str, str], str] = {
+    ("demo", "s"): "Spearman 0.58 (95% interval 0.08-0.88) against the reference panel's first "
+                   "training seed (16 layers, 2,000 steps on all 60,000 images); 24 pairs more than "
+                   "3 points apart ranked the wrong way, 21 of them a search-found layer above a "
+                   "better one: a found layer's lead is a reason to re-train it, not a result",
+}
 
 
 def fidelity_note(preset: str, space: str) -> str:
