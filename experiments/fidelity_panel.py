@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, die_with_parent, log  # noqa: E402
 
 from evonorm.files import update_json  # noqa: E402
+from evonorm.proxy.fidelity import seed_agreement  # noqa: E402
 from evonorm.search.lock import RunLock, RunLocked  # noqa: E402
 
 
@@ -209,6 +210,11 @@ def panel_table(rows: list[dict]) -> str:
             moved.append(f"{mean(d):+.1f} (largest {max(d, key=abs):+.1f})" if d else "")
         lines.append(f"| {layer} | " + " | ".join(acc) + f" | {100 * reference(layer):.1f} | "
                      + " | ".join(moved) + " |")
+    agreement = seed_agreement(rows)
+    lines += ["", "The reference's agreement with itself (Spearman of one seed against the mean of "
+              "the others, mean over seeds; about what a proxy as good as the reference, run once, "
+              "would reach): " + ("not measurable before two seeds are done on every architecture"
+                                  if agreement is None else f"{agreement:.2f}")]
     return "\n".join(lines) + "\n"
 
 

@@ -240,9 +240,10 @@ def choose(rows: list[dict], cap: float) -> dict | None:
     return min((r for r in fair if r["spearman"] >= best - 0.05), key=lambda r: r["seconds"])
 
 
-def chart(rows: list[dict], path: Path) -> None:
+def chart(rows: list[dict], path: Path, agreement: float | None = None) -> None:
     """Spearman (with its interval) against worker-seconds per candidate, one point a setting
-    and its seeds; screened settings (seed 0 only) hollow."""
+    and its seeds; screened settings (seed 0 only) hollow; the reference's agreement with itself
+    (`seed_agreement`) as a line, where measured."""
     from evonorm.report.figures import pyplot
 
     plt = pyplot()
@@ -263,6 +264,9 @@ def chart(rows: list[dict], path: Path) -> None:
     if base:
         ax.axvline(COST_CAP * base, color="grey", ls="--", lw=0.8, label=f"{COST_CAP}x demo's cost")
     ax.axhline(0.8, color="green", ls=":", lw=0.8, label="target 0.8")
+    if agreement is not None:
+        ax.axhline(agreement, color="purple", ls="-.", lw=0.8,
+                   label=f"one reference seed against the others ({agreement:.2f})")
     ax.set_xlabel("worker-seconds per fully trained candidate")
     ax.set_ylabel("Spearman against the reference panel")
     ax.legend(fontsize=7)
@@ -313,12 +317,16 @@ def main() -> None:
         rows += [measure(r["setting"], "confirm", CONFIRM_SEEDS) for r in top]
         choice = choose(rows, cap)
         log(f"choice: {choice['setting'] if choice else 'none'}")
+    from evonorm.proxy.fidelity import load_panel, seed_agreement
+
     out = args.panel.parent
+    agreement = seed_agreement(load_panel(args.panel)[0]["reference"]["runs"])
     write_table(out, "settings", rows, {
         "panel": str(args.panel), "choice": choice and choice["setting"],
+        "reference_seed_agreement": agreement,
         "settings": {r["setting"]: SETTINGS[r["setting"]] if r["setting"] in SETTINGS
                      else DERIVED[r["setting"]] for r in rows}})
-    chart(rows, out / "settings.png")
+    chart(rows, out / "settings.png", agreement)
     print(json.dumps(rows, indent=1))
 
 

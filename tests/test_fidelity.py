@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from evonorm.cli import main
 from evonorm.proxy.calibrate import load_runs
-from evonorm.proxy.fidelity import load_panel, rank_fidelity
+from evonorm.proxy.fidelity import load_panel, rank_fidelity, seed_agreement
 from evonorm.stats import bootstrap_ci, kendall, spearman
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")
@@ -63,6 +63,23 @@ def test_rank_fidelity_lists_the_pairs_the_proxy_orders_wrongly():
 def _panel(path, runs):
     path.write_text(json.dumps({"reference": {"runs": runs}, "proxies": {"old": {"x": 1}}}))
     return path
+
+
+def test_seed_agreement_is_one_seed_against_the_others_mean_once_done_on_every_arch():
+    def runs(acc_by_seed, archs=("a", "b")):
+        return [{"layer": f"l{i}", "arch": arch, "seed": seed, "test_accuracy": acc}
+                for seed, accs in acc_by_seed.items() for i, acc in enumerate(accs) for arch in archs]
+
+    order = [0.9, 0.8, 0.7, 0.6]
+    assert seed_agreement(runs({0: order})) is None  # one seed: nothing to agree with
+    assert seed_agreement(runs({0: order, 1: order})) == pytest.approx(1.0)
+    assert seed_agreement(runs({0: order, 1: order[::-1]})) == pytest.approx(-1.0)
+    # seed 2 swaps two layers: each seed against the mean of the other two, then their mean
+    swapped = [0.9, 0.8, 0.6, 0.7]
+    expected = (spearman(order, [0.9, 0.8, 0.65, 0.65]) * 2 + spearman(swapped, order)) / 3
+    assert seed_agreement(runs({0: order, 1: order, 2: swapped})) == pytest.approx(expected)
+    half = runs({0: order, 1: order[::-1]})[:-1]  # the last layer's seed 1 lacks an architecture
+    assert seed_agreement(half) == pytest.approx(-1.0)  # l3 drops out: 3 layers left, reversed
 
 
 @pytest.mark.parametrize("content, message", [

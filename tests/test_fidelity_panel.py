@@ -133,3 +133,12 @@ def test_the_table_ranks_by_reference_and_shows_the_last_fifth():
     assert lines[2].startswith("| b | 80.0 (0) |  | 80.0 |")
     # a: ResNet50 72.0 over seeds 0 and 1, reference (72 + 60) / 2; moved -2 and +4 points
     assert lines[3] == "| a | 72.0 (0, 1) | 60.0 (0) | 66.0 | +1.0 (largest +4.0) | +0.0 (largest +0.0) |"
+    assert lines[-1].endswith("not measurable before two seeds are done on every architecture")
+
+
+def test_the_table_states_the_references_agreement_with_itself():
+    rows = [{"layer": layer, "arch": arch, "seed": seed, "test_accuracy": acc, "curve": []}
+            for seed in (0, 1) for arch in ("resnet50_cifar", "mobilenetv2_cifar")
+            for layer, acc in (("a", 0.8), ("b", 0.7), ("c", 0.6 if seed == 0 else 0.75))]
+    # seed 0 ranks a > b > c, seed 1 a > c > b: Spearman 0.5 each way
+    assert fp.panel_table(rows).splitlines()[-1].endswith("would reach): 0.50")

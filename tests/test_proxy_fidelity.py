@@ -106,13 +106,20 @@ def test_the_protocol_screens_confirms_the_two_best_and_chooses_among_fair_measu
     monkeypatch.setattr(pf, "measure_setting", setting)
     monkeypatch.setattr(pf, "measure_derived", lambda name, panel, runs, seeds: fake(
         name, seeds, 0.82 if name == "demo/2runs" else 0.2, 50.0))
-    monkeypatch.setattr(pf, "chart", lambda rows, path: None)
-    monkeypatch.setattr(sys, "argv", ["proxy_fidelity.py", "--panel", str(tmp_path / "p.json")])
+    charted = []
+    monkeypatch.setattr(pf, "chart", lambda rows, path, agreement: charted.append(agreement))
+    panel = tmp_path / "p.json"  # two reference seeds that agree: the chart's line at 1.0
+    panel.write_text(json.dumps({"reference": {"runs": [
+        {"layer": layer, "graph": None, "arch": "resnet50_cifar", "seed": seed, "test_accuracy": acc}
+        for seed in (0, 1) for layer, acc in (("a", 0.8), ("b", 0.7), ("c", 0.6))]}}))
+    monkeypatch.setattr(sys, "argv", ["proxy_fidelity.py", "--panel", str(panel)])
     pf.main()
+    assert charted == [pytest.approx(1.0)]
     assert calls[0] == ("demo", (0, 1, 2)) and all(s == (0, 1, 2) for n, s in calls[1:8])
     assert {n for n, s in calls if s == (0,)} == set(screen)
     assert [n for n, s in calls if s == (1, 2)] == ["images12k", "steps600-1run"]
     table = json.loads((tmp_path / "settings.json").read_text())
     # steps600-1run confirms at 0.85 > demo/2runs' 0.82, but within 0.05: the cheaper derived one
     assert table["meta"]["choice"] == "demo/2runs"
+    assert table["meta"]["reference_seed_agreement"] == pytest.approx(1.0)
     assert pf.choose([{"phase": "screen", "spearman": 0.99, "seconds": 1.0}], 10.0) is None

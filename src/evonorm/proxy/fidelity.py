@@ -65,6 +65,28 @@ def load_panel(path: str | Path) -> tuple[dict, list[PanelLayer]]:
     return data, layers
 
 
+def seed_agreement(runs: list[dict]) -> float | None:
+    """How well one reference seed ranks the panel's layers as the mean of its other seeds does:
+    the Spearman of each seed's accuracy (mean over architectures) against the other seeds' mean,
+    averaged over the seeds. A proxy that were the reference itself, trained once, would rank
+    about this well, so it says how far a target on Spearman is reachable. None below two seeds
+    or three layers. `runs` are the panel file's reference runs (layer, arch, seed, test_accuracy)."""
+    cells: dict[str, dict[int, dict[str, float]]] = {}
+    for r in runs:
+        cells.setdefault(r["layer"], {}).setdefault(r["seed"], {})[r["arch"]] = r["test_accuracy"]
+    archs = {r["arch"] for r in runs}
+    acc = {layer: {s: statistics.fmean(v.values()) for s, v in seeds.items() if set(v) == archs}
+           for layer, seeds in cells.items()}  # a seed counts once it is done on every arch
+    values = []
+    for seed in sorted({s for seeds in acc.values() for s in seeds}):
+        pairs = [(by_seed[seed], statistics.fmean(v for s, v in by_seed.items() if s != seed))
+                 for by_seed in acc.values() if seed in by_seed and len(by_seed) > 1]
+        v = spearman([a for a, _ in pairs], [b for _, b in pairs]) if len(pairs) >= 3 else None
+        if v is not None:
+            values.append(v)
+    return statistics.fmean(values) if values else None
+
+
 @dataclass
 class Fidelity:
     """How a proxy's per-layer fitness ranks against the reference's.
