@@ -32,8 +32,16 @@ def test_ray_worker_raise_die_hang(local_ray):
         got.update({o.task_id: o for o in ex.wait(0.5)})
     assert got[1].kind == ERROR and "layer exploded on purpose" in got[1].error
     assert got[2].kind == DIED
-    ex.timeout = 40.0  # Ray starts workers lazily (and imports torch): shorten once they run (the
-    # replacement of the worker that died starts within it; 20 s was too short on a loaded 2-core machine)
+    # The timeout counts from submission, and Ray starts the replacement of the worker that died
+    # lazily (importing torch, over 20 s on a loaded 2-core machine): two tasks at once bring both
+    # workers up first, so the short timeout below only ever meets the hang.
+    ex.submit(5, {"action": "sleep", "seconds": 2.0})
+    ex.submit(6, {"action": "sleep", "seconds": 2.0})
+    got, end = {}, time.monotonic() + 120
+    while len(got) < 2 and time.monotonic() < end:
+        got.update({o.task_id: o for o in ex.wait(0.5)})
+    assert got[5].kind == OK and got[6].kind == OK and got[5].result["pid"] != got[6].result["pid"]
+    ex.timeout = 10.0
     ex.submit(3, {"action": "hang"})
     ex.submit(4, {"action": "ok", "value": 4})
     got, end = {}, time.monotonic() + 120
