@@ -6,7 +6,12 @@ Protocol (fixed before the runs):
   split and the training seeds, and differ only in how candidates are proposed: `evolution`,
   `prescreen` (evolution with `prescreen=True` at the engine's defaults: 4 children per slot, a
   threshold of 0.05, 20% of slots trained whatever the surrogate says, no prediction before 3
-  valid and 3 rejected candidates) and `random`;
+  valid and 3 rejected candidates, these counted with the preset's shipped prior) and `random`;
+- the prior: built by experiments/prescreen_prior.py from searches at seeds 100-105 (none of
+  the arms' seeds), once, before these runs; its worker-seconds are a one-time cost of the
+  package, not of each search, and are stated beside the result, not added to the budget
+  (changed before any run: without a prior the surrogate would not predict before the 3rd valid
+  layer, which a 900-second `demo` search reaches late or never);
 - budget: `--budget-seconds` worker-seconds per run (default 900, the candidates' evaluation times
   plus, for `prescreen`, its features' time); one worker of one thread per run; the three arms of
   a seed run side by side, so they see the same machine load; search seeds `--seeds` (default 0-9);

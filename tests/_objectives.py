@@ -68,3 +68,19 @@ def needs_max(norm_act, trial) -> float:
     if not any(g.node(n)[0] == "max" for n in g.live_nodes() if n >= 4):
         raise Reject("no max")
     return 0.5 + (_h(trial) % 100) / 1000
+
+
+class NeedsMaxWithPrior:
+    """`needs_max` with a prior: labelled rows where valid layers have a live max (and one
+    malformed row when `broken`), handed over as the objective's `prescreen_prior`."""
+
+    def __init__(self, broken: bool = False):
+        self.broken = broken
+
+    def __call__(self, norm_act, trial) -> float:
+        return needs_max(norm_act, trial)
+
+    def prescreen_prior(self, cfg):
+        rows = [{"features": {"graph_op_max": float(i % 2 == 0)}, "valid": i % 2 == 0,
+                 "fitness": 0.55 if i % 2 == 0 else None} for i in range(12)]
+        return rows + ([{"features": {}, "valid": "yes"}] if self.broken else [])

@@ -192,6 +192,9 @@ def test_the_report_shows_predicted_against_measured():
     page = prescreen_table(RunData("r", cands, config={"prescreen_threshold": 0.05}))
     assert "predicted against measured" in page and "1 of 2 explored" in page
     assert prescreen_table(RunData("r", [{"id": 1, "status": "valid"}])) == ""
+    assert "from this run alone" in page
+    primed = RunData("r", cands, prescreen_prior={"rows": 40, "valid": 9})
+    assert "a prior of 40 labelled candidates of earlier runs (9 valid)" in prescreen_table(primed)
 
 
 def test_with_the_prescreen_off_nothing_is_computed_or_stored(tmp_path):
@@ -200,3 +203,112 @@ def test_with_the_prescreen_off_nothing_is_computed_or_stored(tmp_path):
     with Store(run, readonly=True) as st:
         assert st.search_config().prescreen is False
         assert all(c.features is None and c.prediction is None for c in st.candidates())
+
+
+def test_a_prior_ends_the_cold_start_before_the_search_has_learned_anything():
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
+    prior = [{"features": f, "valid": v, "fitness": t} for f, v, t in _rows(12)]
+    s = Surrogate(min_each=3, prior=prior)
+    assert s.ready and s.prior == 12 and s.counts == (6, 6)
+    good, bad = s.predict({"graph_op_max": 1.0, "noise": 0.5}), s.predict({"graph_op_max": 0.0})
+    assert good.p_valid > 0.5 > bad.p_valid and good.learned_from == 12
+    for f, v, t in _rows(20)[12:]:  # the search's own labels join the prior's
+        s.add(f, v, t)
+    assert s.predict({"graph_op_max": 1.0}).learned_from == 20 and s.prior == 12
+
+
+def test_a_search_predicts_from_its_first_candidate_with_the_objectives_prior(tmp_path):
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
+
+    def first_predicted(run, **kw):
+        search(_objectives.NeedsMaxWithPrior(), out=run, preset="tiny", budget=8, workers=1,
+               progress=False, prescreen=True, prescreen_explore=0.0, initial_population=1, **kw)
+        with Store(run, readonly=True) as st:
+            cands = [c for c in st.candidates() if c.features is not None]
+        return cands[0].prediction
+
+    with_prior = first_predicted(tmp_path / "a")
+    assert with_prior is not None and with_prior["learned_from"] >= 12
+    with Store(tmp_path / "a", readonly=True) as st:  # the report says what it started from
+        assert st.get_meta("prescreen_prior") == {"rows": 12, "valid": 6}
+    assert first_predicted(tmp_path / "b", prescreen_prior=False) is None  # cold, as before
+
+
+def test_the_prior_is_said_on_the_log_and_a_malformed_one_is_refused():
+    from evonorm.search.driver import prescreen_prior
+
+    cfg = SearchConfig().replace(prescreen=True)
+    lines = []
+    rows = prescreen_prior(_objectives.NeedsMaxWithPrior(), cfg, lines.append)
+    assert len(rows) == 12 and lines == ["prescreen: starts from a prior of 12 labelled "
+                                         "candidates (6 valid)"]
+    assert prescreen_prior(_objectives.NeedsMaxWithPrior(), cfg.replace(prescreen_prior=False),
+                           lines.append) == []
+    assert prescreen_prior(_objectives.needs_max, cfg, None) == []  # an objective without one
+    assert "no prior" in lines[-1]
+    with pytest.raises(ValueError, match="row 12") as err:
+        prescreen_prior(_objectives.NeedsMaxWithPrior(broken=True), cfg, None)
+    assert "\n" not in str(err.value)
+
+
+def test_search_cli_refuses_a_bad_prescreen_prior_value(tmp_path):
+    evonorm = str(Path(sys.executable).parent / "evonorm")
+    out = subprocess.run([evonorm, "search", "--preset", "tiny", "--dataset", "synthetic",
+                          "--out", str(tmp_path / "r"), "--prescreen-prior", "maybe"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "--prescreen-prior" in out.stderr and not (tmp_path / "r").exists()
+
+
+def _proxy_run(run, **overrides):
+    """A run folder of the proxy task (tiny, synthetic data) whose candidates a fast objective of
+    one's own scored: a prior reads the run's setting and labels, not how they were scored."""
+    from evonorm.proxy.presets import get_preset
+    from evonorm.search.driver import init_run, run_search
+
+    init_run(run, get_preset("tiny", dataset="synthetic", workers=1, budget=10,
+                             initial_population=1, **overrides))
+    run_search(run, objective=_objectives.needs_max, progress=False)
+    return run
+
+
+def test_a_prior_built_from_runs_applies_to_their_setting_only(tmp_path):
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.prior import build_prior, prior_for, read_prior
+    from evonorm.files import write_atomic
+
+    a = _proxy_run(tmp_path / "a")
+    b = _proxy_run(tmp_path / "b", seed=1, data_root=str(tmp_path))  # where data lies: same setting
+    prior = build_prior([a, b], command="build it")
+    with Store(a, readonly=True) as st:
+        cfg, cands = st.search_config(), st.candidates()
+    taught = [c for c in cands if not c.cache_hit and c.status != "failed"]
+    assert 0 < len(prior.rows) <= 2 * len(taught)
+    row = prior.rows[0]
+    assert any(k.startswith("task_") for k in row["features"])  # the task's features, computed now
+    assert prior.provenance["command"] == "build it" and len(prior.provenance["runs"]) == 2
+    assert prior.provenance["valid"] == sum(r["valid"] for r in prior.rows)
+    folder = tmp_path / "priors"
+    folder.mkdir()
+    write_atomic(folder / "tiny.json", json.dumps(prior.to_dict()).encode())
+    assert read_prior(folder / "tiny.json") == prior
+    assert prior_for(cfg, folder).rows == prior.rows
+    assert prior_for(cfg.replace(n_train=123), folder) is None  # another setting: not this prior
+    assert prior_for(get_preset("demo"), folder) is None
+    other = _proxy_run(tmp_path / "c", n_train=123)
+    with pytest.raises(ValueError, match="another setting"):
+        build_prior([a, other], command="x")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("{", "p.json: not valid JSON"), ('{"format": 9}', "format 1"),
+    ('{"format": 1, "setting": {}, "provenance": {}, "rows": [{"valid": true}]}', "row 0"),
+])
+def test_a_damaged_prior_file_is_refused_in_one_line(tmp_path, text, problem):
+    from evonorm.proxy.prior import read_prior
+
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=problem) as err:
+        read_prior(path)
+    assert "\n" not in str(err.value)

@@ -89,6 +89,9 @@ def build_parser() -> ArgumentParser:
                         "goes, and train the best; reject the hopeless untrained (default off: "
                         "not yet measured to pay for itself; needs scikit-learn, the prescreen "
                         "extra)")
+    p.add_argument("--prescreen-prior", choices=("on", "off"), default=None,
+                   help="with --prescreen on: start the surrogate from labelled candidates of "
+                        "earlier runs where the task has them for this setting (default on)")
     p.add_argument("--top", type=int, default=10, help="layers in the final table (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
@@ -119,7 +122,9 @@ def config_from_args(args):
                           executor=args.executor, address=args.address, timeout=args.timeout,
                           window=args.window, criterion=args.criterion, seed=args.seed,
                           seed_layers=seed_layers, device=device, gpus_per_worker=args.gpus_per_worker,
-                          prescreen=None if args.prescreen is None else args.prescreen == "on")
+                          prescreen=None if args.prescreen is None else args.prescreen == "on",
+                          prescreen_prior=(None if args.prescreen_prior is None
+                                           else args.prescreen_prior == "on"))
     except (ValueError, TypeError) as err:
         raise CommandError(str(err)) from None
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 
+# raised whenever a feature's definition changes (see `evonorm.search.features.FEATURES_VERSION`)
+FEATURES_VERSION = 1
 FEATURE_BATCH = 32
 FEATURE_SEED = 0
 

@@ -48,6 +48,14 @@ class ProxyObjective:
 
         return task_features(graph, self.config)
 
+    def prescreen_prior(self, cfg: SearchConfig) -> list[dict] | None:
+        """The labelled candidates the task ships for the run's setting (`evonorm.proxy.prior`),
+        from which the prescreen's surrogate starts; None where it ships none."""
+        from evonorm.proxy.prior import prior_for
+
+        prior = prior_for(self.config)
+        return None if prior is None else prior.rows
+
 
 def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
     """The proxy task on `trial.graph` under `cfg` (see the module docstring).

@@ -43,6 +43,8 @@ class RunData:
     retrain: list[RetrainRow] = field(default_factory=list)  # multi-seed re-training, if any
     setup: str = ""  # what the run trained on: preset, dataset and its sizes, device (`setup_line`)
     classes: int | None = None  # the dataset's class count, as `evonorm search` stores it
+    # labelled candidates of earlier runs the prescreen's surrogate started from ({"rows", "valid"})
+    prescreen_prior: dict | None = None
 
     def __post_init__(self) -> None:
         self.candidates = sorted((as_candidate(c) for c in self.candidates), key=lambda c: c.id)
@@ -117,6 +119,8 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
             facts = store.get_meta("dataset")
             data.setup = setup_line(data.config, facts, store.get_meta("device"))
             data.classes = facts.get("classes") if isinstance(facts, dict) else None
+            prior = store.get_meta("prescreen_prior")
+            data.prescreen_prior = prior if isinstance(prior, dict) else None
             data.references = _references(data, run_folder(run))
             data.retrain = read_rows(run)
             return data

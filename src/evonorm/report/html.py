@@ -164,7 +164,8 @@ def prescreen_table(run: RunData) -> str:
         return ""
     rows = [[rng, n, passed, f"{100 * passed / n:.0f}%" if n else "-"] for rng, n, passed in s.bins]
     return (f"<h3>Prescreen: predicted against measured ({esc(run.name)})</h3>"
-            + "".join(f'<p class="note">{esc(line)}</p>' for line in summary_lines(s))
+            + "".join(f'<p class="note">{esc(line)}</p>'
+                      for line in summary_lines(s, run.prescreen_prior))
             + table(["predicted P(passes rejection)", "trained", "passed", "measured share"], rows))
 
 

@@ -56,8 +56,9 @@ def summarize(candidates: Sequence[Candidate], threshold: float) -> PrescreenSum
         fitness_n=len(pairs))
 
 
-def summary_lines(s: PrescreenSummary) -> list[str]:
-    """The summary as plain sentences (the HTML page puts the bins in a table)."""
+def summary_lines(s: PrescreenSummary, prior: dict | None = None) -> list[str]:
+    """The summary as plain sentences (the HTML page puts the bins in a table); `prior`: the
+    labelled candidates of earlier runs the surrogate started from, as the run stored them."""
     fn = (f"{s.false_negatives} of {s.explored_below} explored candidates predicted below the "
           f"threshold passed rejection (false negatives)" if s.explored_below else
           "no explored candidate was predicted below the threshold yet")
@@ -65,4 +66,7 @@ def summary_lines(s: PrescreenSummary) -> list[str]:
            else f"{s.fitness_spearman:.2f} over {s.fitness_n} valid layers")
     return [f"{s.rejected} candidates rejected by the prescreen, untrained; {s.explored} trained "
             f"whatever it predicted (exploring share): {fn}.",
-            f"Predicted against measured fitness (first stage), Spearman: {rho}."]
+            f"Predicted against measured fitness (first stage), Spearman: {rho}.",
+            (f"The surrogate started from a prior of {prior.get('rows')} labelled candidates of "
+             f"earlier runs ({prior.get('valid')} valid)." if prior and prior.get("rows") else
+             "The surrogate learned from this run alone (no prior).")]

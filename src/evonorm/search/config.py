@@ -56,13 +56,15 @@ class Evolution:
     # predicted to pass rejection with probability below `prescreen_threshold` is rejected
     # untrained; a share `prescreen_explore` of slots trains one child whatever it predicts (so it
     # keeps learning and its false negatives are measured); no prediction before it has learned
-    # from `prescreen_min` valid and `prescreen_min` rejected candidates. Off: not yet measured to
-    # pay for itself.
+    # from `prescreen_min` valid and `prescreen_min` rejected candidates (counting the prior's:
+    # labelled candidates of earlier runs under the same setting, where the objective has them and
+    # `prescreen_prior` is on). Off: not yet measured to pay for itself.
     prescreen: bool = False
     prescreen_pool: int = 4
     prescreen_threshold: float = 0.05
     prescreen_explore: float = 0.2
     prescreen_min: int = 3
+    prescreen_prior: bool = True
 
     def __post_init__(self):
         _tuple(self, "seed_layers")
@@ -86,6 +88,9 @@ class Evolution:
             e.append(f"p_random must be in [0, 1], got {self.p_random}")
         if not isinstance(self.prescreen, bool):
             e.append(f"prescreen must be True or False (on or off), got {self.prescreen!r}")
+        if not isinstance(self.prescreen_prior, bool):
+            e.append(f"prescreen_prior must be True or False (on or off), got "
+                     f"{self.prescreen_prior!r}")
         if self.prescreen_pool < 1:
             e.append(f"prescreen_pool must be >= 1, got {self.prescreen_pool}")
         if not 0.0 <= self.prescreen_threshold < 1.0:

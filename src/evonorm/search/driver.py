@@ -154,6 +154,27 @@ def eta_seconds(durations: list[float], ages: list[float], unstarted: int, cost:
     return max(max(running, default=0.0), (sum(running) + queued) / max(1, workers))
 
 
+def prescreen_prior(objective, cfg: SearchConfig,
+                    log: Callable[[str], None] | None) -> list[dict]:
+    """The labelled candidates the objective hands over for this setting (its `prescreen_prior`
+    attribute), or none: with `prescreen_prior` off, or where it has none. Said on the log, since
+    it decides when the surrogate first predicts."""
+    fn = getattr(objective, "prescreen_prior", None)
+    rows = list(fn(cfg) or []) if cfg.prescreen_prior and fn is not None else []
+    for i, r in enumerate(rows):
+        if not (isinstance(r, dict) and isinstance(r.get("features"), dict)
+                and isinstance(r.get("valid"), bool)
+                and (r.get("fitness") is None or isinstance(r.get("fitness"), (int, float)))):
+            raise ValueError(f"the objective's prescreen prior, row {i}: want a dict with "
+                             "'features' (a dict), 'valid' (true/false) and 'fitness' (a number "
+                             "or null)")
+    if log is not None:
+        valid = sum(bool(r["valid"]) for r in rows)
+        log(f"prescreen: starts from a prior of {len(rows)} labelled candidates ({valid} valid)"
+            if rows else "prescreen: no prior for this setting; it learns from this run alone")
+    return rows
+
+
 class _Search:
     """State of one driver session over a store."""
 
@@ -452,8 +473,11 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
                        desc="search", file=sys.stderr, dynamic_ncols=True)
         log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
         screen = None
-        if cfg.prescreen:  # the task's features, where the objective hands them over
-            screen = Prescreen(cfg, getattr(objective, "prescreen_features", None))
+        if cfg.prescreen:  # the task's features and prior, where the objective hands them over
+            prior = prescreen_prior(objective, cfg, log)
+            store.set_meta("prescreen_prior", {"rows": len(prior),
+                                               "valid": sum(r["valid"] for r in prior)})
+            screen = Prescreen(cfg, getattr(objective, "prescreen_features", None), prior=prior)
         search = _Search(store, cfg, executor, bar=bar, log=log, every=progress_every,
                          prescreen=screen)
         store.set_meta("status", "running")

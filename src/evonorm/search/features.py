@@ -24,6 +24,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+# raised whenever a feature's definition changes: labelled features computed under another version
+# (a prior shipped as data) no longer describe the same thing
+FEATURES_VERSION = 1
 PROBE_SHAPE = (8, 16, 6, 6)  # batch, channels, height, width: small, and 4 groups of 4 channels
 PROBE_GROUPS = 4
 PROBE_SEED = 0

@@ -21,6 +21,12 @@ Features: the engine's (`evonorm.search.features`, from the layer alone) for eve
 plus the task's when the objective hands a feature function over as its `prescreen_features`
 attribute (`fn(graph, config) -> dict[str, float]`; the built-in proxy task does).
 
+A prior: a short search finds too few valid layers to end the cold start (the `demo` main job
+finds 2-3 in 75 candidates), so the surrogate may start from labelled candidates of earlier runs
+under the same setting. The objective hands them over as its `prescreen_prior` attribute
+(`fn(config) -> list of {"features", "valid", "fitness"} rows, or None` where it has none for
+that setting); they count as learned from the start, beside what the search adds.
+
 scikit-learn is imported where a surrogate is fitted (the `prescreen` extra): a search with the
 prescreen off needs neither it nor this module's models.
 """
@@ -85,11 +91,16 @@ def require_sklearn() -> None:
 
 def learning_target(c: Candidate) -> tuple[bool, float | None] | None:
     """(passed rejection, fitness) of an evaluated candidate, or None when it teaches nothing: no
-    features, a cache hit (a repeat), failed (says nothing about the layer) or never trained (a
-    prescreen rejection). The fitness is the first stage's in a staged search, which every valid
-    layer reached, so that layers a hurdle stopped compare with those that went on."""
-    if (c.features is None or c.cache_hit or c.status == "failed"
-            or (c.reason or "").startswith(PRESCREEN_REASON)):
+    features, or no label (`label`)."""
+    return None if c.features is None else label(c)
+
+
+def label(c: Candidate) -> tuple[bool, float | None] | None:
+    """(passed rejection, fitness) of an evaluated candidate, or None for a cache hit (a repeat),
+    a failed one (says nothing about the layer) or one never trained (a prescreen rejection). The
+    fitness is the first stage's in a staged search, which every valid layer reached, so that
+    layers a hurdle stopped compare with those that went on."""
+    if c.cache_hit or c.status == "failed" or (c.reason or "").startswith(PRESCREEN_REASON):
         return None
     if c.status != "valid":
         return False, None
@@ -111,9 +122,13 @@ def feature_matrix(rows: Sequence[Mapping[str, Any]], names: Sequence[str]):
 class Surrogate:
     """P(passes rejection) and fitness from features, refitted when new labels arrived."""
 
-    def __init__(self, *, min_each: int = 3, seed: int = 0, trees: int = 200):
+    def __init__(self, *, min_each: int = 3, seed: int = 0, trees: int = 200,
+                 prior: Sequence[Mapping[str, Any]] = ()):
         self.min_each, self.seed, self.trees = min_each, seed, trees
         self.rows: list[tuple[dict, bool, float | None]] = []
+        for r in prior:  # labelled candidates of earlier runs: learned from the start
+            self.add(r["features"], r["valid"], r["fitness"])
+        self.prior = len(self.rows)
         self._fitted = -1  # len(rows) at the last fit
         self._names: list[str] = []
         self._clf = self._reg = None
@@ -163,6 +178,22 @@ class Surrogate:
         return Prediction(p, f, len(self.rows))
 
 
+def labelled_rows(candidates: Sequence[Candidate], screen: "Prescreen") -> list[dict]:
+    """A prior's rows from evaluated candidates: {"features", "valid", "fitness"} of each one that
+    teaches something (`label`), its features as stored at birth or, for a run searched without
+    the prescreen, computed now as the prescreen computes them. A degenerate layer has none and is
+    left out: the objective's own checks reject it before the surrogate would see it."""
+    rows = []
+    for c in candidates:
+        target = label(c)
+        if target is None or c.graph is None:
+            continue
+        feats = c.features if c.features is not None else screen.features(c.graph)
+        if feats is not None:
+            rows.append({"features": feats, "valid": target[0], "fitness": target[1]})
+    return rows
+
+
 @dataclass(frozen=True)
 class Screened:
     """One child of a slot and what the prescreen decided: train it, or reject it untrained."""
@@ -178,18 +209,27 @@ class Prescreen:
 
     cfg: SearchConfig
     task_features: FeatureFn | None = None
+    prior: Sequence[Mapping[str, Any]] = ()  # labelled rows of earlier runs (see the module doc)
     surrogate: Surrogate = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self):
         if self.surrogate is None:
-            self.surrogate = Surrogate(min_each=self.cfg.prescreen_min, seed=self.cfg.seed)
+            self.surrogate = Surrogate(min_each=self.cfg.prescreen_min, seed=self.cfg.seed,
+                                       prior=self.prior)
 
     def born(self, graph_json: dict, *, explore: bool = False) -> Born:
-        """Features of a new child (the engine's, then the task's) and the current prediction."""
+        """Features of a new child and the current prediction."""
+        start = time.perf_counter()
+        feats = self.features(graph_json)
+        seconds = time.perf_counter() - start
+        return Born(feats, self.surrogate.predict(feats), seconds, explore)
+
+    def features(self, graph_json: dict) -> dict | None:
+        """A layer's features at birth, the engine's then the task's; None for a layer that breaks
+        on the probe or is degenerate there (the objective's own checks judge it)."""
         from evonorm.graph import Graph
         from evonorm.search.features import layer_features
 
-        start = time.perf_counter()
         try:
             feats = layer_features(graph_json)
         except Exception:  # noqa: BLE001 - a layer that breaks on the probe: the objective judges it
@@ -197,8 +237,7 @@ class Prescreen:
         if feats is not None and self.task_features is not None:
             feats.update({f"task_{k}": v for k, v in
                           self.task_features(Graph.from_json(graph_json), self.cfg).items()})
-        seconds = time.perf_counter() - start
-        return Born(feats, self.surrogate.predict(feats), seconds, explore)
+        return feats
 
     def learn(self, c: Candidate) -> None:
         """Add an evaluated candidate to what the surrogate learns from (if it teaches anything)."""

@@ -1,0 +1,76 @@
+"""The prescreen's shipped prior for a preset: labelled candidates of searches at seeds that no
+measurement of the prescreen uses, written beside the proxy task as package data.
+
+Protocol (fixed before the runs):
+- searches: the preset as shipped (`--preset`, default `demo`: S space, Fashion-MNIST), evolution,
+  prescreen off (features are computed afterwards exactly as the prescreen computes them at
+  birth), search seeds `--seeds` (default 100-105; the prescreen's measurements use 0-9),
+  `--budget-seconds` worker-seconds each (default 900), one worker of one thread per search, two
+  searches at once;
+- the prior: every candidate that teaches the surrogate (not a cache hit, not failed), with its
+  features at birth; degenerate layers left out (the task's pre-checks reject those before the
+  surrogate sees them); written to src/evonorm/proxy/priors/<preset>-<space>.json with its
+  provenance (the runs, their counts, the command, the date); the searches' worker-seconds in all
+  are its cost, printed and stored.
+Evolution rather than random search: random search finds one valid layer in 1,000-1,500, so a
+prior of random layers would teach P(valid) from rejections alone.
+
+    python experiments/prescreen_prior.py                       # demo, seeds 100-105, 900 s each
+    python experiments/prescreen_prior.py --build-only          # the prior from the runs as they are
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from multiprocessing import get_context
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, log  # noqa: E402
+from evolution_vs_random import _one_run, run_config  # noqa: E402
+
+from evonorm.files import write_atomic  # noqa: E402
+from evonorm.proxy.prior import PRIORS, build_prior  # noqa: E402
+from evonorm.search.store import Store  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="demo")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 106)))
+    p.add_argument("--budget-seconds", type=float, default=900.0)
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "prescreen_prior")
+    p.add_argument("--build-only", action="store_true")
+    args = p.parse_args()
+    command = " ".join(["python", *sys.argv])
+    runs = [args.runs / f"{args.preset}_s{seed}" for seed in args.seeds]
+    if not args.build_only:
+        ctx = get_context("spawn")
+        for pair in (runs[i:i + 2] for i in range(0, len(runs), 2)):  # two searches at once
+            procs = []
+            for run in pair:
+                seed = int(run.name.rsplit("_s", 1)[1])
+                cfg = run_config(args.preset, "evolution", seed, args.budget_seconds)
+                procs.append(ctx.Process(target=_one_run, args=(str(run), cfg.to_dict())))
+            for proc in procs:
+                proc.start()
+            for proc in procs:
+                proc.join()
+    done = [r for r in runs if (r / "store.sqlite").is_file()]
+    prior = build_prior(done, command)
+    seconds = 0.0
+    for run in done:
+        with Store(run, readonly=True) as st:
+            seconds += sum(c.seconds for c in st.candidates())
+            space = st.search_config().space
+    prior.provenance["worker_seconds"] = round(seconds, 1)
+    out = PRIORS / f"{args.preset}-{space}.json"
+    write_atomic(out, (json.dumps(prior.to_dict(), indent=1) + "\n").encode())
+    log(f"{out}: {prior.provenance['rows']} rows, {prior.provenance['valid']} valid, from "
+        f"{len(done)} runs, {seconds:.0f} worker-seconds")
+
+
+if __name__ == "__main__":
+    main()

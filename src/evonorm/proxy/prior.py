@@ -1,0 +1,123 @@
+"""Priors of the prescreen: labelled candidates of earlier runs of the proxy task, from which the
+surrogate starts instead of from nothing.
+
+Why: a short search finds too few valid layers to end the surrogate's cold start (the `demo` main
+job finds 2-3 in 75 candidates), so without a prior the prescreen never predicts in the searches
+most users run. A prior applies only to a run under the same setting (`setting`: the task's
+settings that decide a candidate's features and labels, the hurdles' stages, the features'
+versions): under another one a layer's fitness, and even whether it passes the quality test,
+means something else. Shipped priors lie in `priors/` beside this module, each with its
+provenance (the runs it was built from, the command, when); `build_prior` makes one from run
+folders, and `experiments/prescreen_prior.py` the shipped ones.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from evonorm import __version__
+from evonorm.files import read_json
+from evonorm.proxy import features as task_features_module
+from evonorm.proxy.config import proxy_config
+from evonorm.search import features as engine_features_module
+from evonorm.search.config import SearchConfig
+from evonorm.search.store import Store
+from evonorm.search.surrogate import Prescreen, labelled_rows
+
+PRIORS = Path(__file__).parent / "priors"
+FORMAT = 1
+# task settings that change neither a candidate's features nor its labels: where the data lies,
+# and what a rerank does after the search. The held-out split's seed is left out too: the labels
+# are the layer's, not the split's (seed layers' fitness spread is the same with a fixed split).
+_IGNORED = ("data_root", "data_seed", "rerank_preset", "rerank_train", "rerank_top")
+
+
+def setting(cfg: SearchConfig) -> dict[str, Any]:
+    """What a prior shares with every run it applies to (plain JSON values, compared whole)."""
+    task = {k: v for k, v in proxy_config(cfg).to_dict().items() if k not in _IGNORED}
+    return json.loads(json.dumps({
+        "task": task, "stages": list(cfg.stages),
+        "features": {"engine": engine_features_module.FEATURES_VERSION,
+                     "task": task_features_module.FEATURES_VERSION}}))
+
+
+@dataclass(frozen=True)
+class Prior:
+    """Labelled rows ({"features", "valid", "fitness"}), the setting they hold for, and where they
+    came from."""
+
+    setting: dict
+    rows: list
+    provenance: dict
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "setting": self.setting, "provenance": self.provenance,
+                "rows": self.rows}
+
+
+def read_prior(path: str | Path) -> Prior:
+    """A prior file, checked; ValueError, one line naming the file, for anything else."""
+    data = read_json(path)
+    where = f"prescreen prior {path}"
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{where}: not a prior file of format {FORMAT}")
+    if not isinstance(data.get("setting"), dict) or not isinstance(data.get("provenance"), dict):
+        raise ValueError(f"{where}: 'setting' and 'provenance' must be objects")
+    rows = data.get("rows")
+    if not isinstance(rows, list):
+        raise ValueError(f"{where}: 'rows' must be a list")
+    for i, r in enumerate(rows):
+        if not (isinstance(r, dict) and isinstance(r.get("features"), dict)
+                and isinstance(r.get("valid"), bool)
+                and (r.get("fitness") is None or isinstance(r.get("fitness"), (int, float)))):
+            raise ValueError(f"{where}: row {i} must have 'features' (an object), 'valid' "
+                             "(true/false) and 'fitness' (a number or null)")
+    return Prior(data["setting"], rows, data["provenance"])
+
+
+def prior_for(cfg: SearchConfig, folder: str | Path = PRIORS) -> Prior | None:
+    """The prior in `folder` built under the run's setting, or None where there is none."""
+    want = setting(cfg)
+    for path in sorted(Path(folder).glob("*.json")):
+        prior = read_prior(path)
+        if prior.setting == want:
+            return prior
+    return None
+
+
+def build_prior(runs: Sequence[str | Path], command: str) -> Prior:
+    """A prior from finished run folders of one setting (read only): every candidate that
+    teaches the surrogate something, with its features at birth (computed now for a run searched
+    without the prescreen). ValueError when the runs' settings differ."""
+    from evonorm.proxy.objective import ProxyObjective
+
+    rows: list[dict] = []
+    sources: list[dict] = []
+    want = None
+    for run in runs:
+        with Store(run, readonly=True) as st:
+            cfg = st.search_config()
+            cands = st.candidates()
+            status = st.get_meta("status")
+        have = setting(cfg)
+        if want is None:
+            want = have
+        elif have != want:
+            raise ValueError(f"run {run} was searched under another setting than {runs[0]}: "
+                             "a prior holds one setting")
+        found = labelled_rows(cands, Prescreen(cfg, ProxyObjective(cfg).prescreen_features))
+        rows.extend(found)
+        sources.append({"run": Path(run).name, "preset": cfg.preset, "algorithm": cfg.algorithm,
+                        "seed": cfg.seed, "space": cfg.space, "candidates": len(cands),
+                        "status": status, "rows": len(found),
+                        "valid": sum(r["valid"] for r in found)})
+    if want is None:
+        raise ValueError("a prior needs at least one run folder")
+    provenance = {"runs": sources, "command": command, "evonorm": __version__,
+                  "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                  "rows": len(rows), "valid": sum(r["valid"] for r in rows)}
+    return Prior(want, rows, provenance)
