@@ -20,7 +20,14 @@ Protocol (fixed before the runs):
   hits excluded);
 - test: one-sided exact paired permutation (sign-flip) tests over the seeds, prescreen >
   evolution and prescreen > random, on valid layers per worker-hour; the target is >= 5x plain
-  evolution's mean. Every run is reported.
+  evolution's mean. Every run is reported;
+- beside it, the ceiling: what a perfect prescreen could reach, every worker-second spent on
+  valid layers at the mean worker-seconds of plain evolution's valid layers (3600 / that mean),
+  per seed and as a multiple of plain evolution's rate. Added before any run, once the main
+  job's run showed where its worker-seconds go (2026-11-27 main job, 75 candidates: quality
+  rejections 77% of them at about 150 s each, its 2 valid layers 23% at 440-570 s each; pre-checks,
+  stability rejections and cache hits 0.5%): a valid layer trains to the end, so the rate of valid
+  layers is bounded by their own cost, whatever the surrogate knows.
 This measures what the prescreen is for: training the candidates worth training. The same runs
 are Fig. 10 with the prescreen (the search fitness of the layers, the paper's top-10 metric, the
 fresh-seed retraining): experiments/evolution_vs_random.py reads the prescreened arm as its
@@ -57,26 +64,32 @@ ARMS = {"evolution": ("evolution", {}), "prescreen": ("evolution", {"prescreen":
         "random": ("random", {})}
 
 
-def arm_numbers(candidates, budget_seconds: float) -> tuple[float, int]:
-    """(valid layers per worker-hour, distinct valid layers of the run's own) within the budget; a
-    cache hit (a layer proposed again, answered from the store) is not a layer found."""
+def arm_numbers(candidates, budget_seconds: float) -> tuple[float, int, float | None]:
+    """(valid layers per worker-hour, distinct valid layers of the run's own, the ceiling) within
+    the budget; a cache hit (a layer proposed again, answered from the store) is not a layer
+    found. The ceiling: valid layers per worker-hour if every worker-second went to valid layers
+    of this run's mean cost (None without a valid layer)."""
     valid = [c for c in candidates if c.status == "valid" and not c.cache_hit]
     own = {c.key for c in valid if c.origin != "seed"}
-    return len(valid) / (budget_seconds / 3600.0), len(own)
+    mean = statistics.fmean(c.seconds for c in valid) if valid else None
+    return len(valid) / (budget_seconds / 3600.0), len(own), (3600.0 / mean if mean else None)
 
 
 def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: str) -> dict:
     arms: dict[str, dict] = {}
     for arm in ARMS:
-        rows = {"seeds": [], "valid_per_worker_hour": [], "distinct_valid_own": []}
+        rows = {"seeds": [], "valid_per_worker_hour": [], "distinct_valid_own": [],
+                "ceiling_valid_per_worker_hour": []}
         for seed in seeds:
             read = read_run(runs_dir / f"{arm}_s{seed}", budget_seconds)
             if read is None or read[1] != "complete":
                 continue
-            rate, own = arm_numbers(read[3], budget_seconds)
+            rate, own, ceiling = arm_numbers(read[3], budget_seconds)
             rows["seeds"].append(seed)
             rows["valid_per_worker_hour"].append(round(rate, 3))
             rows["distinct_valid_own"].append(own)
+            rows["ceiling_valid_per_worker_hour"].append(
+                None if ceiling is None else round(ceiling, 3))
         arms[arm] = rows
     p = {}
     for rival in ("evolution", "random"):
@@ -88,7 +101,12 @@ def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: 
             p[f"prescreen>{rival}"] = paired_sign_flip_greater(a, b)
     means = {arm: statistics.fmean(r["valid_per_worker_hour"]) for arm, r in arms.items()
              if r["valid_per_worker_hour"]}
+    ceilings = [c for c in arms["evolution"]["ceiling_valid_per_worker_hour"] if c is not None]
+    ceiling = statistics.fmean(ceilings) if ceilings else None
     return {"arms": arms, "budget_worker_seconds": budget_seconds, "command": command,
+            "ceiling_valid_per_worker_hour": ceiling,
+            "ceiling_over_evolution": (ceiling / means["evolution"]
+                                       if ceiling and means.get("evolution") else None),
             "p_value": p, "test": "one-sided exact paired permutation (sign-flip) over the seeds",
             "mean_valid_per_worker_hour": means}
 

@@ -126,3 +126,18 @@ def test_fresh_seeds_retrain_the_arms_best_layers_and_test_the_differences(tmp_p
     assert (out / "fresh_seeds.json").is_file() and "paired permutation" in (out / "fresh_seeds.md").read_text()
     again = fresh_seeds(runs, args, out, 2)  # resumable: nothing trains twice
     assert len(load_rows(runs / "fresh_s0_evolution.jsonl")) == 2 and again["rows"] == res["rows"]
+
+
+def test_prescreen_arms_counts_valid_layers_and_their_ceiling():
+    from prescreen_arms import arm_numbers
+
+    cands = [Candidate.from_dict({"id": 1, "seconds": 100, "status": "valid", "origin": "seed",
+                                  "key": "a"}),
+             Candidate.from_dict({"id": 2, "seconds": 200, "status": "valid", "key": "b"}),
+             Candidate.from_dict({"id": 3, "seconds": 0, "status": "valid", "key": "b",
+                                  "cache_hit": True}),  # a repeat is not a layer found
+             Candidate.from_dict({"id": 4, "seconds": 600, "status": "rejected"})]
+    rate, own, ceiling = arm_numbers(cands, 900)
+    assert rate == pytest.approx(2 / 0.25) and own == 1
+    assert ceiling == pytest.approx(3600 / 150)  # every second on valid layers of the mean cost
+    assert arm_numbers(cands[3:], 900) == (0.0, 0, None)
