@@ -18,6 +18,8 @@ Protocol (fixed before the run):
   layers have a prediction. Reported: the mean and range over splits that could be scored, and how
   many could. Beside it, scikit-learn's HistGradientBoostingClassifier on the same splits, to pick
   the model by measurement.
+- Ablation (added with the task's 4-step fit features, before their first run): the same
+  splits with them left out (`--drop fit_ --name holdout-nofit`), to see what they add.
 - Outputs: results/prescreen/holdout.json (every number, the command, the run's counts) and
   holdout.md. Minutes of CPU at most.
 
@@ -34,11 +36,9 @@ import sys
 import time
 from pathlib import Path
 
-from evonorm.graph import Graph
-from evonorm.search.features import layer_features
-from evonorm.proxy.features import task_features
+from evonorm.proxy.objective import ProxyObjective
 from evonorm.search.store import Store
-from evonorm.search.surrogate import PRESCREEN_REASON, Surrogate
+from evonorm.search.surrogate import PRESCREEN_REASON, Prescreen, Surrogate
 from evonorm.stats import spearman
 
 OUT = Path("results/prescreen")
@@ -54,21 +54,23 @@ def auc(scores: list[float], labels: list[bool]) -> float | None:
     return wins / (len(pos) * len(neg))
 
 
-def labelled(run: Path) -> tuple[list[dict], dict]:
-    """The kept candidates with features and labels, and the run's counts."""
+def labelled(run: Path, drop: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
+    """The kept candidates with features and labels, and the run's counts; features whose name
+    contains one of `drop` are left out (an ablation)."""
     with Store(run, readonly=True) as st:
         cfg = st.search_config()
         cands = st.candidates()
         status = st.get_meta("status")
+    screen = Prescreen(cfg, ProxyObjective(cfg).prescreen_features)
     rows, degenerate = [], 0
     evaluated = [c for c in cands if not c.cache_hit and c.status != "failed"
                  and (c.reason or "") != PRESCREEN_REASON]
     for c in evaluated:
-        feats = layer_features(c.graph)
+        feats = screen.features(c.graph)
         if feats is None:
             degenerate += 1
             continue
-        feats.update({f"task_{k}": v for k, v in task_features(Graph.from_json(c.graph), cfg).items()})
+        feats = {k: v for k, v in feats.items() if not any(d in k for d in drop)}
         stages = c.evaluation.stage_fitness
         rows.append({"id": c.id, "features": feats, "valid": c.status == "valid",
                      "stable": c.status == "valid" or (c.reason or "").startswith("quality:"),
@@ -144,31 +146,37 @@ def main() -> None:
     p.add_argument("--sizes", default="8,12,16,20,24,28")
     p.add_argument("--splits", type=int, default=20)
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--drop", nargs="*", default=[],
+                   help="leave out features whose name contains any of these (an ablation)")
+    p.add_argument("--name", default="holdout", help="output file name, without extension")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     start = time.time()
-    rows, counts = labelled(Path(args.run))
+    rows, counts = labelled(Path(args.run), tuple(args.drop))
     seconds_features = time.time() - start
     results = curve(rows, sizes, args.splits)
     summary = {"command": "python " + " ".join(sys.argv), "run": str(args.run), "counts": counts,
                "feature_seconds_wall": round(seconds_features, 1), "splits": args.splits,
                "model": "evonorm.search.surrogate.Surrogate (random forests, min_each=1)",
+               "dropped_features": args.drop,
                "curve": results}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "holdout.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (args.out / f"{args.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
     lines = ["# The prescreen's surrogate on held-out candidates", "",
              f"Command: `{summary['command']}`; run {args.run} ({counts['preset']}, "
              f"{counts['space'].upper()} space, {counts['dataset']}, store status "
              f"{counts['status']}): {counts['candidates']} candidates, {counts['evaluated']} "
              f"evaluated (no cache hits or failures), {counts['degenerate']} degenerate "
              f"(no features), {counts['kept']} kept: {counts['valid']} valid, {counts['stable']} "
-             f"passed the stability test. Protocol: the script's docstring.", "",
+             f"passed the stability test. Protocol: the script's docstring."
+             + (f" Features left out: names containing {', '.join(args.drop)}." if args.drop
+                else ""), "",
              "| learned from | AUC passes rejection | AUC passes stability (forest) | "
              "AUC passes stability (boosting) | Spearman fitness (valid) |", "|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['n']} | {fmt(r['auc_valid'])} | {fmt(r['auc_stable'])} | "
                      f"{fmt(r['auc_stable_boosting'])} | {fmt(r['spearman_fitness'])} |")
-    (args.out / "holdout.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

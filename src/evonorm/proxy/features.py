@@ -9,7 +9,11 @@ initialisation, with the layer in every slot, on one fixed batch of the run's da
   at initialisation): its eigenvalues are those of the batch's B x B Gram matrix of per-sample
   gradients, which for a linear classifier under cross-entropy factorises into (softmax - onehot)
   and the penultimate features, so no per-sample backward is needed;
-- the loss and the logits' spread at initialisation.
+- the loss and the logits' spread at initialisation;
+- how far a few optimiser steps on that one batch bring its loss down (`FIT_STEPS`, the
+  trainer's optimiser at the architecture's learning rate, no warm-up): the quality test rejects
+  layers with which a network learns next to nothing in its first stage, and one that cannot even
+  start to fit a single batch rarely does better on many.
 
 The task hands `task_features` to the engine as its objective's `prescreen_features`; the engine
 never imports this module. The trainer's settings, models and data are imported where features
@@ -21,8 +25,9 @@ from __future__ import annotations
 import math
 
 # raised whenever a feature's definition changes (see `evonorm.search.features.FEATURES_VERSION`)
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2
 FEATURE_BATCH = 32
+FIT_STEPS = 4
 FEATURE_SEED = 0
 
 
@@ -109,7 +114,32 @@ def _at_init(graph, ds, cfg, arch: str) -> dict[str, float | None]:
     probs = logits.detach().float().softmax(1)
     delta = probs - F.one_hot(y, ds.num_classes).float()
     feats.update({f"fisher_{k}": v for k, v in fisher_spectrum(delta, seen["h"].flatten(1)).items()})
+    feats.update(fit_probe(model, x, y, tcfg))
     return feats
+
+
+def fit_probe(model, x, y, tcfg) -> dict[str, float | None]:
+    """log10 of the batch's loss after `FIT_STEPS` optimiser steps over its loss at the start
+    (None, and `fit_finite` 0, where the loss stops being finite)."""
+    import torch
+    import torch.nn.functional as F
+
+    from evonorm.train import param_groups
+
+    opt = torch.optim.SGD(param_groups(model, tcfg.weight_decay), lr=tcfg.lr,
+                          momentum=tcfg.momentum, nesterov=tcfg.nesterov)
+    first = last = None
+    for step in range(FIT_STEPS + 1):
+        loss = F.cross_entropy(model(x), y)
+        if not torch.isfinite(loss):
+            return {"fit_ratio": None, "fit_finite": 0.0}
+        last = float(loss.detach())
+        first = last if first is None else first
+        if step < FIT_STEPS:
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    return {"fit_ratio": _log10(last / first) if first > 0 else None, "fit_finite": 1.0}
 
 
 def task_features(graph, cfg) -> dict[str, float | None]:
