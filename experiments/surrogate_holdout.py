@@ -2,8 +2,9 @@
 features at birth alone, which candidates pass rejection and how valid ones rank.
 
 Protocol (fixed before the run):
-- Data: the candidates of one run folder (default /work/fixture/main-2e787d5, the main job of
-  2026-11-27: `demo` preset, S space, Fashion-MNIST, 2 cores), read-only. Kept: evaluated ones
+- Data: the candidates of one run folder, or of several of one setting pooled (default
+  /work/fixture/main-2e787d5, the main job of 2026-11-27: `demo` preset, S space,
+  Fashion-MNIST, 2 cores), read-only. Kept: evaluated ones
   (not cache hits, not failed, not prescreen rejections) whose layer is not degenerate (the
   engine's features exist: constant, x-independent or non-finite layers are the pre-checks'
   and never reach the surrogate). Features are computed offline exactly as `--prescreen on`
@@ -142,7 +143,8 @@ def fmt(values: list[float]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--run", default="/work/fixture/main-2e787d5")
+    p.add_argument("--run", nargs="+", default=["/work/fixture/main-2e787d5"],
+                   help="run folders of one setting (their candidates pooled)")
     p.add_argument("--sizes", default="8,12,16,20,24,28")
     p.add_argument("--splits", type=int, default=20)
     p.add_argument("--out", type=Path, default=OUT)
@@ -152,10 +154,15 @@ def main() -> None:
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     start = time.time()
-    rows, counts = labelled(Path(args.run), tuple(args.drop))
+    rows, counts = [], {}
+    for run in args.run:  # pooled: the counts summed, the setting's names from the first run
+        more, c = labelled(Path(run), tuple(args.drop))
+        rows += more
+        counts = {k: counts[k] + v if isinstance(v, int) and k in counts else counts.get(k, v)
+                  for k, v in c.items()}
     seconds_features = time.time() - start
     results = curve(rows, sizes, args.splits)
-    summary = {"command": "python " + " ".join(sys.argv), "run": str(args.run), "counts": counts,
+    summary = {"command": "python " + " ".join(sys.argv), "run": args.run, "counts": counts,
                "feature_seconds_wall": round(seconds_features, 1), "splits": args.splits,
                "model": "evonorm.search.surrogate.Surrogate (random forests, min_each=1)",
                "dropped_features": args.drop,
@@ -163,7 +170,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(summary, indent=1) + "\n")
     lines = ["# The prescreen's surrogate on held-out candidates", "",
-             f"Command: `{summary['command']}`; run {args.run} ({counts['preset']}, "
+             f"Command: `{summary['command']}`; run(s) {', '.join(args.run)} ({counts['preset']}, "
              f"{counts['space'].upper()} space, {counts['dataset']}, store status "
              f"{counts['status']}): {counts['candidates']} candidates, {counts['evaluated']} "
              f"evaluated (no cache hits or failures), {counts['degenerate']} degenerate "

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The prescreen's measurements in order, each step resumable: run it again after a kill (a
+# session's end) and it goes on where it stopped. Start it once `demo`'s setting is final: the
+# prior and every measurement hold for that setting only (the prior's file records it).
+#   1. demo's shipped prior: evolution searches at seeds 100-105, 900 worker-seconds each
+#      (experiments/prescreen_prior.py), written to src/evonorm/proxy/priors/ (commit it);
+#   2. the surrogate on held-out candidates of those searches, pooled: enough valid layers to
+#      score its fitness ranking too (experiments/surrogate_holdout.py);
+#   3. the arms: evolution with and without the prescreen, and random search, seeds 0-9, 900
+#      worker-seconds each, the three arms of a seed side by side (experiments/prescreen_arms.py);
+#   4. Fig. 10 with the prescreen: its arm against random search on the paper's metric and the
+#      best fitness, and each arm's best layer trained again with 4 fresh seeds.
+#
+#     nohup nice -n 15 bash experiments/prescreen_queue.sh >> runs/prescreen_queue.log 2>&1 &
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-.venv/bin/python}"
+SEEDS="0 1 2 3 4 5 6 7 8 9"
+"$PY" experiments/prescreen_prior.py --seeds 100 101 102 103 104 105 --budget-seconds 900
+"$PY" experiments/surrogate_holdout.py --run runs/prescreen_prior/demo_s10{0,1,2,3,4,5} \
+    --sizes 25,50,100,150 --splits 20 --name holdout-prior
+"$PY" experiments/prescreen_arms.py --seeds $SEEDS --budget-seconds 900
+# the top level of results/evolution_vs_random/ holds the latest comparison: the earlier one
+# (plain evolution, seeds 0-9) moves to a folder of its own first, as earlier runs' did
+EVR=results/evolution_vs_random
+if [ -f "$EVR/summary.json" ] && ! grep -q '"evolution_arm": "prescreen"' "$EVR/summary.json"; then
+    mkdir -p "$EVR/plain_evolution_seeds0-9"
+    for f in "$EVR"/*.json "$EVR"/*.md "$EVR"/*.png; do
+        [ -f "$f" ] && mv "$f" "$EVR/plain_evolution_seeds0-9/"
+    done
+fi
+"$PY" experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
+    --seeds $SEEDS --runs runs/prescreen --evolution-arm prescreen --summarize-only \
+    --fresh-seeds 4
+echo "prescreen queue: done"
