@@ -26,7 +26,7 @@ from evonorm.proxy.config import proxy_config
 from evonorm.search import features as engine_features_module
 from evonorm.search.config import SearchConfig
 from evonorm.search.store import Store
-from evonorm.search.surrogate import Prescreen, labelled_rows
+from evonorm.search.surrogate import Prescreen, check_prior, labelled_rows
 
 PRIORS = Path(__file__).parent / "priors"
 FORMAT = 1
@@ -70,12 +70,7 @@ def read_prior(path: str | Path) -> Prior:
     rows = data.get("rows")
     if not isinstance(rows, list):
         raise ValueError(f"{where}: 'rows' must be a list")
-    for i, r in enumerate(rows):
-        if not (isinstance(r, dict) and isinstance(r.get("features"), dict)
-                and isinstance(r.get("valid"), bool)
-                and (r.get("fitness") is None or isinstance(r.get("fitness"), (int, float)))):
-            raise ValueError(f"{where}: row {i} must have 'features' (an object), 'valid' "
-                             "(true/false) and 'fitness' (a number or null)")
+    check_prior(rows, where)
     return Prior(data["setting"], rows, data["provenance"])
 
 

@@ -28,7 +28,8 @@ from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, Executor, make_ex
 from evonorm.search.lock import LOCK_NAME
 from evonorm.search.objective import Objective, layer_identity, run_trial, ship_path
 from evonorm.search.store import STORE_NAME, PendingProposal, Store
-from evonorm.search.surrogate import PRESCREEN_REASON, Born, Prescreen, require_sklearn
+from evonorm.search.surrogate import (PRESCREEN_REASON, Born, Prescreen, check_prior,
+                                      require_sklearn)
 
 
 def rng_from_state(state: Any, seed: int) -> random.Random:
@@ -161,13 +162,7 @@ def prescreen_prior(objective, cfg: SearchConfig,
     it decides when the surrogate first predicts."""
     fn = getattr(objective, "prescreen_prior", None)
     rows = list(fn(cfg) or []) if cfg.prescreen_prior and fn is not None else []
-    for i, r in enumerate(rows):
-        if not (isinstance(r, dict) and isinstance(r.get("features"), dict)
-                and isinstance(r.get("valid"), bool)
-                and (r.get("fitness") is None or isinstance(r.get("fitness"), (int, float)))):
-            raise ValueError(f"the objective's prescreen prior, row {i}: want a dict with "
-                             "'features' (a dict), 'valid' (true/false) and 'fitness' (a number "
-                             "or null)")
+    check_prior(rows, "the objective's prescreen prior")
     if log is not None:
         valid = sum(bool(r["valid"]) for r in rows)
         log(f"prescreen: starts from a prior of {len(rows)} labelled candidates ({valid} valid)"

@@ -178,6 +178,17 @@ class Surrogate:
         return Prediction(p, f, len(self.rows))
 
 
+def check_prior(rows: Sequence[Any], where: str) -> None:
+    """ValueError, one line naming `where` and the row, unless every row is a labelled candidate:
+    {"features": dict, "valid": bool, "fitness": number or None}."""
+    for i, r in enumerate(rows):
+        if not (isinstance(r, dict) and isinstance(r.get("features"), dict)
+                and isinstance(r.get("valid"), bool)
+                and (r.get("fitness") is None or isinstance(r.get("fitness"), (int, float)))):
+            raise ValueError(f"{where}, row {i}: want an object with 'features' (an object), "
+                             "'valid' (true/false) and 'fitness' (a number or null)")
+
+
 def labelled_rows(candidates: Sequence[Candidate], screen: "Prescreen") -> list[dict]:
     """A prior's rows from evaluated candidates: {"features", "valid", "fitness"} of each one that
     teaches something (`label`), its features as stored at birth or, for a run searched without
