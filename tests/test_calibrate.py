@@ -144,6 +144,24 @@ def test_a_calibration_depends_on_the_proxy_not_on_the_search_strategy():
     assert calibration_setup(demo, 3, 20) == same
     assert calibration_setup(demo.replace(train_seeds=1), 3, 20) != same
     assert calibration_setup(demo, 4, 20) != same
+    # the prescreen is how the search proposes: on, tuned, or not yet a field when the folder
+    # was written, the same calibration
+    assert calibration_setup(demo.replace(prescreen=True, prescreen_pool=8), 3, 20) == same
+    older = {"config": demo.to_dict(), "seeds": 3, "random": 20}
+    del older["config"]["evolution"]["prescreen_prior"]
+    assert "prescreen_prior" in json.dumps(demo.to_dict())
+    assert _same_folder(older, calibration_setup(demo, 3, 20))
+
+
+def _same_folder(stored: dict, setup: dict) -> bool:
+    """Whether a calibration folder written with `stored` takes runs of `setup` (else it raises)."""
+    import tempfile
+
+    from evonorm.proxy.calibrate import prepare_out
+
+    with tempfile.TemporaryDirectory() as d:
+        prepare_out(Path(d) / "c", stored)
+        return prepare_out(Path(d) / "c", setup) == []
 
 
 @pytest.mark.slow

@@ -204,10 +204,12 @@ def load_runs(out: Path) -> list[RunRecord]:
 NOT_MEASURED = ("workers", "threads", "executor", "address", "timeout", "retries", "budget",
                 "budget_seconds", "window", "initial_population", "tournament_fraction",
                 "tournament_min", "criterion", "mutations", "p_random", "near_misses",
-                "seed_layers", "rerank_preset", "rerank_train", "rerank_top", "data_dir", "scores")
-"""Config fields no calibration run depends on (how the search proposes, how long it runs, how it
-is executed, how it reranks; `scores` repeats `archs`), by their flat names: changing them keeps a
-calibration folder's runs."""
+                "seed_layers", "rerank_preset", "rerank_train", "rerank_top", "data_dir", "scores",
+                "prescreen", "prescreen_pool", "prescreen_threshold", "prescreen_explore",
+                "prescreen_min", "prescreen_prior")
+"""Config fields no calibration run depends on (how the search proposes, prescreen included, how
+long it runs, how it is executed, how it reranks; `scores` repeats `archs`), by their flat names:
+changing them, or a version adding one, keeps a calibration folder's runs."""
 
 
 def calibration_setup(cfg: SearchConfig, seeds: int, n_random: int,
