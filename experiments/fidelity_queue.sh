@@ -23,7 +23,7 @@ PY="${PYTHON:-.venv/bin/python}"
 "$PY" experiments/proxy_fidelity.py --workers 2 --only demo
 "$PY" experiments/proxy_fidelity.py --workers 2 --seeds 0 --only \
     steps600-1run steps300-2runs images12k nocrop lr0.05 width0.125 batch64 resnet-only-450 \
-    mobilenet-only-300
+    mobilenet-only-300 steps900-1run
 "$PY" experiments/fidelity_panel.py --workers 2
 "$PY" experiments/proxy_fidelity.py --workers 2
 echo "fidelity queue: done"
