@@ -86,7 +86,7 @@ def test_the_protocol_screens_confirms_the_two_best_and_chooses_among_fair_measu
     on its own seeds."""
     screen = {"steps600-1run": 0.9, "steps300-2runs": 0.7, "images12k": 0.95, "nocrop": 0.5,
               "lr0.05": 0.6, "width0.125": 0.99, "batch64": 0.4, "resnet-only-450": 0.1,
-              "mobilenet-only-300": 0.2}
+              "mobilenet-only-300": 0.2, "steps900-1run": 0.3}
     cost = {"width0.125": 500.0, "images12k": 140.0}  # width0.125 is over the cap
     calls = []
 
