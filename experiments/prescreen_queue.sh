@@ -9,7 +9,9 @@
 #   3. the arms: evolution with and without the prescreen, and random search, seeds 0-9, 900
 #      worker-seconds each, the three arms of a seed side by side (experiments/prescreen_arms.py);
 #   4. Fig. 10 with the prescreen: its arm against random search on the paper's metric and the
-#      best fitness, and each arm's best layer trained again with 4 fresh seeds.
+#      best fitness, and each arm's best layer trained again with 4 fresh seeds;
+#   5. the one-hour S search with the prescreen, its top 3 trained again with 5 seeds beside
+#      EvoNorm-S0, GN-ReLU, BN-ReLU and its seed layers (experiments/long_search.py).
 #
 #     nohup nice -n 15 bash experiments/prescreen_queue.sh >> runs/prescreen_queue.log 2>&1 &
 set -euo pipefail
@@ -32,4 +34,6 @@ fi
 "$PY" experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
     --seeds $SEEDS --runs runs/prescreen --evolution-arm prescreen --summarize-only \
     --fresh-seeds 4
+"$PY" experiments/long_search.py --set prescreen=true --run runs/long_search_prescreen \
+    --out results/long_search_prescreen
 echo "prescreen queue: done"
