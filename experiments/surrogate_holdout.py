@@ -39,7 +39,8 @@ from pathlib import Path
 
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.search.store import Store
-from evonorm.search.surrogate import PRESCREEN_REASON, Prescreen, Surrogate
+from evonorm.search.surrogate import Prescreen, Surrogate
+from evonorm.search.surrogate import label as candidate_label
 from evonorm.stats import spearman
 
 OUT = Path("results/prescreen")
@@ -64,19 +65,17 @@ def labelled(run: Path, drop: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
         status = st.get_meta("status")
     screen = Prescreen(cfg, ProxyObjective(cfg).prescreen_features)
     rows, degenerate = [], 0
-    evaluated = [c for c in cands if not c.cache_hit and c.status != "failed"
-                 and (c.reason or "") != PRESCREEN_REASON]
-    for c in evaluated:
+    # what the search's surrogate learns from, labelled as it labels them
+    evaluated = [(c, t) for c, t in ((c, candidate_label(c)) for c in cands) if t is not None]
+    for c, (valid, fitness) in evaluated:
         feats = screen.features(c.graph)
         if feats is None:
             degenerate += 1
             continue
         feats = {k: v for k, v in feats.items() if not any(d in k for d in drop)}
-        stages = c.evaluation.stage_fitness
-        rows.append({"id": c.id, "features": feats, "valid": c.status == "valid",
-                     "stable": c.status == "valid" or (c.reason or "").startswith("quality:"),
-                     "fitness": (stages[0] if stages else c.fitness) if c.status == "valid" else None,
-                     "reason": c.reason})
+        rows.append({"id": c.id, "features": feats, "valid": valid,
+                     "stable": valid or (c.reason or "").startswith("quality:"),
+                     "fitness": fitness, "reason": c.reason})
     counts = {"candidates": len(cands), "status": status, "evaluated": len(evaluated),
               "degenerate": degenerate, "kept": len(rows),
               "valid": sum(r["valid"] for r in rows), "stable": sum(r["stable"] for r in rows),
