@@ -10,8 +10,8 @@ Protocol (fixed before the runs):
 - the prior: every candidate that teaches the surrogate (not a cache hit, not failed), with its
   features at birth; degenerate layers left out (the task's pre-checks reject those before the
   surrogate sees them); written to src/evonorm/proxy/priors/<preset>-<space>.json with its
-  provenance (the runs, their counts, the command, the date); the searches' worker-seconds in all
-  are its cost, printed and stored.
+  provenance (the runs, their counts, the command, the date, and the searches' worker-seconds in
+  all: its cost), and printed.
 Evolution rather than random search: random search finds one valid layer in 1,000-1,500, so a
 prior of random layers would teach P(valid) from rejections alone.
 
@@ -33,7 +33,6 @@ from evolution_vs_random import _one_run, run_config  # noqa: E402
 
 from evonorm.files import write_atomic  # noqa: E402
 from evonorm.proxy.prior import PRIORS, build_prior  # noqa: E402
-from evonorm.search.store import Store  # noqa: E402
 
 
 def main() -> None:
@@ -45,31 +44,24 @@ def main() -> None:
     p.add_argument("--build-only", action="store_true")
     args = p.parse_args()
     command = " ".join(["python", *sys.argv])
-    runs = [args.runs / f"{args.preset}_s{seed}" for seed in args.seeds]
+    runs = {seed: args.runs / f"{args.preset}_s{seed}" for seed in args.seeds}
     if not args.build_only:
         ctx = get_context("spawn")
-        for pair in (runs[i:i + 2] for i in range(0, len(runs), 2)):  # two searches at once
-            procs = []
-            for run in pair:
-                seed = int(run.name.rsplit("_s", 1)[1])
-                cfg = run_config(args.preset, "evolution", seed, args.budget_seconds)
-                procs.append(ctx.Process(target=_one_run, args=(str(run), cfg.to_dict())))
+        seeds = list(runs)
+        for pair in (seeds[i:i + 2] for i in range(0, len(seeds), 2)):  # two searches at once
+            procs = [ctx.Process(target=_one_run, args=(str(runs[seed]), run_config(
+                args.preset, "evolution", seed, args.budget_seconds).to_dict())) for seed in pair]
             for proc in procs:
                 proc.start()
             for proc in procs:
                 proc.join()
-    done = [r for r in runs if (r / "store.sqlite").is_file()]
+    done = [r for r in runs.values() if (r / "store.sqlite").is_file()]
     prior = build_prior(done, command)
-    seconds = 0.0
-    for run in done:
-        with Store(run, readonly=True) as st:
-            seconds += sum(c.seconds for c in st.candidates())
-            space = st.search_config().space
-    prior.provenance["worker_seconds"] = round(seconds, 1)
-    out = PRIORS / f"{args.preset}-{space}.json"
+    made = prior.provenance
+    out = PRIORS / f"{args.preset}-{made['runs'][0]['space']}.json"
     write_atomic(out, (json.dumps(prior.to_dict(), indent=1) + "\n").encode())
-    log(f"{out}: {prior.provenance['rows']} rows, {prior.provenance['valid']} valid, from "
-        f"{len(done)} runs, {seconds:.0f} worker-seconds")
+    log(f"{out}: {made['rows']} rows, {made['valid']} valid, from {len(done)} runs, "
+        f"{made['worker_seconds']:.0f} worker-seconds")
 
 
 if __name__ == "__main__":

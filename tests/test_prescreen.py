@@ -290,6 +290,9 @@ def test_a_prior_built_from_runs_applies_to_their_setting_only(tmp_path):
     assert any(k.startswith("task_") for k in row["features"])  # the task's features, computed now
     assert prior.provenance["command"] == "build it" and len(prior.provenance["runs"]) == 2
     assert prior.provenance["valid"] == sum(r["valid"] for r in prior.rows)
+    with Store(b, readonly=True) as st:  # what it cost: both searches' worker-seconds
+        spent = sum(c.seconds for c in cands) + sum(c.seconds for c in st.candidates())
+    assert prior.provenance["worker_seconds"] == pytest.approx(spent, abs=0.1)
     folder = tmp_path / "priors"
     folder.mkdir()
     write_atomic(folder / "tiny.json", json.dumps(prior.to_dict()).encode())

@@ -109,10 +109,13 @@ def build_prior(runs: Sequence[str | Path], command: str) -> Prior:
         sources.append({"run": Path(run).name, "preset": cfg.preset, "algorithm": cfg.algorithm,
                         "seed": cfg.seed, "space": cfg.space, "candidates": len(cands),
                         "status": status, "rows": len(found),
-                        "valid": sum(r["valid"] for r in found)})
+                        "valid": sum(r["valid"] for r in found),
+                        "worker_seconds": round(sum(c.seconds for c in cands), 1)})
     if want is None:
         raise ValueError("a prior needs at least one run folder")
     provenance = {"runs": sources, "command": command, "evonorm": __version__,
                   "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                  "rows": len(rows), "valid": sum(r["valid"] for r in rows)}
+                  "rows": len(rows), "valid": sum(r["valid"] for r in rows),
+                  # what the prior cost to build: its searches' worker-seconds in all
+                  "worker_seconds": round(sum(r["worker_seconds"] for r in sources), 1)}
     return Prior(want, rows, provenance)
