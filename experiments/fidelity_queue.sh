@@ -6,10 +6,13 @@
 #      that one-seed panel;
 #   3. the chart's screen: every other setting at seed 0, against the panel as it stands (which
 #      settings could rank well is the answer that changes what is tried next);
-#   4. the panel's seeds 1 and 2;
-#   5. the chart's whole protocol against the whole panel (the runs of 2 and 3 are kept), with the
-#      confirmation of the two best screened settings, the table and the chart.
-# Steps 1 and 4 train in experiments/fidelity_panel.py, 2, 3 and 5 in experiments/proxy_fidelity.py.
+#   4. the confirmation runs (seeds 1 and 2) of the two best screened settings against the panel
+#      as it stands: some 90 minutes of training done before the panel's last seeds, not after;
+#   5. the panel's seeds 1 and 2;
+#   6. the chart's whole protocol against the whole panel (the runs of 2-4 are kept): it picks
+#      the two to confirm again, against the whole panel, and trains any it names that step 4
+#      did not; then the choice, the table and the chart.
+# Steps 1 and 5 train in experiments/fidelity_panel.py, the others in experiments/proxy_fidelity.py.
 #
 #     nohup nice -n 15 bash experiments/fidelity_queue.sh >> runs/fidelity_queue.log 2>&1 &
 #
@@ -24,6 +27,7 @@ PY="${PYTHON:-.venv/bin/python}"
 "$PY" experiments/proxy_fidelity.py --workers 2 --seeds 0 --only \
     steps600-1run steps300-2runs images12k nocrop lr0.05 width0.125 batch64 resnet-only-450 \
     mobilenet-only-300 steps900-1run
+"$PY" experiments/proxy_fidelity.py --workers 2 --confirm
 "$PY" experiments/fidelity_panel.py --workers 2
 "$PY" experiments/proxy_fidelity.py --workers 2
 echo "fidelity queue: done"

@@ -39,6 +39,7 @@ and the chart to `results/fidelity/settings.png`.
 
     python experiments/proxy_fidelity.py --workers 2                  # the protocol
     python experiments/proxy_fidelity.py --only demo lr0.05 --seeds 0  # some settings, some seeds
+    python experiments/proxy_fidelity.py --confirm    # its confirmations' runs, no choice yet
 """
 
 from __future__ import annotations
@@ -298,6 +299,10 @@ def main() -> None:
                    help="these settings only, at --seeds (a derived one after its measured one)")
     p.add_argument("--seeds", nargs="*", type=int, choices=SEEDS, help="with --only (default all)")
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "fidelity")
+    p.add_argument("--confirm", action="store_true",
+                   help="the protocol up to its confirmations, against the panel as it stands, "
+                        "and no choice: trains them ahead of the panel's last seeds (the whole "
+                        "protocol picks its two again against the whole panel)")
     args = p.parse_args()
 
     def measure(name: str, phase: str, seeds: tuple[int, ...]) -> dict:
@@ -321,8 +326,9 @@ def main() -> None:
         top = sorted((r for r in screened if r["spearman"] is not None and r["seconds"] <= cap),
                      key=lambda r: -r["spearman"])[:CONFIRM_TOP]
         rows += [measure(r["setting"], "confirm", CONFIRM_SEEDS) for r in top]
-        choice = choose(rows, cap)
-        log(f"choice: {choice['setting'] if choice else 'none'}")
+        choice = None if args.confirm else choose(rows, cap)
+        if not args.confirm:
+            log(f"choice: {choice['setting'] if choice else 'none'}")
     from evonorm.proxy.fidelity import load_panel, seed_agreement
 
     out = args.panel.parent

@@ -79,11 +79,12 @@ def test_a_derived_setting_is_measured_from_its_settings_runs(tmp_path):
         pf.measure_derived("demo/median", panel, tmp_path / "elsewhere", (0,))
 
 
+@pytest.mark.parametrize("confirm", [False, True])
 def test_the_protocol_screens_confirms_the_two_best_and_chooses_among_fair_measurements(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys, confirm):
     """demo and the derived settings at every seed, the others screened at seed 0, the two best
     screened within 1.5x demo's cost confirmed at seeds 1-2, the choice among what was measured
-    on its own seeds."""
+    on its own seeds; --confirm trains the same runs and makes no choice."""
     screen = {"steps600-1run": 0.9, "steps300-2runs": 0.7, "images12k": 0.95, "nocrop": 0.5,
               "lr0.05": 0.6, "width0.125": 0.99, "batch64": 0.4, "resnet-only-450": 0.1,
               "mobilenet-only-300": 0.2, "steps900-1run": 0.3}
@@ -112,7 +113,8 @@ def test_the_protocol_screens_confirms_the_two_best_and_chooses_among_fair_measu
     panel.write_text(json.dumps({"reference": {"runs": [
         {"layer": layer, "graph": None, "arch": "resnet50_cifar", "seed": seed, "test_accuracy": acc}
         for seed in (0, 1) for layer, acc in (("a", 0.8), ("b", 0.7), ("c", 0.6))]}}))
-    monkeypatch.setattr(sys, "argv", ["proxy_fidelity.py", "--panel", str(panel)])
+    monkeypatch.setattr(sys, "argv", ["proxy_fidelity.py", "--panel", str(panel)]
+                        + ["--confirm"] * confirm)
     pf.main()
     assert charted == [pytest.approx(1.0)]
     assert calls[0] == ("demo", (0, 1, 2)) and all(s == (0, 1, 2) for n, s in calls[1:8])
@@ -120,6 +122,6 @@ def test_the_protocol_screens_confirms_the_two_best_and_chooses_among_fair_measu
     assert [n for n, s in calls if s == (1, 2)] == ["images12k", "steps600-1run"]
     table = json.loads((tmp_path / "settings.json").read_text())
     # steps600-1run confirms at 0.85 > demo/2runs' 0.82, but within 0.05: the cheaper derived one
-    assert table["meta"]["choice"] == "demo/2runs"
+    assert table["meta"]["choice"] == (None if confirm else "demo/2runs")
     assert table["meta"]["reference_seed_agreement"] == pytest.approx(1.0)
     assert pf.choose([{"phase": "screen", "spearman": 0.99, "seconds": 1.0}], 10.0) is None
