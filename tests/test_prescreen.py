@@ -268,13 +268,13 @@ def _proxy_run(run, **overrides):
     from evonorm.proxy.presets import get_preset
     from evonorm.search.driver import init_run, run_search
 
-    init_run(run, get_preset("tiny", dataset="synthetic", workers=1, budget=10,
-                             initial_population=1, **overrides))
+    init_run(run, get_preset("tiny", dataset="synthetic", workers=1,
+                             **{"budget": 3, "initial_population": 1, **overrides}))
     run_search(run, objective=_objectives.needs_max, progress=False)
     return run
 
 
-def test_a_prior_built_from_runs_applies_to_their_setting_only(tmp_path):
+def test_a_prior_built_from_runs_applies_to_their_setting_only(tmp_path, monkeypatch):
     from evonorm.proxy.presets import get_preset
     from evonorm.proxy.prior import build_prior, prior_for, read_prior
     from evonorm.files import write_atomic
@@ -300,7 +300,9 @@ def test_a_prior_built_from_runs_applies_to_their_setting_only(tmp_path):
     assert prior_for(cfg, folder).rows == prior.rows
     assert prior_for(cfg.replace(n_train=123), folder) is None  # another setting: not this prior
     assert prior_for(get_preset("demo"), folder) is None
-    other = _proxy_run(tmp_path / "c", n_train=123)
+    other = _proxy_run(tmp_path / "c", n_train=123, budget=2)
+    # runs of two settings are refused before any feature is computed (hours for long searches)
+    monkeypatch.setattr("evonorm.proxy.prior.labelled_rows", lambda *a: pytest.fail("computed"))
     with pytest.raises(ValueError, match="another setting"):
         build_prior([a, other], command="x")
 

@@ -87,23 +87,24 @@ def prior_for(cfg: SearchConfig, folder: str | Path = PRIORS) -> Prior | None:
 def build_prior(runs: Sequence[str | Path], command: str) -> Prior:
     """A prior from finished run folders of one setting (read only): every candidate that
     teaches the surrogate something, with its features at birth (computed now for a run searched
-    without the prescreen). ValueError when the runs' settings differ."""
+    without the prescreen). ValueError when the runs' settings differ, before any feature is
+    computed (that takes a while for a long search)."""
     from evonorm.proxy.objective import ProxyObjective
 
-    rows: list[dict] = []
-    sources: list[dict] = []
-    want = None
+    read = []
     for run in runs:
         with Store(run, readonly=True) as st:
-            cfg = st.search_config()
-            cands = st.candidates()
-            status = st.get_meta("status")
-        have = setting(cfg)
-        if want is None:
-            want = have
-        elif have != want:
+            read.append((run, st.search_config(), st.candidates(), st.get_meta("status")))
+    if not read:
+        raise ValueError("a prior needs at least one run folder")
+    want = setting(read[0][1])
+    for run, cfg, _, _ in read[1:]:
+        if setting(cfg) != want:
             raise ValueError(f"run {run} was searched under another setting than {runs[0]}: "
                              "a prior holds one setting")
+    rows: list[dict] = []
+    sources: list[dict] = []
+    for run, cfg, cands, status in read:
         found = labelled_rows(cands, Prescreen(cfg, ProxyObjective(cfg).prescreen_features))
         rows.extend(found)
         sources.append({"run": Path(run).name, "preset": cfg.preset, "algorithm": cfg.algorithm,
@@ -111,8 +112,6 @@ def build_prior(runs: Sequence[str | Path], command: str) -> Prior:
                         "status": status, "rows": len(found),
                         "valid": sum(r["valid"] for r in found),
                         "worker_seconds": round(sum(c.seconds for c in cands), 1)})
-    if want is None:
-        raise ValueError("a prior needs at least one run folder")
     provenance = {"runs": sources, "command": command, "evonorm": __version__,
                   "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                   "rows": len(rows), "valid": sum(r["valid"] for r in rows),
