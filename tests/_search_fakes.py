@@ -70,32 +70,41 @@ def slow_fake(norm_act, trial) -> dict:
     return fake_objective(norm_act, trial)
 
 
-def sigkill_after(proc, run, n: int, timeout: float) -> None:
-    """Wait until `run`'s store holds n finished candidates, then SIGKILL `proc` (a search).
+def sigkill_after(proc, run, n: int, timeout: float, meanwhile=None) -> None:
+    """Wait until `run`'s store holds n finished candidates, then SIGKILL `proc` (a search);
+    `meanwhile()` runs once the store holds its first candidate, the search still running.
 
     Fails if the process ends first: the test must kill a search in mid-flight."""
     import signal
-    import sqlite3
-
-    from evonorm.search.store import Store
 
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and proc.poll() is None:
-            if (run / "store.sqlite").exists():
-                try:
-                    with Store(run, readonly=True) as s:
-                        if s.num_candidates() >= n:
-                            break
-                except (sqlite3.OperationalError, ValueError):  # the search is still creating its store
-                    pass
-            time.sleep(0.05)
-        assert proc.poll() is None, "the search ended before it could be killed"
+        if meanwhile is not None:
+            _wait_for_candidates(proc, run, 1, timeout)
+            meanwhile()
+        _wait_for_candidates(proc, run, n, timeout)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _wait_for_candidates(proc, run, n: int, timeout: float) -> None:
+    import sqlite3
+
+    from evonorm.search.store import Store
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (run / "store.sqlite").exists():
+            try:
+                with Store(run, readonly=True) as s:
+                    if s.num_candidates() >= n:
+                        break
+            except (sqlite3.OperationalError, ValueError):  # the search is still creating its store
+                pass
+        time.sleep(0.05)
+    assert proc.poll() is None, f"the search ended before it held {n} candidates"
 
 
 def detailed_fake(norm_act, trial) -> dict:

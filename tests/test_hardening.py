@@ -385,38 +385,3 @@ def test_resume_help_says_when_proposals_may_differ():
     assert "may propose differently" in page
 
 
-@pytest.mark.slow
-def test_resume_beside_a_live_search_is_refused_and_takes_over_after_sigkill(tmp_path):
-    """The issue's scenario with the real CLI: `search ... &` then `resume` on the same run (a budget
-    large enough that the search is still running when the second driver tries, on an idle machine too)."""
-    evonorm = str(Path(sys.executable).parent / "evonorm")
-    run = tmp_path / "run"
-    proc = subprocess.Popen([evonorm, "search", "--preset", "tiny", "--budget", "30", "--workers",
-                             "1", "--out", str(run), "--quiet"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline and proc.poll() is None:
-            with contextlib.suppress(ValueError):  # still being created
-                if (run / "store.sqlite").exists():
-                    with Store(run, readonly=True) as s:
-                        if s.num_candidates() >= 1:
-                            break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the search ended before the second driver could try"
-        second = subprocess.run([evonorm, "resume", str(run), "--quiet"], capture_output=True,
-                                text=True, timeout=120)
-        assert second.returncode == 2 and f"in use by process {proc.pid}" in second.stderr
-        assert len(second.stderr.strip().splitlines()) == 1
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    time.sleep(2)  # orphaned workers notice their driver is gone and exit
-    done = subprocess.run([evonorm, "resume", str(run), "--quiet", "--workers", "2"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    with Store(run, readonly=True) as s:
-        assert s.get_meta("status") == "complete"
-        assert sorted(c.proposal for c in s.candidates()) == list(range(30))

@@ -15,12 +15,21 @@ EVONORM = str(Path(sys.executable).parent / "evonorm")
 
 @pytest.mark.slow
 def test_cli_search_sigkill_and_resume(tmp_path):
+    """`search ... &`, then `resume` on the same run while it lives (refused in one line naming
+    the process), SIGKILL, and `resume`: it takes over and loses and repeats nothing."""
     run = tmp_path / "run"
     proc = subprocess.Popen([EVONORM, "search", "--preset", "tiny", "--budget", "10",
                              "--workers", "2", "--seed-layers", "evonorm_s0,evonorm_s1",
                              "--out", str(run), "--quiet"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    sigkill_after(proc, run, 3, timeout=150)
+
+    def second_driver_is_refused():
+        second = subprocess.run([EVONORM, "resume", str(run), "--quiet"], capture_output=True,
+                                text=True, timeout=120)
+        assert second.returncode == 2 and f"in use by process {proc.pid}" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+
+    sigkill_after(proc, run, 3, timeout=150, meanwhile=second_driver_is_refused)
     with Store(run, readonly=True) as s:
         before = s.candidates()
         proposals_before = s.num_proposals()
