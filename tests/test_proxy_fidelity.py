@@ -113,7 +113,8 @@ def test_the_protocol_screens_confirms_the_two_best_and_chooses_among_fair_measu
     panel.write_text(json.dumps({"reference": {"runs": [
         {"layer": layer, "graph": None, "arch": "resnet50_cifar", "seed": seed, "test_accuracy": acc}
         for seed in (0, 1) for layer, acc in (("a", 0.8), ("b", 0.7), ("c", 0.6))]}}))
-    monkeypatch.setattr(sys, "argv", ["proxy_fidelity.py", "--panel", str(panel)]
+    monkeypatch.setattr(sys, "argv", ["proxy_fidelity.py", "--panel", str(panel),
+                                      "--side-by-side", str(tmp_path / "none.json")]
                         + ["--confirm"] * confirm)
     pf.main()
     assert charted == [pytest.approx(1.0)]
@@ -125,3 +126,21 @@ def test_the_protocol_screens_confirms_the_two_best_and_chooses_among_fair_measu
     assert table["meta"]["choice"] == (None if confirm else "demo/2runs")
     assert table["meta"]["reference_seed_agreement"] == pytest.approx(1.0)
     assert pf.choose([{"phase": "screen", "spearman": 0.99, "seconds": 1.0}], 10.0) is None
+
+
+def test_a_cost_measured_side_by_side_decides_the_cap_and_the_choice(tmp_path):
+    """A setting over the cap by the cost of its own runs (another session) but under it side by
+    side with demo is confirmed and may be chosen; the chart keeps its measured cost."""
+    rows = [{"setting": "demo", "phase": "baseline", "seconds": 100.0, "spearman": 0.5},
+            {"setting": "steps900-1run", "phase": "confirm", "seconds": 160.0, "spearman": 0.8},
+            {"setting": "images12k", "phase": "confirm", "seconds": 120.0, "spearman": 0.7}]
+    path = tmp_path / "side.json"
+    assert pf.choose(rows, 150.0)["setting"] == "images12k"
+    pf.side_by_side(rows, path)  # no file: nothing changes
+    assert all(r.get("side_by_side") is None for r in rows)
+    path.write_text(json.dumps({"summary": {"demo": {"ratio": 1.0},
+                                            "steps900-1run": {"ratio": 1.4}}}))
+    pf.side_by_side(rows, path)
+    assert rows[1]["side_by_side"] == 140.0 and rows[1]["seconds"] == 160.0
+    assert rows[0].get("side_by_side") is None and rows[2].get("side_by_side") is None
+    assert pf.choose(rows, 150.0)["setting"] == "steps900-1run"
