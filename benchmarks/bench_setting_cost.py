@@ -55,6 +55,7 @@ def _rounds(layer: str, settings: list[str], rounds: int) -> dict[str, list[floa
             start = time.process_time()
             rec = measure({"job": asdict(job), "config": cfgs[name].to_dict()})
             times[name].append(time.process_time() - start)
+            print(f"{layer} round {r + 1}/{rounds} {name}: {times[name][-1]:.0f} CPU-s", flush=True)
             if rec["status"] != "valid":
                 raise SystemExit(f"{layer} under {name}: {rec['status']} ({rec['reason']})")
     return times
