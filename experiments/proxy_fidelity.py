@@ -327,7 +327,8 @@ def main() -> None:
     p.add_argument("--seeds", nargs="*", type=int, choices=SEEDS, help="with --only (default all)")
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "fidelity")
     p.add_argument("--side-by-side", type=Path,
-                   default=RESULTS / "fidelity" / "cost_side_by_side.json", help="costs measured side by side with demo (benchmarks/bench_setting_cost.py)")
+                   default=RESULTS / "fidelity" / "cost_side_by_side.json",
+                   help="costs measured side by side with demo (benchmarks/bench_setting_cost.py)")
     p.add_argument("--confirm", action="store_true",
                    help="the protocol up to its confirmations, against the panel as it stands, "
                         "and no choice: trains them ahead of the panel's last seeds (the whole "
