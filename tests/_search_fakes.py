@@ -71,17 +71,18 @@ def slow_fake(norm_act, trial) -> dict:
 
 
 def sigkill_after(proc, run, n: int, timeout: float, meanwhile=None) -> None:
-    """Wait until `run`'s store holds n finished candidates, then SIGKILL `proc` (a search);
-    `meanwhile()` runs once the store holds its first candidate, the search still running.
+    """Wait until `run`'s store holds n finished candidates, then SIGKILL `proc` (a search).
 
+    With `meanwhile`, the search is first stopped (SIGSTOP: it keeps its lock and its store stays
+    at n candidates however fast the machine) and `meanwhile()` runs against the live search.
     Fails if the process ends first: the test must kill a search in mid-flight."""
     import signal
 
     try:
-        if meanwhile is not None:
-            _wait_for_candidates(proc, run, 1, timeout)
-            meanwhile()
         _wait_for_candidates(proc, run, n, timeout)
+        if meanwhile is not None:
+            os.kill(proc.pid, signal.SIGSTOP)
+            meanwhile()
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
