@@ -13,6 +13,9 @@
 #      the two to confirm again, against the whole panel, and trains any it names that step 4
 #      did not; then the choice, the table and the chart.
 # Steps 1 and 5 train in experiments/fidelity_panel.py, the others in experiments/proxy_fidelity.py.
+# The settings' runs live in runs/fidelity/ (not in git); a fresh checkout starts from the copies
+# in results/fidelity/records/ (commit those, partial ones too, before a session ends), so that
+# only runs in neither place train again. The panel's runs are in results/fidelity/runs.jsonl.
 #
 #     nohup nice -n 15 bash experiments/fidelity_queue.sh >> runs/fidelity_queue.log 2>&1 &
 #
@@ -22,6 +25,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
+for rec in results/fidelity/records/*/; do
+    run="runs/fidelity/$(basename "$rec")"
+    if [ ! -f "$run/runs.jsonl" ] || [ "$(wc -l < "$run/runs.jsonl")" -lt "$(wc -l < "$rec/runs.jsonl")" ]; then
+        mkdir -p "$run" && cp "$rec"/* "$run"/
+    fi
+done
 "$PY" experiments/fidelity_panel.py --workers 2 --seeds 0
 "$PY" experiments/proxy_fidelity.py --workers 2 --only demo
 "$PY" experiments/proxy_fidelity.py --workers 2 --seeds 0 --only \
