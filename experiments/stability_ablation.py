@@ -1,0 +1,168 @@
+"""Does the stability test help the search? The paper's appendix Fig. 11 at this project's
+protocol: evolution with and without the stability test, at equal worker-seconds.
+
+Protocol (fixed before the runs):
+- preset `demo` (`--preset`) as it ships, S space, Fashion-MNIST; two arms that share everything
+  but the stability test: `with` (the preset as it is, prescreen and all) and `without`
+  (`stability_steps=0`: no candidate is stress-tested, so a layer that would fail the test is
+  judged by its quality test and training alone);
+- budget: `--budget-seconds` worker-seconds per run (default 900), one worker of one thread per
+  run, the two arms of a seed side by side (they see the same machine load); search seeds
+  `--seeds` (default 0-9);
+- per run, from the candidates finished within the budget: the paper's metric (the mean fitness
+  of the 10 best layers trained to the end, a missing one at chance) against worker-seconds
+  spent (the figure) and at the end; the best fitness; valid layers per worker-hour; the
+  rejections by reason and the worker-seconds they cost;
+- test: two-sided exact paired permutation (sign-flip) test over the seeds on the final top-10
+  mean (the paper saw the test speed evolution up; its reviewers feared it rejects layers that
+  evolution could have built on: either direction is a finding). Every run is reported.
+
+    python experiments/stability_ablation.py --seeds 0 1 2 3 4 5 6 7 8 9 --budget-seconds 900
+
+`results/stability_ablation/`: summary.json (per-seed values of each arm, the p-value), runs.md,
+stability_ablation.png (the top-10 mean against worker-seconds, mean over the seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from multiprocessing import get_context
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, log, out_dir, save_png  # noqa: E402
+from evolution_vs_random import (_one_run, progress_line, read_run, run_config,  # noqa: E402
+                                 run_metric, top_mean, within_budget)
+
+from evonorm.stats import paired_sign_flip_greater  # noqa: E402
+
+ARMS = {"with": {}, "without": {"stability_steps": 0}}
+CURVE_POINTS = 30
+
+
+def reason_kind(reason: str | None) -> str:
+    """A rejection's reason without its numbers ("quality: 0.12 < 0.3" -> "quality")."""
+    return (reason or "rejected").split(":")[0].split()[0]
+
+
+def curve(candidates, stages: int, chance: float, budget_seconds: float) -> list[float]:
+    """The top-10 mean after each of CURVE_POINTS equal steps of the budget's worker-seconds."""
+    return [top_mean(within_budget(candidates, budget_seconds * (i + 1) / CURVE_POINTS), stages,
+                     chance) for i in range(CURVE_POINTS)]
+
+
+def two_sided(a: list[float], b: list[float]) -> float:
+    """Two-sided exact paired permutation p-value: twice the smaller one-sided one."""
+    return min(1.0, 2 * min(paired_sign_flip_greater(a, b), paired_sign_flip_greater(b, a)))
+
+
+def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: str,
+              d: Path) -> dict:
+    rows, curves = [], {arm: [] for arm in ARMS}
+    for arm in ARMS:
+        for seed in seeds:
+            read = read_run(runs_dir / f"{arm}_s{seed}", budget_seconds)
+            if read is None or read[1] != "complete":
+                continue
+            cfg, _, chance, within = read
+            rejected = [c for c in within if c.status != "valid"]
+            kinds = Counter(reason_kind(c.reason) for c in rejected)
+            cost = Counter()
+            for c in rejected:
+                cost[reason_kind(c.reason)] += c.seconds
+            rows.append({
+                "arm": arm, "seed": seed, "candidates": len(within),
+                "valid": sum(c.status == "valid" for c in within),
+                "valid_per_worker_hour": round(sum(c.status == "valid" and not c.cache_hit
+                                                   for c in within) / (budget_seconds / 3600), 3),
+                "top10_mean": round(top_mean(within, cfg.num_stages, chance), 4),
+                "best_fitness": round(run_metric(within, cfg.num_stages, chance), 4),
+                "rejected": dict(sorted(kinds.items())),
+                "rejected_worker_seconds": {k: round(v, 1) for k, v in sorted(cost.items())}})
+            curves[arm].append(curve(within, cfg.num_stages, chance, budget_seconds))
+    by = {(r["arm"], r["seed"]): r for r in rows}
+    both = [s for s in seeds if all((arm, s) in by for arm in ARMS)]
+    values = {arm: [by[arm, s]["top10_mean"] for s in both] for arm in ARMS}
+    summary = {
+        "metric": "the paper's top-10 mean: mean fitness of the 10 best layers trained to the end "
+                  "within the budget, a missing one at chance",
+        "budget_worker_seconds": budget_seconds, "command": command, "arms": ARMS,
+        "seeds": both, "top10_mean": values,
+        "best_fitness": {arm: [by[arm, s]["best_fitness"] for s in both] for arm in ARMS},
+        "valid_per_worker_hour": {arm: [by[arm, s]["valid_per_worker_hour"] for s in both]
+                                  for arm in ARMS},
+        "test": "two-sided exact paired permutation (sign-flip) over the seeds, top-10 mean",
+        "p_value": two_sided(values["with"], values["without"]) if both else None,
+        "mean_curve": {arm: [round(statistics.fmean(col), 4) for col in zip(*cs)]
+                       for arm, cs in curves.items() if cs},
+    }
+    (d / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    lines = ["| arm | seed | candidates | valid | valid per worker-hour | top-10 mean | "
+             "best fitness | rejected (worker-s) |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['arm']} | {r['seed']} | {r['candidates']} | {r['valid']} | "
+              f"{r['valid_per_worker_hour']} | {r['top10_mean']:.4f} | {r['best_fitness']:.4f} | "
+              + ", ".join(f"{k} {n} ({r['rejected_worker_seconds'][k]:g})"
+                          for k, n in r["rejected"].items()) + " |" for r in rows]
+    lines.append(f"\n{summary['test']}: p = {summary['p_value']}")
+    (d / "runs.md").write_text("\n".join(lines) + "\n")
+    if summary["mean_curve"]:
+        _plot(summary["mean_curve"], budget_seconds, len(both), d)
+    return summary
+
+
+def _plot(mean_curve: dict[str, list[float]], budget_seconds: float, n: int, d: Path) -> None:
+    from evonorm.report.figures import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for i, (arm, ys) in enumerate(mean_curve.items()):
+        xs = [budget_seconds * (j + 1) / len(ys) for j in range(len(ys))]
+        ax.plot(xs, ys, color=f"C{i}", label=f"{arm} the stability test")
+    ax.set_xlabel("worker-seconds")
+    ax.set_ylabel("top-10 mean fitness")
+    ax.set_title(f"Evolution with and without the stability test (mean of {n} seeds)", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    save_png(fig, d / "stability_ablation.png")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="demo")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    p.add_argument("--budget-seconds", type=float, default=900.0)
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "stability_ablation")
+    p.add_argument("--summarize-only", action="store_true")
+    p.add_argument("--out", default=None, help="output folder (default results/stability_ablation)")
+    args = p.parse_args(argv)
+    command = " ".join(["python", "experiments/stability_ablation.py", *(argv or sys.argv[1:])])
+    d = out_dir("stability_ablation", args.out)
+    if not args.summarize_only:
+        ctx = get_context("spawn")
+        t0 = time.time()
+        for seed in args.seeds:
+            procs = [ctx.Process(target=_one_run, args=(
+                str(args.runs / f"{arm}_s{seed}"),
+                run_config(args.preset, "evolution", seed, args.budget_seconds, extra).to_dict()))
+                for arm, extra in ARMS.items()]
+            for proc in procs:
+                proc.start()
+            while alive := [proc for proc in procs if proc.is_alive()]:
+                alive[0].join(timeout=60)  # a line a minute while a seed's runs go on
+                if alive[0].is_alive():
+                    log(f"seed {seed}: " + "; ".join(progress_line(
+                        args.runs / f"{arm}_s{seed}", arm, args.budget_seconds) for arm in ARMS))
+            log(f"seed {seed} done ({(time.time() - t0) / 60:.1f} min)")
+            summarize(args.runs, args.seeds, args.budget_seconds, command, d)
+    s = summarize(args.runs, args.seeds, args.budget_seconds, command, d)
+    log(f"top-10 mean with {s['top10_mean']['with']} without {s['top10_mean']['without']}, "
+        f"p {s['p_value']}; wrote {d}")
+
+
+if __name__ == "__main__":
+    main()

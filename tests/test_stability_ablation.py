@@ -1,0 +1,70 @@
+"""The stability-test ablation's protocol pieces: the arms differ in the test alone, the curve, the
+two-sided test over the seeds."""
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+import stability_ablation as sa  # noqa: E402
+
+from evonorm.search.candidates import Candidate  # noqa: E402
+
+
+def _cand(i, seconds, status="valid", fitness=0.5, reason=None):
+    return Candidate.from_dict({"id": i, "seconds": seconds, "status": status, "fitness": fitness,
+                                "reason": reason, "key": f"k{i}",
+                                "stages": [{"a": fitness}] * 2 if status == "valid" else []})
+
+
+def test_summary_curves_rejections_and_the_two_sided_test(tmp_path, monkeypatch):
+    def fake_read(run, budget):
+        arm, seed = run.name.split("_s")
+        if arm == "with":
+            cands = [_cand(1, 100, "rejected", None, "unstable: gradient norm 1e9 > 1e8"),
+                     _cand(2, 300, fitness=0.6 + 0.01 * int(seed))]
+        else:
+            cands = [_cand(1, 400, "rejected", None, "quality: 0.1 < 0.3"),
+                     _cand(2, 500, fitness=0.4)]  # finishes past half of the budget
+        return SimpleNamespace(num_stages=2), "complete", 0.1, cands
+
+    monkeypatch.setattr(sa, "read_run", fake_read)
+    s = sa.summarize(tmp_path, [0, 1, 2], 900.0, "cmd", tmp_path)
+    assert s["seeds"] == [0, 1, 2]
+    assert s["top10_mean"]["with"] == [pytest.approx((0.6 + 0.01 * i + 0.9) / 10) for i in range(3)]
+    assert s["top10_mean"]["without"] == [pytest.approx((0.4 + 0.9) / 10)] * 3
+    assert s["p_value"] == 0.25  # three seeds all one way: 2 * 1/8
+    # the curve: a candidate counts from the worker-seconds its run had spent when it started
+    # (as the budget cuts a run): "with"'s layer from 100 on, "without"'s from 400 on
+    w, wo = s["mean_curve"]["with"], s["mean_curve"]["without"]
+    assert len(w) == sa.CURVE_POINTS and w[0] == pytest.approx(0.1) and w[-1] > 0.14
+    assert wo[12] == pytest.approx(0.1) and wo[13] > 0.1 and wo[-1] == pytest.approx(0.13)
+    runs = (tmp_path / "runs.md").read_text()
+    assert "unstable 1 (100)" in runs and "quality 1 (400)" in runs
+    assert json.loads((tmp_path / "summary.json").read_text())["arms"]["without"] == {
+        "stability_steps": 0}
+    assert (tmp_path / "stability_ablation.png").stat().st_size > 1000
+
+
+def test_a_seed_missing_an_arm_is_left_out_of_the_test(tmp_path, monkeypatch):
+    def fake_read(run, budget):
+        if run.name == "without_s1":
+            return None
+        return SimpleNamespace(num_stages=2), "complete", 0.1, [_cand(1, 10)]
+
+    monkeypatch.setattr(sa, "read_run", fake_read)
+    s = sa.summarize(tmp_path, [0, 1], 900.0, "cmd", tmp_path)
+    assert s["seeds"] == [0] and s["p_value"] == 1.0
+
+
+@pytest.mark.fashion_mnist
+def test_the_arms_differ_in_the_stability_test_alone():
+    from evonorm.search.config import flat_config
+
+    with_, without = (flat_config(sa.run_config("demo", "evolution", 3, 900.0, extra).to_dict())
+                      for extra in sa.ARMS.values())
+    assert {k for k in with_ if with_[k] != without[k]} == {"stability_steps"}
+    assert with_["stability_steps"] > 0 and without["stability_steps"] == 0
