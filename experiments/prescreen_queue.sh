@@ -16,9 +16,16 @@
 #      stability test, seeds 0-9, 900 worker-seconds each (experiments/stability_ablation.py).
 #
 #     nohup nice -n 15 bash experiments/prescreen_queue.sh >> runs/prescreen_queue.log 2>&1 &
+#
+# The run folders live in runs/ (not in git), and the next session may start on a fresh machine:
+# before a session ends, keep them in git (the queue's first step unpacks them where missing),
+#
+#     python experiments/keep_runs.py save runs/prescreen_prior runs/prescreen \
+#         runs/long_search_prescreen runs/stability_ablation    # those that exist; commit results/kept
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
+"$PY" experiments/keep_runs.py restore
 SEEDS="0 1 2 3 4 5 6 7 8 9"
 "$PY" experiments/prescreen_prior.py --seeds 100 101 102 103 104 105 --budget-seconds 900
 "$PY" experiments/surrogate_holdout.py --run runs/prescreen_prior/demo_s10{0,1,2,3,4,5} \
