@@ -29,6 +29,11 @@ writes it alone).
 Where a GPU is lent, the same panel (or a wider one, the paper's proxy widths) is a second reference
 in a folder of its own: `--device cuda --width 0.25 --out results/fidelity-gpu`. A folder holds one
 setting: resuming it with another is refused in one line.
+
+Other layers at the reference setting (a search's winner, to see whether its lead holds), in a
+folder of their own beside the panel's, with the layer as `evonorm train --layer` reads it:
+
+    python experiments/fidelity_panel.py --layer winner=@top.json --out results/fidelity/main_job
 """
 
 from __future__ import annotations
@@ -162,9 +167,35 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def write_panel(out: Path, rows: list[dict], wall: float, command: str, setting: dict) -> None:
+def other_layers(items: list[str]) -> list[tuple[str, str | dict]]:
+    """`--layer NAME=LAYER` arguments as panel entries; ValueError naming the first bad one."""
+    from evonorm.cli import CommandError
+    from evonorm.commands.train import read_layer
+    from evonorm.graph import Graph
+    from evonorm.graph.library import resolve_graph
+    from evonorm.layers import list_norm_acts
+
+    out: list[tuple[str, str | dict]] = []
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name or not text:
+            raise ValueError(f"--layer {item!r}: expected NAME=LAYER")
+        try:
+            spec = read_layer(text)
+        except CommandError as err:
+            raise ValueError(str(err)) from None
+        if isinstance(spec, Graph):
+            spec = spec.to_json()
+        elif spec not in list_norm_acts():
+            spec = resolve_graph(spec).to_json()  # a named graph or graph JSON; ValueError if neither
+        out.append((name, spec))
+    return out
+
+
+def write_panel(out: Path, rows: list[dict], wall: float, command: str, setting: dict,
+                layers: list[str] | None = None) -> None:
     """panel.json from every finished run, keeping the proxies calibrate wrote."""
-    setting = {**setting, "layers": [name for name, _ in PANEL]}
+    setting = {**setting, "layers": layers or [name for name, _ in PANEL]}
     reference = {"setting": setting, "command": command,
                  "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
                  "wall_seconds": round(wall, 1),
@@ -239,6 +270,9 @@ def main() -> None:
                    help="a few steps on 640 images (a check of the script, not a panel)")
     p.add_argument("--device", default=SETTING["device"], help="cpu, or cuda for a second reference")
     p.add_argument("--width", type=float, default=SETTING["width"], help="channel multiplier")
+    p.add_argument("--layer", action="append", default=[], metavar="NAME=LAYER",
+                   help="train this layer instead of the panel (repeatable; with an --out of its "
+                        "own): a registry name, a named graph, graph JSON or @file.json")
     p.add_argument("--table", action="store_true",
                    help="write <out>/panel.md from the finished runs and stop (it is also "
                         "rewritten after every run)")
@@ -246,6 +280,15 @@ def main() -> None:
     if args.table:
         (args.out / "panel.md").write_text(panel_table(read_rows(args.out / "runs.jsonl")))
         return
+    try:
+        panel = other_layers(args.layer) if args.layer else PANEL
+    except ValueError as err:
+        print(f"fidelity_panel: {err}", file=sys.stderr)
+        sys.exit(2)
+    if args.layer and args.out.resolve() == (RESULTS / "fidelity").resolve():
+        print("fidelity_panel: --layer trains other layers than the panel's: give them a folder of "
+              "their own (--out)", file=sys.stderr)
+        sys.exit(2)
     setting = {**SETTING, "device": args.device, "width": args.width}
     if args.dry_run:
         setting.update(steps=10, n_train=640, n_test=200, lr_warmup=2)
@@ -265,7 +308,7 @@ def main() -> None:
     rows_path = args.out / "runs.jsonl"
     done = {run_key(r["layer"], r["arch"], r["seed"]) for r in read_rows(rows_path)}
     jobs = [(name, spec, arch, seed, str(args.out), setting)
-            for seed in args.seeds or SETTING["seeds"] for name, spec in PANEL for arch in ARCH_LR
+            for seed in args.seeds or SETTING["seeds"] for name, spec in panel for arch in ARCH_LR
             if (not args.only or name in args.only) and run_key(name, arch, seed) not in done]
     wall_path = args.out / "wall_seconds.txt"
     wall0 = float(wall_path.read_text()) if wall_path.exists() else 0.0
@@ -282,7 +325,7 @@ def main() -> None:
             wall = wall0 + time.time() - t0
             wall_path.write_text(f"{wall:.1f}\n")
             rows = read_rows(rows_path)
-            write_panel(args.out, rows, wall, command, setting)
+            write_panel(args.out, rows, wall, command, setting, [name for name, _ in panel])
             (args.out / "panel.md").write_text(panel_table(rows))
             left = (time.time() - t0) / i * (len(jobs) - i)  # this start's pace
             log(f"[{i}/{len(jobs)}] {row['layer']} {row['arch']} seed {row['seed']}: "

@@ -142,3 +142,54 @@ def test_the_table_states_the_references_agreement_with_itself():
             for layer, acc in (("a", 0.8), ("b", 0.7), ("c", 0.6 if seed == 0 else 0.75))]
     # seed 0 ranks a > b > c, seed 1 a > c > b: Spearman 0.5 each way
     assert fp.panel_table(rows).splitlines()[-1].endswith("would reach): 0.50")
+
+
+def test_other_layers_are_read_as_evonorm_train_reads_them(tmp_path):
+    graph = {"nodes": [["group_mean", 0], ["neg", 4], ["add", 0, 5], ["group_std", 0],
+                       ["div", 6, 7], ["add", 8, 8]]}
+    (tmp_path / "top.json").write_text(json.dumps(graph))
+    got = fp.other_layers(["winner=@" + str(tmp_path / "top.json"), "gn=gn_relu",
+                           "inline=" + json.dumps(graph), "s0=evonorm_s0"])
+    assert got[0] == ("winner", graph) and got[1] == ("gn", "gn_relu")
+    assert got[2] == ("inline", graph) and got[3][0] == "s0" and isinstance(got[3][1], str)
+    for bad, problem in (("winner", "expected NAME=LAYER"), ("w=nonsense", "nonsense"),
+                         ("w=@" + str(tmp_path / "absent.json"), "cannot read layer JSON")):
+        with pytest.raises(ValueError, match=problem):
+            fp.other_layers([bad])
+
+
+@pytest.mark.parametrize("extra,problem", [([], "folder of their own"),
+                                           (["--out", "OUT"], "expected NAME=LAYER")])
+def test_other_layers_refuse_the_panels_folder_and_bad_input_in_one_line(
+        tmp_path, monkeypatch, capsys, extra, problem):
+    layer = "w=gn_relu" if not extra else "w"
+    argv = ["fidelity_panel.py", "--layer", layer, *[str(tmp_path) if a == "OUT" else a
+                                                      for a in extra]]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as stop:
+        fp.main()
+    err = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and problem in err[0]
+    assert not (tmp_path / "runs.jsonl").exists()
+
+
+def test_other_layers_name_themselves_in_the_panel_file(tmp_path):
+    row = {"layer": "winner", "graph": None, "arch": "resnet50_cifar", "seed": 0,
+           "test_accuracy": 0.5, "status": "ok", "curve": [[10, 0.5]], "seconds": 3.0}
+    fp.write_panel(tmp_path, [row], 1.0, "cmd", SETTING, ["winner"])
+    assert json.loads((tmp_path / "panel.json").read_text())["reference"]["setting"]["layers"] == [
+        "winner"]
+
+
+@pytest.mark.fashion_mnist
+def test_a_layer_of_ones_own_trains_at_the_reference_setting(tmp_path):
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(Path(fp.__file__)), "--out", str(tmp_path),
+                           "--dry-run", "--seeds", "0", "--workers", "1", "--layer", "w=gn_relu"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = fp.read_rows(tmp_path / "runs.jsonl")
+    assert sorted((r["layer"], r["arch"]) for r in rows) == [("w", "mobilenetv2_cifar"),
+                                                             ("w", "resnet50_cifar")]
+    assert json.loads((tmp_path / "panel.json").read_text())["reference"]["setting"]["layers"] == ["w"]
