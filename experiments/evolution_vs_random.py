@@ -90,6 +90,24 @@ def _one_run(run: str, cfg_dict: dict) -> None:
     log(f"{run.name}: {run_search(run, objective=ProxyObjective(cfg), progress=False).tally.line()}")
 
 
+def run_seed(runs_dir: Path, seed: int, configs: dict, budget_seconds: float, t0: float) -> None:
+    """The arms of one search seed side by side, `configs[arm]` into runs_dir/<arm>_s<seed>, so
+    that they see the same machine load. Plain processes, each with its own pool (a
+    multiprocessing.Pool's workers may not have children); a progress line a minute, since a
+    seed's runs take a quarter of an hour in silence otherwise."""
+    procs = [get_context("spawn").Process(target=_one_run, args=(
+        str(runs_dir / f"{arm}_s{seed}"), cfg.to_dict())) for arm, cfg in configs.items()]
+    for proc in procs:
+        proc.start()
+    # wait on a run still going (the first to end would return at once and spin the loop)
+    while alive := [proc for proc in procs if proc.is_alive()]:
+        alive[0].join(timeout=60)
+        if alive[0].is_alive():
+            log(f"seed {seed}: " + "; ".join(progress_line(runs_dir / f"{arm}_s{seed}", arm,
+                                                           budget_seconds) for arm in configs))
+    log(f"seed {seed} done ({(time.time() - t0) / 60:.1f} min)")
+
+
 def within_budget(candidates, budget_seconds: float) -> list:
     """The candidates that finished within the first `budget_seconds` worker-seconds."""
     out, spent = [], 0.0
@@ -368,24 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     d = out_dir("evolution_vs_random", args.out)
     if not args.summarize_only:
         t0 = time.time()
-        ctx = get_context("spawn")
-        for seed in args.seeds:  # the two arms of a seed side by side (each with its own pool,
-            # so plain processes: a multiprocessing.Pool's workers may not have children)
-            procs = [ctx.Process(target=_one_run, args=(
-                str(runs_dir / f"{arm}_s{seed}"),
-                run_config(args.preset, arm, seed, args.budget_seconds, overrides).to_dict()))
-                for arm in ARMS]
-            for proc in procs:
-                proc.start()
-            # a line a minute: a seed's two runs take a quarter of an hour in silence otherwise. Wait on a
-            # run still going (the first to end would return at once and spin the loop)
-            while alive := [proc for proc in procs if proc.is_alive()]:
-                alive[0].join(timeout=60)
-                if not alive[0].is_alive():
-                    continue
-                log(f"seed {seed}: " + "; ".join(progress_line(runs_dir / f"{arm}_s{seed}", arm, args.budget_seconds)
-                                                for arm in ARMS))
-            log(f"seed {seed} done ({(time.time() - t0) / 60:.1f} min)")
+        for seed in args.seeds:
+            run_seed(runs_dir, seed, {arm: run_config(args.preset, arm, seed, args.budget_seconds,
+                                                      overrides) for arm in ARMS},
+                     args.budget_seconds, t0)
             summarize(runs_dir, args, d)
     s = summarize(runs_dir, args, d)
     log(f"evolution {s['evolution']} random {s['random']} U {s['u']} (p {s['mann_whitney_p_value']}), "

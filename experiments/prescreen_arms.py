@@ -51,12 +51,12 @@ import argparse
 import json
 import statistics
 import sys
-from multiprocessing import get_context
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, log, out_dir  # noqa: E402
-from evolution_vs_random import _one_run, read_run, run_config  # noqa: E402
+from _common import ROOT, out_dir  # noqa: E402
+from evolution_vs_random import read_run, run_config, run_seed  # noqa: E402
 
 from evonorm.stats import paired_sign_flip_greater  # noqa: E402
 
@@ -122,18 +122,12 @@ def main() -> None:
     args = p.parse_args()
     command = " ".join(["python", *sys.argv])
     if not args.summarize_only:
-        ctx = get_context("spawn")
+        t0 = time.time()
         for seed in args.seeds:  # the three arms of a seed side by side
-            procs = []
-            for arm, (algorithm, extra) in ARMS.items():
-                cfg = run_config(args.preset, algorithm, seed, args.budget_seconds, extra)
-                procs.append(ctx.Process(target=_one_run,
-                                         args=(str(args.runs / f"{arm}_s{seed}"), cfg.to_dict())))
-            for proc in procs:
-                proc.start()
-            for proc in procs:
-                proc.join()
-            log(f"seed {seed} done")
+            run_seed(args.runs, seed, {arm: run_config(args.preset, algorithm, seed,
+                                                       args.budget_seconds, extra)
+                                       for arm, (algorithm, extra) in ARMS.items()},
+                     args.budget_seconds, t0)
     summary = summarize(args.runs, args.seeds, args.budget_seconds, command)
     d = out_dir("prescreen", args.out)
     (d / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

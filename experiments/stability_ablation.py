@@ -31,13 +31,12 @@ import statistics
 import sys
 import time
 from collections import Counter
-from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, log, out_dir, save_png  # noqa: E402
-from evolution_vs_random import (_one_run, progress_line, read_run, run_config,  # noqa: E402
-                                 run_metric, top_mean, within_budget)
+from evolution_vs_random import (read_run, run_config, run_metric, run_seed,  # noqa: E402
+                                 top_mean, within_budget)
 
 from evonorm.stats import paired_sign_flip_greater  # noqa: E402
 
@@ -143,21 +142,11 @@ def main(argv: list[str] | None = None) -> None:
     command = " ".join(["python", "experiments/stability_ablation.py", *(argv or sys.argv[1:])])
     d = out_dir("stability_ablation", args.out)
     if not args.summarize_only:
-        ctx = get_context("spawn")
         t0 = time.time()
         for seed in args.seeds:
-            procs = [ctx.Process(target=_one_run, args=(
-                str(args.runs / f"{arm}_s{seed}"),
-                run_config(args.preset, "evolution", seed, args.budget_seconds, extra).to_dict()))
-                for arm, extra in ARMS.items()]
-            for proc in procs:
-                proc.start()
-            while alive := [proc for proc in procs if proc.is_alive()]:
-                alive[0].join(timeout=60)  # a line a minute while a seed's runs go on
-                if alive[0].is_alive():
-                    log(f"seed {seed}: " + "; ".join(progress_line(
-                        args.runs / f"{arm}_s{seed}", arm, args.budget_seconds) for arm in ARMS))
-            log(f"seed {seed} done ({(time.time() - t0) / 60:.1f} min)")
+            run_seed(args.runs, seed, {arm: run_config(args.preset, "evolution", seed,
+                                                       args.budget_seconds, extra)
+                                       for arm, extra in ARMS.items()}, args.budget_seconds, t0)
             summarize(args.runs, args.seeds, args.budget_seconds, command, d)
     s = summarize(args.runs, args.seeds, args.budget_seconds, command, d)
     log(f"top-10 mean with {s['top10_mean']['with']} without {s['top10_mean']['without']}, "

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from evolution_vs_random import (first_full_at, fresh_seeds, main, progress_line,  # noqa: E402
+from evolution_vs_random import (first_full_at, fresh_seeds, main, progress_line, read_run,  # noqa: E402
                                  run_config, run_metric, summarize, top_mean, within_budget)
 
 from evonorm.search.candidates import Candidate  # noqa: E402
@@ -141,3 +141,15 @@ def test_prescreen_arms_counts_valid_layers_and_their_ceiling():
     assert rate == pytest.approx(2 / 0.25) and own == 1
     assert ceiling == pytest.approx(3600 / 150)  # every second on valid layers of the mean cost
     assert arm_numbers(cands[3:], 900) == (0.0, 0, None)
+
+
+@pytest.mark.slow
+def test_the_arms_of_a_seed_run_side_by_side_into_their_folders(tmp_path, capsys):
+    from evolution_vs_random import run_seed
+
+    configs = {arm: run_config("tiny", arm, 0, 2.0) for arm in ("evolution", "random")}
+    run_seed(tmp_path, 0, configs, 2.0, 0.0)
+    for arm in configs:
+        cfg, status, _, within = read_run(tmp_path / f"{arm}_s0", 2.0)
+        assert status == "complete" and cfg.algorithm == arm and within
+    assert "seed 0 done" in capsys.readouterr().out
