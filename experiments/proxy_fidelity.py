@@ -37,7 +37,11 @@ Protocol (fixed before the runs):
   and for the choice; the chart still shows each setting's cost as measured with its runs.
   Measured so: `steps900-1run`, the only setting whose place under or over the cap changes
   which are confirmed (the others over 1.2x rank below the two best), and `steps600-1run` as a
-  check of the method (its chart cost is 0.92x demo's);
+  check of the method (its chart cost is 0.92x demo's). Added on 2026-11-28, before the choice
+  and changing no decision (both confirmed settings' costs are side by side): a confirmation's
+  cost, on the chart and (where not measured side by side) for the choice, is its screen's, since
+  its runs may train in a later session on another machine (the confirmation runs ran 3-4x
+  faster per run than the screen's);
 - derived settings (`DERIVED` below): other ways to score demo's runs, at seeds 0, 1, 2, at the
   cost of what they would train;
 - the choice (`choose`): among `demo`, the derived settings and the confirmed ones (on their
@@ -248,8 +252,17 @@ def measure_derived(name: str, panel_path: Path, runs_root: Path, seeds: tuple[i
 
 
 def cost(r: dict) -> float | None:
-    """A row's cost for the cap and the choice: side by side with demo where measured so."""
-    return r["seconds"] if r.get("side_by_side") is None else r["side_by_side"]
+    """A row's cost for the cap and the choice: side by side with demo where measured so, else
+    as measured on the machine of demo's runs (a confirmation's: its screen's)."""
+    if r.get("side_by_side") is not None:
+        return r["side_by_side"]
+    return chart_seconds(r)
+
+
+def chart_seconds(r: dict) -> float | None:
+    """A row's worker-seconds as measured with its runs; a confirmation's are its screen's, since
+    its own runs may have trained on another machine (a later session's ran 3-4x faster)."""
+    return r["seconds"] if r.get("screen_seconds") is None else r["screen_seconds"]
 
 
 def side_by_side(rows: list[dict], path: Path) -> None:
@@ -286,14 +299,15 @@ def chart(rows: list[dict], path: Path, agreement: float | None = None) -> None:
     base = next((r["seconds"] for r in rows if r["setting"] == BASELINE and r["seeds"] == every),
                 None)
     for r in rows:
-        if r["spearman"] is None or r["seconds"] is None:
+        x = chart_seconds(r)
+        if r["spearman"] is None or x is None:
             continue
         lo, hi = r["ci_lo"], r["ci_hi"]
-        ax.errorbar([r["seconds"]], [r["spearman"]],
+        ax.errorbar([x], [r["spearman"]],
                     yerr=None if lo is None else [[r["spearman"] - lo], [hi - r["spearman"]]],
                     fmt="o", capsize=3, mfc="none" if r["phase"] == "screen" else None)
         label = r["setting"] + ("" if r["seeds"] == every else f" @{r['seeds']}")
-        ax.annotate(label, (r["seconds"], r["spearman"]), fontsize=7,
+        ax.annotate(label, (x, r["spearman"]), fontsize=7,
                     xytext=(4, 3), textcoords="offset points")
     if base:
         ax.axvline(COST_CAP * base, color="grey", ls="--", lw=0.8, label=f"{COST_CAP}x demo's cost")
@@ -313,7 +327,7 @@ def row(name: str, phase: str, seeds: tuple[int, ...], e: dict) -> dict:
     return {"setting": name, "phase": phase, "seeds": "".join(map(str, seeds)),
             "layers": len(e["layers"]), "seconds": e["worker_seconds_per_candidate"],
             "spearman": e["spearman"], "ci_lo": ci[0], "ci_hi": ci[1], "kendall": e["kendall"],
-            "spearman_of_mean": e["spearman_of_mean"], "side_by_side": None,
+            "spearman_of_mean": e["spearman_of_mean"], "side_by_side": None, "screen_seconds": None,
             "wrong_pairs": "; ".join(f"{w['better']}>{w['worse']}" for w in e["wrong_pairs"])
             or "none"}
 
@@ -356,7 +370,9 @@ def main() -> None:
         cap = COST_CAP * rows[0]["seconds"]
         top = sorted((r for r in screened if r["spearman"] is not None and cost(r) <= cap),
                      key=lambda r: -r["spearman"])[:CONFIRM_TOP]
-        rows += [measure(r["setting"], "confirm", CONFIRM_SEEDS) for r in top]
+        for r in top:
+            rows.append({**measure(r["setting"], "confirm", CONFIRM_SEEDS),
+                         "screen_seconds": r["seconds"]})
         side_by_side(rows, args.side_by_side)
         choice = None if args.confirm else choose(rows, cap)
         if not args.confirm:

@@ -101,8 +101,9 @@ def test_the_protocol_screens_confirms_the_two_best_and_chooses_among_fair_measu
         if name == "demo":
             return fake(name, seeds, 0.3, 100.0)
         confirmed = {"images12k": 0.5, "steps600-1run": 0.85}
-        return fake(name, seeds, screen[name] if seeds == (0,) else confirmed[name],
-                    cost.get(name, 100.0))
+        if seeds == (0,):
+            return fake(name, seeds, screen[name], cost.get(name, 100.0))
+        return fake(name, seeds, confirmed[name], 10.0)  # on a faster machine, a session later
 
     monkeypatch.setattr(pf, "measure_setting", setting)
     monkeypatch.setattr(pf, "measure_derived", lambda name, panel, runs, seeds: fake(
@@ -123,7 +124,12 @@ def test_the_protocol_screens_confirms_the_two_best_and_chooses_among_fair_measu
     assert [n for n, s in calls if s == (1, 2)] == ["images12k", "steps600-1run"]
     table = json.loads((tmp_path / "settings.json").read_text())
     # steps600-1run confirms at 0.85 > demo/2runs' 0.82, but within 0.05: the cheaper derived one
+    # (at its confirmation runs' own 10 s, from another machine, steps600-1run would be cheaper)
     assert table["meta"]["choice"] == (None if confirm else "demo/2runs")
+    confirmed = {r["setting"]: r for r in table["rows"] if r["phase"] == "confirm"}
+    assert confirmed["images12k"]["screen_seconds"] == 140.0
+    assert confirmed["steps600-1run"]["seconds"] == 10.0
+    assert pf.cost(confirmed["steps600-1run"]) == pf.chart_seconds(confirmed["steps600-1run"]) == 100.0
     assert table["meta"]["reference_seed_agreement"] == pytest.approx(1.0)
     assert pf.choose([{"phase": "screen", "spearman": 0.99, "seconds": 1.0}], 10.0) is None
 
