@@ -97,3 +97,27 @@ def test_the_start_line_says_how_far_the_preset_is_calibrated(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "calibration of tiny (S space): not measured" in err
     assert "evonorm calibrate --preset tiny --space s" in err
+
+
+def test_a_run_off_its_presets_settings_is_not_lent_the_presets_numbers():
+    from evonorm.proxy.config import proxy_config
+    from evonorm.proxy.presets import PRESETS, calibration_note, fidelity_note, get_preset, unmeasured
+    from evonorm.search.config import flat_config
+
+    for name, cfg in PRESETS.items():  # every preset, as a run stores it, is what was measured
+        stored = cfg.replace(dataset=proxy_config(cfg).dataset or "fashion_mnist", workers=1, budget=3,
+                             seed=7)
+        assert unmeasured(name, stored.to_dict()) == [] == unmeasured(name, flat_config(stored.to_dict()))
+    off = get_preset("demo", train_seeds=1, final_train_seeds=1, dataset="fashion_mnist").to_dict()
+    assert unmeasured("demo", off) == ["train_seeds", "final_train_seeds"]
+    note = calibration_note("demo", "s", off)
+    assert note.startswith("calibration of demo (S space): not measured at this run's settings")
+    assert "train_seeds and final_train_seeds differ" in note and "18 of 18" not in note
+    synthetic = get_preset("demo", dataset="synthetic").to_dict()
+    assert "its dataset differs" in fidelity_note("demo", "s", synthetic)
+    longer = get_preset("demo", stages=(50,), dataset="fashion_mnist").to_dict()
+    assert unmeasured("demo", longer) == ["stages"]
+    # a stored config older than a setting is not compared on it; an unknown preset on nothing
+    assert unmeasured("demo", {k: v for k, v in flat_config(off).items()
+                               if k not in ("train_seeds", "final_train_seeds")}) == []
+    assert unmeasured("mine", off) == [] and "not measured;" in calibration_note("mine", "s", off)

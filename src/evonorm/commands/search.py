@@ -266,7 +266,7 @@ def main(argv: list[str]) -> int:
                   f"device {device['type']}, archs {', '.join(task.archs)}{runs}, budget {cfg.budget}, "
                   f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
 
-            print(calibration_note(cfg.preset, cfg.space), file=sys.stderr)
+            print(calibration_note(cfg.preset, cfg.space, cfg.to_dict()), file=sys.stderr)
         result = run_search(run, objective=objective or ProxyObjective(cfg),
                             progress=not args.quiet, ship=args.ship)
         report_result(result, run, args.top)

@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from typing import Any, Mapping
 
 from evonorm.proxy.config import ProxyConfig, proxy_config, with_task
-from evonorm.search.config import SearchConfig
+from evonorm.search.config import SearchConfig, flat_config
 from evonorm.search.settings import ENGINE_PRESETS
 
 # Settings are measured on the 2-core reference machine (docs/search.md).
@@ -90,9 +92,46 @@ CALIBRATION = {
 }
 
 
-def calibration_note(preset: str, space: str) -> str:
-    """One line on how far a preset's proxy task can tell layers apart in a space."""
+# What a preset's calibration and rank fidelity depend on: the task's data, architectures,
+# rejection tests and training, and the engine's stages. A run that differs from its preset in
+# any of them (a `--set` override, or a run of an earlier version of the preset) is not what was
+# measured, and its notes say so rather than lend it the preset's numbers.
+MEASURED = ("dataset", "n_train", "holdout", "data_seed", "archs", "train_preset", "train",
+            "arch_train", "prechecks", "stability_steps", "stability_threshold", "stability_batch",
+            "stability_lr", "stability_archs", "quality_steps", "quality_factor", "train_seeds",
+            "final_train_seeds", "stages")
+
+
+def unmeasured(preset: str, config: Mapping[str, Any] | None) -> list[str]:
+    """The settings of MEASURED in which a run's config (as stored: flat or nested) differs from
+    `preset` as it ships; [] at the preset's settings, for an unknown preset, or without a config.
+    A setting the stored config lacks (a run older than the setting) is not compared."""
+    if preset not in PRESETS or not config:
+        return []
+    ours = flat_config(PRESETS[preset].to_dict())
+    ours["dataset"] = ours.get("dataset") or "fashion_mnist"  # the default, as a run names it
+    theirs = flat_config(config)
+
+    def same(a: Any, b: Any) -> bool:  # tuples and lists alike, as JSON stores them
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+    return [k for k in MEASURED if k in theirs and not same(theirs[k], ours.get(k))]
+
+
+def _elsewhere(kind: str, preset: str, space: str, off: list[str]) -> str:
+    names = ", ".join(off[:-1]) + " and " + off[-1] if len(off) > 1 else off[0]
+    return (f"{kind} of {preset} ({space.upper()} space): not measured at this run's settings "
+            f"(its {names} {'differ' if len(off) > 1 else 'differs'} from {preset}'s as measured), "
+            f"so {preset}'s numbers do not apply (docs/calibration.md)")
+
+
+def calibration_note(preset: str, space: str, config: Mapping[str, Any] | None = None) -> str:
+    """One line on how far a preset's proxy task can tell layers apart in a space (at a run's
+    `config`, where given)."""
     found = CALIBRATION.get((preset, space))
+    off = unmeasured(preset, config)
+    if found and off:
+        return _elsewhere("calibration", preset, space, off)
     if found:
         return f"calibration of {preset} ({space.upper()} space): {found} (docs/calibration.md)"
     return (f"calibration of {preset} ({space.upper()} space): not measured; its fitness may be "
@@ -110,9 +149,13 @@ FIDELITY: dict[tuple[str, str], str] = {
 }
 
 
-def fidelity_note(preset: str, space: str) -> str:
-    """One line on how far a preset's order of layers agrees with longer training."""
+def fidelity_note(preset: str, space: str, config: Mapping[str, Any] | None = None) -> str:
+    """One line on how far a preset's order of layers agrees with longer training (at a run's
+    `config`, where given)."""
     found = FIDELITY.get((preset, space))
+    off = unmeasured(preset, config)
+    if found and off:
+        return _elsewhere("rank fidelity", preset, space, off)
     if found:
         return f"rank fidelity of {preset} ({space.upper()} space): {found} (docs/calibration.md)"
     how = (f"`evonorm calibrate --preset {preset} --panel PANEL.json`" if preset in PRESETS

@@ -63,7 +63,8 @@ class RunData:
             return ""
         from evonorm.proxy.presets import fidelity_note
 
-        return fidelity_note(str(self.config.get("preset", "?")), str(self.config.get("space", "s")))
+        return fidelity_note(str(self.config.get("preset", "?")), str(self.config.get("space", "s")),
+                             self.config)
 
     @property
     def finished(self) -> list[Candidate]:
