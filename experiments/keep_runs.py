@@ -8,8 +8,8 @@ queue's first step, `restore`, unpacks those whose folder is missing.
     python experiments/keep_runs.py save runs/prescreen_prior runs/prescreen   # then commit
     python experiments/keep_runs.py restore
 
-`save` writes results/kept/<folder's path, `/` as `+`>.tar.gz for each folder: every SQLite store copied through
-SQLite's backup (a consistent snapshot, also of a search still running: resuming it is resuming a
+`save` writes results/kept/<folder's path, `/` as `+`>.tar.gz for each folder: every SQLite
+store copied through SQLite's backup (a consistent snapshot, also of a search still running: resuming it is resuming a
 killed search, which repeats only its unfinished candidates), every other file as it is, but run
 locks and training checkpoints (`*.pt`, `ckpt/`). `restore` unpacks an archive only where its
 folder is absent (a folder present is this machine's own, newer work), through tarfile's `data`
@@ -33,9 +33,10 @@ SKIP_NAMES = {"lock"}
 SKIP_SUFFIXES = {".pt", ".tmp", ".sqlite-wal", ".sqlite-shm", ".lock"}
 
 
-def _kept(path: Path) -> bool:
+def _kept(path: Path, folder: Path) -> bool:
+    """Whether a file of `folder` goes into its archive (a `ckpt/` above the folder does not count)."""
     return (path.name not in SKIP_NAMES and path.suffix not in SKIP_SUFFIXES
-            and "ckpt" not in path.parts)
+            and "ckpt" not in path.relative_to(folder).parts)
 
 
 def save(folder: Path, root: Path = ROOT, kept: Path = KEPT) -> Path:
@@ -50,20 +51,25 @@ def save(folder: Path, root: Path = ROOT, kept: Path = KEPT) -> Path:
     kept.mkdir(parents=True, exist_ok=True)
     out = kept / f"{rel.replace('/', '+')}.tar.gz"
     tmp = out.with_suffix(".tmp")
-    with tarfile.open(tmp, "w:gz") as tar, tempfile.TemporaryDirectory() as scratch:
-        tar.add(folder, arcname=rel, recursive=False)  # first: the folder the archive restores
-        for path in sorted(p for p in folder.rglob("*") if p.is_file() and _kept(p)):
-            name = path.relative_to(folder).as_posix()
-            if path.suffix == ".sqlite":
-                copy = Path(scratch) / "copy.sqlite"
-                copy.unlink(missing_ok=True)
-                src, dst = sqlite3.connect(f"file:{path}?mode=ro", uri=True), sqlite3.connect(copy)
-                with dst:
-                    src.backup(dst)
-                src.close()
-                dst.close()
-                path = copy
-            tar.add(path, arcname=f"{rel}/{name}")
+    try:
+        with tarfile.open(tmp, "w:gz") as tar, tempfile.TemporaryDirectory() as scratch:
+            tar.add(folder, arcname=rel, recursive=False)  # first: the folder the archive restores
+            for path in sorted(p for p in folder.rglob("*") if p.is_file() and _kept(p, folder)):
+                name = path.relative_to(folder).as_posix()
+                if path.suffix == ".sqlite":
+                    copy = Path(scratch) / "copy.sqlite"
+                    copy.unlink(missing_ok=True)
+                    src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+                    dst = sqlite3.connect(copy)
+                    with dst:
+                        src.backup(dst)
+                    src.close()
+                    dst.close()
+                    path = copy
+                tar.add(path, arcname=f"{rel}/{name}")
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # no half-written archive beside the last whole one
+        raise
     tmp.replace(out)
     return out
 

@@ -87,3 +87,21 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         main(["save", str(tmp_path / "absent")])
     lines = capsys.readouterr().err.strip().splitlines()
     assert err.value.code == 2 and len(lines) == 1 and "is not a folder" in lines[0]
+
+
+def test_a_ckpt_folder_above_the_run_folder_keeps_its_files(tmp_path):
+    root = tmp_path / "ckpt"  # only a ckpt/ inside the folder holds checkpoints
+    _run_folder(root)[1].close()
+    with tarfile.open(save(root / "runs" / "exp", root=root, kept=tmp_path / "kept")) as tar:
+        names = tar.getnames()
+    assert "runs/exp/fresh_s0.jsonl" in names and "runs/exp/evolution_s0/store.sqlite" in names
+    assert not any("/ckpt/" in n for n in names)
+
+
+def test_a_failed_save_leaves_no_partial_archive(tmp_path):
+    root, kept = tmp_path / "a", tmp_path / "kept"
+    _run_folder(root)[1].close()
+    (root / "runs" / "exp" / "z_broken.sqlite").write_bytes(b"not a database" * 100)
+    with pytest.raises(sqlite3.Error):
+        save(root / "runs" / "exp", root=root, kept=kept)
+    assert list(kept.iterdir()) == []
