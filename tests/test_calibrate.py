@@ -142,7 +142,7 @@ def test_a_calibration_depends_on_the_proxy_not_on_the_search_strategy():
     demo = get_preset("demo")
     same = calibration_setup(demo.replace(budget=7, window=3, workers=1), 3, 20)
     assert calibration_setup(demo, 3, 20) == same
-    assert calibration_setup(demo.replace(train_seeds=1), 3, 20) != same
+    assert calibration_setup(demo.replace(train_seeds=2, final_train_seeds=2), 3, 20) != same
     assert calibration_setup(demo, 4, 20) != same
     # the prescreen is how the search proposes: on, tuned, or not yet a field when the folder
     # was written, the same calibration
@@ -185,7 +185,7 @@ def test_demo_references_pass_the_quality_test_on_fashion_mnist(name, arch):
     cfg = get_preset("demo", dataset="fashion_mnist")
     ds = search_dataset(cfg)
     assert len(ds.test_y) == 1000 and cfg.stages and cfg.quality_steps == 0
-    assert cfg.train_seeds == 2
+    assert cfg.train_seeds == 1 and cfg.stages == (150,)
     # a hurdle no layer clears stops each after the first stage, as the quality test does
     res = train_stages(Graph.from_json(reference_graphs("s")[name]), ds, cfg.replace(archs=(arch,)),
                        hurdles=[1.01])
@@ -223,4 +223,4 @@ def test_a_folder_written_with_search_fields_in_its_setup_still_resumes(tmp_path
     (out / "calibration.json").write_text(json.dumps(old))
     assert prepare_out(out, setup) == []
     with pytest.raises(ValueError, match="other settings"):
-        prepare_out(out, calibration_setup(get_preset("demo", train_seeds=1), 3, 20))
+        prepare_out(out, calibration_setup(get_preset("demo", train_seeds=2, final_train_seeds=2), 3, 20))

@@ -59,12 +59,20 @@ def test_flat_names_write_and_read_each_part():
 
 def test_presets_hold_the_same_settings_as_before_the_parts():
     demo = PRESETS["demo"]
-    assert demo.seed_layers and demo.stages == (75,) and demo.timeout == 1800.0
-    assert ProxyConfig.from_dict(demo.task).final_runs == 4
+    # its training changed since on purpose (one run of 900 steps, staged at 150, ranks layers
+    # as long training does); the rest is as the flat era stored it
+    assert demo.seed_layers and demo.stages == (150,) and demo.timeout == 1800.0
+    task = ProxyConfig.from_dict(demo.task)
+    assert task.train["steps"] == 900 and task.train_seeds == 1 and task.final_runs == 1
     flat = flat_config(demo.to_dict())
+    retrained = ("stages", "train_seeds", "final_train_seeds")
     for key, value in FLAT_DEMO.items():
-        if key not in ("dataset", "workers", "train"):  # named at the start; the machine; abridged
-            assert flat[key] == value, key
+        if key not in ("dataset", "workers", "train") + retrained:  # named at the start; the
+            assert flat[key] == value, key                           # machine; abridged
+    # `scratch` and `demo-b` keep the training they were calibrated at
+    for name in ("scratch", "demo-b"):
+        assert PRESETS[name].stages == (75,), name
+        assert ProxyConfig.from_dict(PRESETS[name].task).train["steps"] == 150, name
 
 
 def test_a_version_4_store_is_nested_in_place_when_opened_for_writing(tmp_path):

@@ -87,9 +87,9 @@ def test_search_resume_rerank_tiny(tmp_path, capsys):
 def test_the_start_line_says_how_far_the_preset_is_calibrated(tmp_path, capsys):
     from evonorm.proxy.presets import calibration_note
 
-    assert "18 of 18" in calibration_note("demo", "s")
+    assert "18 of 18" in calibration_note("demo", "s") and "900-step" in calibration_note("demo", "s")
     assert "17 of 18" in calibration_note("scratch", "s")
-    assert "does not calibrate" in calibration_note("demo", "b")
+    assert "not measured" in calibration_note("demo", "b")  # not at its 900 steps
     assert "not measured" in calibration_note("paper-s", "s")
     assert "24 of 24" in calibration_note("demo-b", "b")
     assert _run(["search", "--preset", "tiny", "--out", str(tmp_path / "r"), "--budget", "1",
@@ -108,7 +108,7 @@ def test_a_run_off_its_presets_settings_is_not_lent_the_presets_numbers():
         stored = cfg.replace(dataset=proxy_config(cfg).dataset or "fashion_mnist", workers=1, budget=3,
                              seed=7)
         assert unmeasured(name, stored.to_dict()) == [] == unmeasured(name, flat_config(stored.to_dict()))
-    off = get_preset("demo", train_seeds=1, final_train_seeds=1, dataset="fashion_mnist").to_dict()
+    off = get_preset("demo", train_seeds=2, final_train_seeds=4, dataset="fashion_mnist").to_dict()
     assert unmeasured("demo", off) == ["train_seeds", "final_train_seeds"]
     note = calibration_note("demo", "s", off)
     assert note.startswith("calibration of demo (S space): not measured at this run's settings")

@@ -21,13 +21,13 @@ def norm_relu(kind: str) -> str:
 # `demo` (the main job) starts from three textbook S-space layers and mutates once (not twice)
 # with fewer random restarts, so that a budget of a few dozen finds valid layers at all: two
 # mutations of a six-node layer, or a fresh random graph, rarely pass the built-in task's
-# rejection. It scores in two stages (75 steps, then the end) with hurdles after the first.
+# rejection. It scores in two stages (150 steps, then the end) with hurdles after the first.
 _DEMO = SearchConfig(
     preset="demo",
     evolution=Evolution(space="s", budget=75, window=16, initial_population=1,
                         tournament_fraction=0.25, mutations=1, p_random=0.3,
                         seed_layers=tuple(norm_relu(k) for k in ("group", "layer", "instance"))),
-    hurdles=Hurdles(stages=(75,), hurdle_min=4),
+    hurdles=Hurdles(stages=(150,), hurdle_min=4),
     execution=Execution(timeout=1800.0))  # a loaded machine took > 600 s per seed layer
 
 ENGINE_PRESETS: dict[str, SearchConfig] = {
@@ -37,16 +37,19 @@ ENGINE_PRESETS: dict[str, SearchConfig] = {
                          execution=Execution(timeout=300.0)),
     "demo": _DEMO,
     # From scratch: `demo` with random graphs only (no textbook seed layers); near misses join
-    # the population as parents until valid layers are found.
+    # the population as parents until valid layers are found. Its task trains 150 steps, staged
+    # at 75.
     "scratch": _DEMO.replace(preset="scratch", budget=400, window=32, seed_layers=(),
-                             near_misses=True),
+                             near_misses=True, stages=(75,)),
     # The paper's settings (Sec. 5.1).
     "paper-b": SearchConfig(preset="paper-b", evolution=Evolution(
         space="b", budget=20000, window=2500, initial_population=100)),
     "paper-s": SearchConfig(preset="paper-s", evolution=Evolution(
         space="s", budget=20000, window=2500, initial_population=100)),
-    # `demo` for the B space, from BN-ReLU written as a graph.
-    "demo-b": _DEMO.replace(preset="demo-b", space="b", seed_layers=(norm_relu("batch"),)),
+    # `demo` for the B space, from BN-ReLU written as a graph; its task trains 150 steps, staged
+    # at 75.
+    "demo-b": _DEMO.replace(preset="demo-b", space="b", seed_layers=(norm_relu("batch"),),
+                            stages=(75,)),
 }
 
 
