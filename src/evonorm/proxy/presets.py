@@ -149,8 +149,9 @@ FIDELITY: dict[tuple[str, str], str] = {
     ("demo", "s"): "Spearman 0.90 (95% interval 0.68-0.97) against the reference panel (16 "
                    "layers, 3 training seeds of 2,000 steps on all 60,000 images), at search "
                    "seeds other than the one it was chosen at; 4 pairs more than 3 points apart "
-                   "ranked the wrong way (one a search-found layer above GroupNorm-Swish): a "
-                   "found layer's lead of a few points is a reason to re-train it, not a result",
+                   "ranked the wrong way (GroupNorm-Swish above s_top1, IN-ReLU above "
+                   "PixelNorm-ReLU, GroupNorm alone and FRN above LayerNorm-ReLU): a found "
+                   "layer's lead of a few points is a reason to re-train it, not a result",
 }
 
 
