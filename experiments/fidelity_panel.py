@@ -34,6 +34,10 @@ Other layers at the reference setting (a search's winner, to see whether its lea
 folder of their own beside the panel's, with the layer as `evonorm train --layer` reads it:
 
     python experiments/fidelity_panel.py --layer winner=@top.json --out results/fidelity/main_job
+    python experiments/fidelity_panel.py --run runs/main --top 3 --out results/fidelity/main_job
+
+(`--run RUN --top N`: the run's N best distinct found layers, as `evonorm retrain` picks them,
+named `found_<id>`.)
 """
 
 from __future__ import annotations
@@ -192,6 +196,22 @@ def other_layers(items: list[str]) -> list[tuple[str, str | dict]]:
     return out
 
 
+def found_layers(run: Path, top: int) -> list[tuple[str, str | dict]]:
+    """A run's `top` best distinct found layers (seed layers left out) as panel entries, named by
+    candidate id; ValueError, one line, for a folder that is not a run or a run with none."""
+    from evonorm.proxy.retrain import retrain_plan
+
+    if top < 1:
+        raise ValueError(f"--top must be >= 1, got {top}")
+    if not (run / "store.sqlite").is_file():
+        raise ValueError(f"--run {run}: not a run folder (no store.sqlite)")
+    _, layers = retrain_plan(run, top)
+    found = [(f"found_{cid}", graph) for _, kind, graph, cid in layers if kind == "found"]
+    if not found:
+        raise ValueError(f"--run {run}: the run has no valid found layer")
+    return found
+
+
 def write_panel(out: Path, rows: list[dict], wall: float, command: str, setting: dict,
                 layers: list[str] | None = None) -> None:
     """panel.json from every finished run, keeping the proxies calibrate wrote."""
@@ -273,6 +293,9 @@ def main() -> None:
     p.add_argument("--layer", action="append", default=[], metavar="NAME=LAYER",
                    help="train this layer instead of the panel (repeatable; with an --out of its "
                         "own): a registry name, a named graph, graph JSON or @file.json")
+    p.add_argument("--run", type=Path, help="train this run's best found layers instead of the "
+                   "panel (with --top and an --out of their own)")
+    p.add_argument("--top", type=int, default=3, help="how many of --run's found layers")
     p.add_argument("--table", action="store_true",
                    help="write <out>/panel.md from the finished runs and stop (it is also "
                         "rewritten after every run)")
@@ -281,13 +304,14 @@ def main() -> None:
         (args.out / "panel.md").write_text(panel_table(read_rows(args.out / "runs.jsonl")))
         return
     try:
-        panel = other_layers(args.layer) if args.layer else PANEL
+        panel = (other_layers(args.layer) + (found_layers(args.run, args.top) if args.run else [])
+                 if args.layer or args.run else PANEL)
     except ValueError as err:
         print(f"fidelity_panel: {err}", file=sys.stderr)
         sys.exit(2)
-    if args.layer and args.out.resolve() == (RESULTS / "fidelity").resolve():
-        print("fidelity_panel: --layer trains other layers than the panel's: give them a folder of "
-              "their own (--out)", file=sys.stderr)
+    if panel is not PANEL and args.out.resolve() == (RESULTS / "fidelity").resolve():
+        print("fidelity_panel: --layer and --run train other layers than the panel's: give them a "
+              "folder of their own (--out)", file=sys.stderr)
         sys.exit(2)
     setting = {**SETTING, "device": args.device, "width": args.width}
     if args.dry_run:

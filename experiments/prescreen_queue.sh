@@ -11,7 +11,8 @@
 #   4. Fig. 10 with the prescreen: its arm against random search on the paper's metric and the
 #      best fitness, and each arm's best layer trained again with 4 fresh seeds;
 #   5. the one-hour S search with the prescreen, its top 3 trained again with 5 seeds beside
-#      EvoNorm-S0, GN-ReLU, BN-ReLU and its seed layers (experiments/long_search.py);
+#      EvoNorm-S0, GN-ReLU, BN-ReLU and its seed layers (experiments/long_search.py), then at the
+#      reference setting of the rank-fidelity panel, 3 seeds (experiments/fidelity_panel.py --run);
 #   6. the paper's stability-test ablation (its appendix Fig. 11): evolution with and without the
 #      stability test, seeds 0-9, 900 worker-seconds each (experiments/stability_ablation.py).
 #
@@ -45,5 +46,7 @@ fi
     --fresh-seeds 4
 "$PY" experiments/long_search.py --set prescreen=true --run runs/long_search_prescreen \
     --out results/long_search_prescreen
+"$PY" experiments/fidelity_panel.py --run runs/long_search_prescreen --top 3 \
+    --out results/long_search_prescreen/reference
 "$PY" experiments/stability_ablation.py --seeds $SEEDS --budget-seconds 900
 echo "prescreen queue: done"

@@ -173,6 +173,25 @@ def test_other_layers_refuse_the_panels_folder_and_bad_input_in_one_line(
     assert not (tmp_path / "runs.jsonl").exists()
 
 
+def test_a_runs_found_layers_are_those_retrain_picks_named_by_id(tmp_path):
+    run = Path(__file__).parent / "fixtures" / "run_2026_11_27"  # one found layer, one seed layer
+    got = fp.found_layers(run, 3)
+    assert [name for name, _ in got] == ["found_75"]
+    assert got[0][1]["nodes"][1] == ["square", 2]  # the found layer's graph, not the seed's
+    for folder, top, problem in ((tmp_path, 3, "not a run folder"), (run, 0, "--top must be")):
+        with pytest.raises(ValueError, match=problem):
+            fp.found_layers(folder, top)
+
+
+def test_a_runs_layers_refuse_the_panels_folder_in_one_line(monkeypatch, capsys):
+    run = Path(__file__).parent / "fixtures" / "run_2026_11_27"
+    monkeypatch.setattr(sys, "argv", ["fidelity_panel.py", "--run", str(run), "--top", "1"])
+    with pytest.raises(SystemExit) as stop:
+        fp.main()
+    err = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "folder of their own" in err[0]
+
+
 def test_other_layers_name_themselves_in_the_panel_file(tmp_path):
     row = {"layer": "winner", "graph": None, "arch": "resnet50_cifar", "seed": 0,
            "test_accuracy": 0.5, "status": "ok", "curve": [[10, 0.5]], "seconds": 3.0}
