@@ -32,7 +32,7 @@ from _common import ROOT, log  # noqa: E402
 from evolution_vs_random import _one_run, run_config  # noqa: E402
 
 from evonorm.files import write_atomic  # noqa: E402
-from evonorm.proxy.prior import PRIORS, build_prior  # noqa: E402
+from evonorm.proxy.prior import PRIORS, build_prior, read_prior  # noqa: E402
 
 
 def main() -> None:
@@ -59,9 +59,18 @@ def main() -> None:
     prior = build_prior(done, command)
     made = prior.provenance
     out = PRIORS / f"{args.preset}-{made['runs'][0]['space']}.json"
+    if out.is_file() and _same(read_prior(out), prior):  # a queue's rerun: keep its provenance
+        log(f"{out}: unchanged, kept")
+        return
     write_atomic(out, (json.dumps(prior.to_dict(), indent=1) + "\n").encode())
     log(f"{out}: {made['rows']} rows, {made['valid']} valid, from {len(done)} runs, "
         f"{made['worker_seconds']:.0f} worker-seconds")
+
+
+def _same(a, b) -> bool:
+    """The same rows under the same setting (when and by which command aside)."""
+    return json.dumps([a.setting, a.rows], sort_keys=True) == json.dumps([b.setting, b.rows],
+                                                                        sort_keys=True)
 
 
 if __name__ == "__main__":

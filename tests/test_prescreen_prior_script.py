@@ -1,0 +1,18 @@
+"""The shipped prior's script keeps a prior it would write again unchanged (a queue's rerun), so
+that its provenance says when it was built, not when the queue last passed."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from prescreen_prior import _same  # noqa: E402
+
+from evonorm.proxy.prior import Prior  # noqa: E402
+
+
+def test_a_prior_of_the_same_rows_and_setting_is_the_same_whenever_built():
+    rows = [{"features": [0.1, 0.2], "valid": True, "fitness": 0.6}]
+    a = Prior({"task": {"n_train": 4000}}, rows, {"created": "2026-11-28 21:00 UTC"})
+    assert _same(a, Prior(a.setting, [dict(r) for r in rows], {"created": "2026-11-29 09:00 UTC"}))
+    assert not _same(a, Prior(a.setting, [{**rows[0], "fitness": 0.5}], a.provenance))
+    assert not _same(a, Prior({"task": {"n_train": 12000}}, rows, a.provenance))
