@@ -1,8 +1,9 @@
 """What the prescreen's features at birth cost, as a share of one `demo` quality test.
 
 The quality test of `demo` is the first stage of its staged training: each anchor architecture
-(ResNet-50 and MobileNetV2 at width 0.0625) trains `stages[0]` = 75 steps in each of
-`train_seeds` = 2 runs, and is scored on the held-out images; it is what every candidate that
+(ResNet-50 and MobileNetV2 at width 0.0625) trains `stages[0]` steps in each of its `train_seeds`
+runs (150 steps in one run; 75 in each of 2 before 2026-11-28, the same training), and is scored on
+the held-out images; it is what every candidate that
 passes the stability test costs. The features are the engine's (`evonorm.search.features`: the
 layer alone, on probe tensors) and the proxy task's (`evonorm.proxy.features`: each anchor
 architecture at initialisation on one batch: gradient profile and the classifier's Fisher
