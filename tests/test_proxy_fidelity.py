@@ -150,3 +150,15 @@ def test_a_cost_measured_side_by_side_decides_the_cap_and_the_choice(tmp_path):
     assert rows[1]["side_by_side"] == 140.0 and rows[1]["seconds"] == 160.0
     assert rows[0].get("side_by_side") is None and rows[2].get("side_by_side") is None
     assert pf.choose(rows, 150.0)["setting"] == "steps900-1run"
+
+
+def test_demo_ships_the_setting_the_chart_chose_and_the_chart_keeps_demo_as_measured():
+    """The rank fidelity `demo` states is the chosen setting's: the preset must be that setting in
+    every field the measurement depends on, and the chart's own `demo` stays the one it measured."""
+    from evonorm.proxy.presets import unmeasured
+
+    chosen = json.loads((Path(pf.__file__).parents[1] / "results" / "fidelity" / "settings.json")
+                        .read_text())["choice"]
+    assert unmeasured("demo", pf.setting_config(chosen).to_dict()) == []
+    assert unmeasured("demo", pf.setting_config("demo").to_dict()) == [
+        "train", "train_seeds", "final_train_seeds", "stages"]
