@@ -158,7 +158,7 @@ def test_demo_ships_the_setting_the_chart_chose_and_the_chart_keeps_demo_as_meas
     from evonorm.proxy.presets import unmeasured
 
     chosen = json.loads((Path(pf.__file__).parents[1] / "results" / "fidelity" / "settings.json")
-                        .read_text())["choice"]
+                        .read_text())["meta"]["choice"]
     assert unmeasured("demo", pf.setting_config(chosen).to_dict()) == []
     assert unmeasured("demo", pf.setting_config("demo").to_dict()) == [
         "train", "train_seeds", "final_train_seeds", "stages"]
