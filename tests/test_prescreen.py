@@ -319,3 +319,21 @@ def test_a_damaged_prior_file_is_refused_in_one_line(tmp_path, text, problem):
     with pytest.raises(ValueError, match=problem) as err:
         read_prior(path)
     assert "\n" not in str(err.value)
+
+
+def test_every_shipped_prior_holds_for_its_preset_as_it_ships():
+    """A prior built under an earlier version of a preset would never be found (its setting is
+    not the preset's any more) and would ship dead weight: each file must match its preset."""
+    from evonorm.proxy.config import proxy_config
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.prior import PRIORS, read_prior, setting
+
+    files = sorted(PRIORS.glob("*.json"))
+    assert "demo-s.json" in [f.name for f in files]
+    for path in files:
+        preset, space = path.stem.rsplit("-", 1)
+        cfg = get_preset(preset, space=space)
+        cfg = cfg.replace(dataset=proxy_config(cfg).dataset or "fashion_mnist")  # as a run names it
+        prior = read_prior(path)
+        assert prior.setting == setting(cfg), path.name
+        assert {r["run"] for r in prior.provenance["runs"]} and prior.provenance["valid"] > 0
