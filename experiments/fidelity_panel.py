@@ -304,8 +304,8 @@ def main() -> None:
         (args.out / "panel.md").write_text(panel_table(read_rows(args.out / "runs.jsonl")))
         return
     try:
-        panel = (other_layers(args.layer) + (found_layers(args.run, args.top) if args.run else [])
-                 if args.layer or args.run else PANEL)
+        panel = (other_layers(args.layer)
+                 + (found_layers(args.run, args.top) if args.run else [])) or PANEL
     except ValueError as err:
         print(f"fidelity_panel: {err}", file=sys.stderr)
         sys.exit(2)

@@ -22,7 +22,6 @@ prior of random layers would teach P(valid) from rejections alone.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from multiprocessing import get_context
 from pathlib import Path
@@ -31,8 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, log  # noqa: E402
 from evolution_vs_random import _one_run, run_config  # noqa: E402
 
-from evonorm.files import write_atomic  # noqa: E402
-from evonorm.proxy.prior import PRIORS, build_prior, read_prior  # noqa: E402
+from evonorm.proxy.prior import PRIORS, build_prior, read_prior, write_prior  # noqa: E402
 
 
 def main() -> None:
@@ -62,23 +60,14 @@ def main() -> None:
     if out.is_file() and _same(read_prior(out), prior):  # a queue's rerun: keep its provenance
         log(f"{out}: unchanged, kept")
         return
-    write_atomic(out, dump(prior).encode())
+    write_prior(out, prior)
     log(f"{out}: {made['rows']} rows, {made['valid']} valid, from {len(done)} runs, "
         f"{made['worker_seconds']:.0f} worker-seconds")
 
 
-def dump(prior) -> str:
-    """The prior file's text: its setting and provenance indented, one line per row (a row is a
-    candidate: the file stays half the size and a rebuilt prior's diff reads row by row)."""
-    head = json.dumps({k: v for k, v in prior.to_dict().items() if k != "rows"}, indent=1)
-    rows = ",\n".join("  " + json.dumps(r) for r in prior.rows)
-    return head[:-2] + ',\n "rows": [\n' + rows + "\n ]\n}\n"
-
-
 def _same(a, b) -> bool:
     """The same rows under the same setting (when and by which command aside)."""
-    return json.dumps([a.setting, a.rows], sort_keys=True) == json.dumps([b.setting, b.rows],
-                                                                        sort_keys=True)
+    return (a.setting, a.rows) == (b.setting, b.rows)
 
 
 if __name__ == "__main__":

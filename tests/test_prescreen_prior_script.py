@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from prescreen_prior import _same, dump  # noqa: E402
+from prescreen_prior import _same  # noqa: E402
 
 from evonorm.proxy.prior import Prior  # noqa: E402
 
@@ -19,12 +19,12 @@ def test_a_prior_of_the_same_rows_and_setting_is_the_same_whenever_built():
 
 
 def test_a_prior_file_reads_back_as_written_one_line_per_row(tmp_path):
-    from evonorm.proxy.prior import read_prior
+    from evonorm.proxy.prior import read_prior, write_prior
 
     rows = [{"features": {"a": 0.5, "b": 1.0}, "valid": v, "fitness": 0.6 if v else None}
             for v in (True, False, False)]
     prior = Prior({"task": {"n_train": 4000}, "stages": [150]}, rows, {"runs": [], "rows": 3})
     path = tmp_path / "demo-s.json"
-    path.write_text(dump(prior))
+    write_prior(path, prior)
     assert read_prior(path) == prior
     assert sum("\"features\"" in line for line in path.read_text().splitlines()) == 3  # a line a row

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from evonorm import __version__
-from evonorm.files import read_json
+from evonorm.files import read_json, write_atomic
 from evonorm.proxy import features as task_features_module
 from evonorm.proxy.config import proxy_config
 from evonorm.search import features as engine_features_module
@@ -72,6 +72,15 @@ def read_prior(path: str | Path) -> Prior:
         raise ValueError(f"{where}: 'rows' must be a list")
     check_prior(rows, where)
     return Prior(data["setting"], rows, data["provenance"])
+
+
+def write_prior(path: str | Path, prior: Prior) -> None:
+    """A prior file as `read_prior` reads it, written whole or not at all: the setting and
+    provenance indented, one line per row (a row is a candidate, so a rebuilt prior's diff reads
+    candidate by candidate)."""
+    head = json.dumps({k: v for k, v in prior.to_dict().items() if k != "rows"}, indent=1)
+    rows = ",\n".join("  " + json.dumps(r) for r in prior.rows)
+    write_atomic(path, (head[:-2] + ',\n "rows": [\n' + rows + "\n ]\n}\n").encode())
 
 
 def prior_for(cfg: SearchConfig, folder: str | Path = PRIORS) -> Prior | None:
