@@ -60,6 +60,10 @@ def _worker(rank: int, port: int, out_dir: str, sync: bool) -> None:
         ddp = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)  # each rank keeps its own
         result = _train(model, ddp, [x.chunk(WORLD)[rank] for x in _batches()])
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+        # Gloo aborts a process ("terminate called without an active exception") when it tears down
+        # while the other rank still talks to it: both ranks drop DDP's reducer and meet here first.
+        del ddp
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
