@@ -15,7 +15,7 @@ from evonorm.search.evolution import Proposal
 from evonorm.search.features import layer_features
 from evonorm.proxy.presets import PRESETS
 from evonorm.search.store import SCHEMA_VERSION, Store
-from evonorm.search.surrogate import Born, Prediction, Prescreen, Surrogate
+from evonorm.search.surrogate import Prediction, Prescreen, Surrogate
 import _objectives
 
 CONSTANT = {"nodes": [["add", 1, 1]]}  # zero + zero
@@ -116,6 +116,25 @@ def test_a_pool_rejects_the_hopeless_and_trains_the_best_and_explore_trains_rega
     (only,) = explorer.choose(_draws(), random.Random(0))  # the hopeless first draw, trained
     assert only.train and only.born.explore and only.born.prediction.p_valid == 0.01
     assert only.born.record()["explore"] is True
+
+
+def test_features_are_computed_at_one_torch_thread_and_the_count_is_restored():
+    import torch
+
+    seen = []
+
+    def task_features(graph, cfg):
+        seen.append(torch.get_num_threads())
+        return {"x": 1.0}
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        feats = Prescreen(SearchConfig(), task_features).features(resolve_graph("evonorm_s0").to_json())
+        assert seen == [1] and feats["task_x"] == 1.0
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_a_prescreened_search_on_an_own_objective_records_prescreen_rejections(tmp_path):

@@ -237,7 +237,22 @@ class Prescreen:
 
     def features(self, graph_json: dict) -> dict | None:
         """A layer's features at birth, the engine's then the task's; None for a layer that breaks
-        on the probe or is degenerate there (the objective's own checks judge it)."""
+        on the probe or is degenerate there (the objective's own checks judge it).
+
+        Computed in the driver's process at one torch thread: the workers already hold the cores,
+        and a team of OpenMP threads that spin while they wait loses the cores to any other
+        multi-threaded torch process beside it (a layer whose features take 0.5 s took 55 s next
+        to one), which the candidate's cost would then carry."""
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._features(graph_json)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _features(self, graph_json: dict) -> dict | None:
         from evonorm.graph import Graph
         from evonorm.search.features import layer_features
 
