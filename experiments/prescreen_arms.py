@@ -28,6 +28,14 @@ Protocol (fixed before the runs):
   rejections 77% of them at about 150 s each, its 2 valid layers 23% at 440-570 s each; pre-checks,
   stability rejections and cache hits 0.5%): a valid layer trains to the end, so the rate of valid
   layers is bounded by their own cost, whatever the surrogate knows.
+- run again from the start (changed after the first attempt's seeds 0-3, before any run of the
+  second): the first attempt (runs/prescreen_attempt1, results/prescreen/attempt1/) computed the
+  features in the driver's process at torch's default two threads, and beside another two-thread
+  torch process (the random arm's driver) OpenMP's spinning threads made a layer's features take
+  13-79 s instead of about 0.5 s: 299-490 of the prescreen arm's 900 worker-seconds (the engine now
+  computes them at one thread). The three arms run again side by side at seeds 0-9, the protocol
+  otherwise unchanged; the first attempt's runs are reported beside, and each run's features'
+  worker-seconds are part of the summary.
 This measures what the prescreen is for: training the candidates worth training. The same runs
 are Fig. 10 with the prescreen (the search fitness of the layers, the paper's top-10 metric, the
 fresh-seed retraining): experiments/evolution_vs_random.py reads the prescreened arm as its
@@ -79,7 +87,7 @@ def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: 
     arms: dict[str, dict] = {}
     for arm in ARMS:
         rows = {"seeds": [], "valid_per_worker_hour": [], "distinct_valid_own": [],
-                "ceiling_valid_per_worker_hour": []}
+                "ceiling_valid_per_worker_hour": [], "feature_worker_seconds": []}
         for seed in seeds:
             read = read_run(runs_dir / f"{arm}_s{seed}", budget_seconds)
             if read is None or read[1] != "complete":
@@ -90,6 +98,8 @@ def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: 
             rows["distinct_valid_own"].append(own)
             rows["ceiling_valid_per_worker_hour"].append(
                 None if ceiling is None else round(ceiling, 3))
+            rows["feature_worker_seconds"].append(  # the prescreen's own cost, within the budget
+                round(sum((c.prediction or {}).get("seconds", 0.0) for c in read[3]), 1))
         arms[arm] = rows
     p = {}
     for rival in ("evolution", "random"):

@@ -7,7 +7,8 @@
 #   2. the surrogate on held-out candidates of those searches, pooled: enough valid layers to
 #      score its fitness ranking too (experiments/surrogate_holdout.py);
 #   3. the arms: evolution with and without the prescreen, and random search, seeds 0-9, 900
-#      worker-seconds each, the three arms of a seed side by side (experiments/prescreen_arms.py);
+#      worker-seconds each, the three arms of a seed side by side (experiments/prescreen_arms.py;
+#      a first attempt, whose features ran 100x slow, is kept as runs/prescreen_attempt1);
 #   4. Fig. 10 with the prescreen: its arm against random search on the paper's metric and the
 #      best fitness, and each arm's best layer trained again with 4 fresh seeds;
 #   5. the one-hour S search with the prescreen, its top 3 trained again with 5 seeds beside
@@ -29,8 +30,9 @@ PY="${PYTHON:-.venv/bin/python}"
 "$PY" experiments/keep_runs.py restore
 SEEDS="0 1 2 3 4 5 6 7 8 9"
 "$PY" experiments/prescreen_prior.py --seeds 100 101 102 103 104 105 --budget-seconds 900
-"$PY" experiments/surrogate_holdout.py --run runs/prescreen_prior/demo_s10{0,1,2,3,4,5} \
-    --sizes 25,50,100,150 --splits 20 --name holdout-prior
+[ -f results/prescreen/holdout-prior.json ] ||  # done once; a rerun only costs minutes
+    "$PY" experiments/surrogate_holdout.py --run runs/prescreen_prior/demo_s10{0,1,2,3,4,5} \
+        --sizes 25,50,100,150 --splits 20 --name holdout-prior
 "$PY" experiments/prescreen_arms.py --seeds $SEEDS --budget-seconds 900
 # the top level of results/evolution_vs_random/ holds the latest comparison: the earlier one
 # (plain evolution, seeds 0-9) moves to a folder of its own first, as earlier runs' did
