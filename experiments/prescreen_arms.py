@@ -63,7 +63,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, out_dir  # noqa: E402
+from _common import ROOT, out_dir, write_table  # noqa: E402
 from evolution_vs_random import read_run, run_config, run_seed  # noqa: E402
 
 from evonorm.stats import paired_sign_flip_greater  # noqa: E402
@@ -141,6 +141,11 @@ def main() -> None:
     summary = summarize(args.runs, args.seeds, args.budget_seconds, command)
     d = out_dir("prescreen", args.out)
     (d / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    columns = [k for k in summary["arms"]["evolution"] if k != "seeds"]
+    write_table(d, "runs", [{"arm": arm, "seed": seed, **{k: r[k][i] for k in columns}}
+                            for arm, r in summary["arms"].items()
+                            for i, seed in enumerate(r["seeds"])],
+                {"budget_worker_seconds": args.budget_seconds}, columns=["arm", "seed", *columns])
     print(json.dumps(summary, indent=1))
 
 
