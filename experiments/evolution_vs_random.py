@@ -24,7 +24,11 @@ Protocol, fixed before the runs (docs/findings.md, "Evolution vs random search")
 - `--evolution-arm prescreen --summarize-only --runs DIR` reads experiments/prescreen_arms.py's
   prescreened runs as the evolution arm against its random arm: those runs are this experiment's
   runs with the prescreen on (the same configs, one worker of one thread, the arms of a seed side
-  by side), so Fig. 10 with the prescreen needs no runs of its own.
+  by side), so Fig. 10 with the prescreen needs no runs of its own. Its plain-evolution arm
+  (`--evolution-arm evolution --runs` the same folder) is the comparison beside it, with the same
+  tests and fresh seeds: both arms beat random search on the search's metrics (p = 0.031 each, seen
+  before that comparison's fresh-seed runs were added), so only both together say whether the
+  prescreen or evolution itself is what beats random search.
 - Fresh training seeds (`--fresh-seeds N`): a run's best fitness is the best of several noisy
   evaluations, biased upward. For each seed where the arms' best layers differ, both are trained again
   with N fresh training seeds on that seed's data split and training setting (as `evonorm retrain`);

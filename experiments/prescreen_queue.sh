@@ -10,7 +10,8 @@
 #      worker-seconds each, the three arms of a seed side by side (experiments/prescreen_arms.py;
 #      a first attempt, whose features ran 100x slow, is kept as runs/prescreen_attempt1);
 #   4. Fig. 10 with the prescreen: its arm against random search on the paper's metric and the
-#      best fitness, and each arm's best layer trained again with 4 fresh seeds;
+#      best fitness, and each arm's best layer trained again with 4 fresh seeds; then the same
+#      for the plain-evolution arm of those runs;
 #   5. the one-hour S search with the prescreen, its top 3 trained again with 5 seeds beside
 #      EvoNorm-S0, GN-ReLU, BN-ReLU and its seed layers (experiments/long_search.py), then at the
 #      reference setting of the rank-fidelity panel, 3 seeds (experiments/fidelity_panel.py --run);
@@ -46,6 +47,11 @@ fi
 "$PY" experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
     --seeds $SEEDS --runs runs/prescreen --evolution-arm prescreen --summarize-only \
     --fresh-seeds 4
+# beside it, the plain-evolution arm of the same runs against the same random arm (the random
+# arm's fresh runs are shared): whether what beats random search is the prescreen or evolution
+"$PY" experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
+    --seeds $SEEDS --runs runs/prescreen --evolution-arm evolution --summarize-only \
+    --fresh-seeds 4 --out "$EVR/prescreen_arms_plain_evolution"
 "$PY" experiments/long_search.py --set prescreen=true --run runs/long_search_prescreen \
     --out results/long_search_prescreen
 "$PY" experiments/fidelity_panel.py --run runs/long_search_prescreen --top 3 \
