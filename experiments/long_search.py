@@ -108,13 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from evonorm.report import write_report
-    from evonorm.search import resume, search
+    from evonorm.proxy import resume, search
     from evonorm.proxy.retrain import RETRAIN_FILE, retrain
     from evonorm.search.store import Store
 
     if not (args.run / "store.sqlite").is_file():
         log(f"search {args.preset}, {args.budget_seconds:g} worker-s -> {args.run}")
-        search(None, out=args.run, preset=args.preset, seed=args.seed, budget=1_000_000,
+        search(out=args.run, preset=args.preset, seed=args.seed, budget=1_000_000,
                budget_seconds=args.budget_seconds, workers=args.workers,
                **for_seed(parse_sets(args.set), args.seed))
     else:

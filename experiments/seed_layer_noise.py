@@ -34,7 +34,7 @@ LAYERS = ("evonorm_s0", "evonorm_s1", "evonorm_s2")
 def one_search(run: Path, preset: str, seed: int, workers: int, overrides: dict) -> list[dict]:
     """The seed layers' outcomes in one search (run, or read back when it is complete)."""
     from evonorm.graph.library import NAMED_GRAPHS
-    from evonorm.search import resume, search
+    from evonorm.proxy import resume, search
     from evonorm.search.store import Store
 
     seeds = tuple(json.dumps(NAMED_GRAPHS[name].to_json()) for name in LAYERS)
@@ -44,7 +44,7 @@ def one_search(run: Path, preset: str, seed: int, workers: int, overrides: dict)
         if done < len(LAYERS):
             resume(run, progress=False)
     else:
-        search(None, out=run, preset=preset, seed=seed, budget=len(LAYERS), workers=workers,
+        search(out=run, preset=preset, seed=seed, budget=len(LAYERS), workers=workers,
                seed_layers=seeds, progress=False, **for_seed(overrides, seed))
     with Store(run, readonly=True) as store:  # the seed layers are the proposals 0, 1, 2 in order
         by_proposal = {c.proposal: c for c in store.candidates()}
