@@ -1,7 +1,10 @@
-"""The long search's verdict words: beats, below, or cannot be told apart (one-sided Welch each way)."""
+"""The long search's verdict words: beats, below, or cannot be told apart (one-sided Welch each way);
+the experiment scripts that search the built-in task start its search as it expects."""
 
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from long_search import verdict  # noqa: E402
@@ -13,3 +16,52 @@ def test_verdict_words():
     assert verdict(low, high)[0] == "below"
     word, up, down = verdict([0.40, 0.45, 0.35, 0.42, 0.38], [0.41, 0.39, 0.44, 0.36, 0.40])
     assert word == "cannot be told apart from" and up >= 0.05 and down >= 0.05
+
+
+class _Started(Exception):
+    """Raised by the stand-in search once it has checked how it was called."""
+
+
+def _checked_search(calls: list):
+    """A stand-in for evonorm.proxy.search that binds its arguments as the real one would and
+    builds the config they ask for, then stops: the scripts start the built-in task's search
+    with settings its preset accepts (a call the real search would refuse fails here)."""
+    import inspect
+
+    import evonorm.proxy
+    from evonorm.proxy.presets import get_preset
+
+    real = inspect.signature(evonorm.proxy.search)
+
+    def search(*args, **kwargs):
+        bound = real.bind(*args, **kwargs).arguments
+        settings = {k: v for k, v in bound.items() if k not in ("out", "force", "progress",
+                                                                 "overrides")}
+        calls.append(get_preset(settings.pop("preset", "demo"), **settings,
+                                **bound.get("overrides", {})))
+        raise _Started
+
+    return search
+
+
+def test_the_long_search_starts_the_built_in_tasks_search(tmp_path, monkeypatch):
+    import evonorm.proxy
+    import long_search
+
+    calls = []
+    monkeypatch.setattr(evonorm.proxy, "search", _checked_search(calls))
+    with pytest.raises(_Started):
+        long_search.main(["--run", str(tmp_path / "run"), "--budget-seconds", "60",
+                          "--set", "prescreen=true", "--out", str(tmp_path / "out")])
+    assert calls[0].prescreen is True and calls[0].budget_seconds == 60
+
+
+def test_the_seed_layer_noise_searches_start_the_built_in_tasks_search(tmp_path, monkeypatch):
+    import evonorm.proxy
+    import seed_layer_noise
+
+    calls = []
+    monkeypatch.setattr(evonorm.proxy, "search", _checked_search(calls))
+    with pytest.raises(_Started):
+        seed_layer_noise.one_search(tmp_path / "run", "demo", 3, 1, {})
+    assert calls[0].seed == 3 and len(calls[0].seed_layers) == len(seed_layer_noise.LAYERS)
