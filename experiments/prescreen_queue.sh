@@ -35,8 +35,8 @@ SEEDS="0 1 2 3 4 5 6 7 8 9"
     "$PY" experiments/surrogate_holdout.py --run runs/prescreen_prior/demo_s10{0,1,2,3,4,5} \
         --sizes 25,50,100,150 --splits 20 --name holdout-prior
 "$PY" experiments/prescreen_arms.py --seeds $SEEDS --budget-seconds 900
-# the top level of results/evolution_vs_random/ holds the latest comparison: the earlier one
-# (runs 5 and 6: plain evolution, seeds 0-9) moves to a folder of its own first, as earlier runs' did
+# the top level of results/evolution_vs_random/ holds the latest comparison: the earlier one (runs
+# 5 and 6: plain evolution, seeds 0-9) moves to a folder of its own first, as earlier runs' did
 EVR=results/evolution_vs_random
 if [ -f "$EVR/summary.json" ] && ! grep -q '"evolution_arm": "prescreen"' "$EVR/summary.json"; then
     mkdir -p "$EVR/sixth_run_seeds0-9"
