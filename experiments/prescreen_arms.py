@@ -45,8 +45,8 @@ evolution arm against this random arm,
         --seeds 0 1 2 3 4 5 6 7 8 9 --runs runs/prescreen --evolution-arm prescreen \
         --summarize-only --fresh-seeds 4
 
-(before it, the files of the run without the prescreen move to a folder of their own under
-results/evolution_vs_random/, as the earlier runs' did). `results/prescreen/summary.json`:
+(the earlier runs' files are in folders of their own under results/evolution_vs_random/, runs 5
+and 6's in sixth_run_seeds0-9/). `results/prescreen/summary.json`:
 `{"arms": {ARM: {"seeds": [...], "valid_per_worker_hour": [...], "distinct_valid_own": [...]}},
 "budget_worker_seconds": ..., "command": "...", "p_value": {...}}`.
 

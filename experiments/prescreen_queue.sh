@@ -35,15 +35,9 @@ SEEDS="0 1 2 3 4 5 6 7 8 9"
     "$PY" experiments/surrogate_holdout.py --run runs/prescreen_prior/demo_s10{0,1,2,3,4,5} \
         --sizes 25,50,100,150 --splits 20 --name holdout-prior
 "$PY" experiments/prescreen_arms.py --seeds $SEEDS --budget-seconds 900
-# the top level of results/evolution_vs_random/ holds the latest comparison: the earlier one (runs
-# 5 and 6: plain evolution, seeds 0-9) moves to a folder of its own first, as earlier runs' did
+# the top level of results/evolution_vs_random/ holds this comparison (runs 5 and 6's files are in
+# sixth_run_seeds0-9/, as earlier runs' are in folders of their own)
 EVR=results/evolution_vs_random
-if [ -f "$EVR/summary.json" ] && ! grep -q '"evolution_arm": "prescreen"' "$EVR/summary.json"; then
-    mkdir -p "$EVR/sixth_run_seeds0-9"
-    for f in "$EVR"/*.json "$EVR"/*.md "$EVR"/*.png; do
-        [ -f "$f" ] && mv "$f" "$EVR/sixth_run_seeds0-9/"
-    done
-fi
 "$PY" experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
     --seeds $SEEDS --runs runs/prescreen --evolution-arm prescreen --summarize-only \
     --fresh-seeds 4
