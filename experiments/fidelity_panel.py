@@ -37,7 +37,11 @@ folder of their own beside the panel's, with the layer as `evonorm train --layer
     python experiments/fidelity_panel.py --run runs/main --top 3 --out results/fidelity/main_job
 
 (`--run RUN --top N`: the run's N best distinct found layers, as `evonorm retrain` picks them,
-named `found_<id>`.)
+named `found_<id>`.) A lead seen at the setting's seeds is checked at seeds no one picked it at,
+beside the references trained at the same seeds, in a folder of their own:
+
+    python experiments/fidelity_panel.py --seeds 3 4 5 --layer winner=@top.json \\
+        --layer gn_relu=gn_relu --layer evonorm_s0=evonorm_s0 --out results/fidelity/winner_345
 """
 
 from __future__ import annotations
@@ -284,8 +288,10 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=RESULTS / "fidelity")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--only", nargs="*", help="train these panel layers only")
-    p.add_argument("--seeds", nargs="*", type=int, choices=SETTING["seeds"],
-                   help="train these of the setting's seeds only (e.g. 0: a whole panel of one seed)")
+    p.add_argument("--seeds", nargs="*", type=int,
+                   help="train these of the setting's seeds only (e.g. 0: a whole panel of one "
+                        "seed); with --layer or --run, other seeds too (fresh seeds for a lead "
+                        "found at the setting's)")
     p.add_argument("--dry-run", action="store_true",
                    help="a few steps on 640 images (a check of the script, not a panel)")
     p.add_argument("--device", default=SETTING["device"], help="cpu, or cuda for a second reference")
@@ -313,7 +319,18 @@ def main() -> None:
         print("fidelity_panel: --layer and --run train other layers than the panel's: give them a "
               "folder of their own (--out)", file=sys.stderr)
         sys.exit(2)
-    setting = {**SETTING, "device": args.device, "width": args.width}
+    if any(s < 0 for s in args.seeds or []):
+        print(f"fidelity_panel: seeds must be >= 0, got {args.seeds}", file=sys.stderr)
+        sys.exit(2)
+    other_seeds = sorted(set(args.seeds or []) - set(SETTING["seeds"]))
+    if other_seeds and panel is PANEL:
+        print(f"fidelity_panel: seeds {other_seeds} are not the panel's {SETTING['seeds']}: train "
+              "other seeds of chosen layers (--layer, --run) in a folder of their own",
+              file=sys.stderr)
+        sys.exit(2)
+    # a folder of other seeds records them: resuming it with the setting's seeds is another setting
+    setting = {**SETTING, "device": args.device, "width": args.width,
+               "seeds": sorted(set(args.seeds)) if other_seeds else SETTING["seeds"]}
     if args.dry_run:
         setting.update(steps=10, n_train=640, n_test=200, lr_warmup=2)
     stored = stored_setting(args.out)
@@ -332,7 +349,7 @@ def main() -> None:
     rows_path = args.out / "runs.jsonl"
     done = {run_key(r["layer"], r["arch"], r["seed"]) for r in read_rows(rows_path)}
     jobs = [(name, spec, arch, seed, str(args.out), setting)
-            for seed in args.seeds or SETTING["seeds"] for name, spec in panel for arch in ARCH_LR
+            for seed in args.seeds or setting["seeds"] for name, spec in panel for arch in ARCH_LR
             if (not args.only or name in args.only) and run_key(name, arch, seed) not in done]
     wall_path = args.out / "wall_seconds.txt"
     wall0 = float(wall_path.read_text()) if wall_path.exists() else 0.0

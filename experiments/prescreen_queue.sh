@@ -16,7 +16,13 @@
 #      EvoNorm-S0, GN-ReLU, BN-ReLU and its seed layers (experiments/long_search.py), then at the
 #      reference setting of the rank-fidelity panel, 3 seeds (experiments/fidelity_panel.py --run);
 #   6. the paper's stability-test ablation (its appendix Fig. 11): evolution with and without the
-#      stability test, seeds 0-9, 900 worker-seconds each (experiments/stability_ablation.py).
+#      stability test, seeds 0-9, 900 worker-seconds each (experiments/stability_ablation.py);
+#   7. the one lead of step 5 at the reference setting, id 2845 `max(x / v1 / group std(x), 0)`
+#      (above GN-ReLU at seeds 0-2 by 4.1 points, p = 0.029, one of six tests), at fresh seeds
+#      3-5 beside GN-ReLU and EvoNorm-S0 at the same seeds. Protocol, fixed before the runs: each
+#      seed's score the mean of both architectures; the test that counts is one one-sided Welch
+#      t-test over the three seeds, id 2845 above GN-ReLU, p < 0.05; beside it, against
+#      EvoNorm-S0 each way.
 #
 #     nohup nice -n 15 bash experiments/prescreen_queue.sh >> runs/prescreen_queue.log 2>&1 &
 #
@@ -51,4 +57,7 @@ EVR=results/evolution_vs_random
 "$PY" experiments/fidelity_panel.py --run runs/long_search_prescreen --top 3 \
     --out results/long_search_prescreen/reference
 "$PY" experiments/stability_ablation.py --seeds $SEEDS --budget-seconds 900
+"$PY" experiments/fidelity_panel.py --seeds 3 4 5 --out results/long_search_prescreen/reference_seeds345 \
+    --layer 'found_2845={"nodes": [["abs", 2], ["tanh", 4], ["div", 0, 3], ["group_std", 0], ["div", 6, 7], ["max", 8, 1]]}' \
+    --layer gn_relu=gn_relu --layer evonorm_s0=evonorm_s0
 echo "prescreen queue: done"

@@ -200,15 +200,39 @@ def test_other_layers_name_themselves_in_the_panel_file(tmp_path):
         "winner"]
 
 
+@pytest.mark.parametrize("argv,problem", [(["--seeds", "3"], "not the panel's [0, 1, 2]"),
+                                          (["--seeds", "-1", "--layer", "w=gn_relu", "--out", "OUT"],
+                                           "seeds must be >= 0")])
+def test_other_seeds_are_for_chosen_layers_in_a_folder_of_their_own(
+        tmp_path, monkeypatch, capsys, argv, problem):
+    argv = ["fidelity_panel.py", *[str(tmp_path / "x") if a == "OUT" else a for a in argv]]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as stop:
+        fp.main()
+    err = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and problem in err[0]
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.fashion_mnist
-def test_a_layer_of_ones_own_trains_at_the_reference_setting(tmp_path):
+def test_a_layer_of_ones_own_trains_at_the_reference_setting_with_fresh_seeds(tmp_path):
+    """A lead found at the setting's seeds is checked at seeds no one chose it at; the folder
+    records them, so resuming it with the setting's seeds is refused as another setting."""
     import subprocess
 
-    proc = subprocess.run([sys.executable, str(Path(fp.__file__)), "--out", str(tmp_path),
-                           "--dry-run", "--seeds", "0", "--workers", "1", "--layer", "w=gn_relu"],
-                          capture_output=True, text=True, timeout=300)
+    def panel(*seeds: str):
+        return subprocess.run([sys.executable, str(Path(fp.__file__)), "--out", str(tmp_path),
+                               "--dry-run", "--seeds", *seeds, "--workers", "1",
+                               "--layer", "w=gn_relu"], capture_output=True, text=True,
+                              timeout=300)
+
+    proc = panel("4")
     assert proc.returncode == 0, proc.stderr
     rows = fp.read_rows(tmp_path / "runs.jsonl")
-    assert sorted((r["layer"], r["arch"]) for r in rows) == [("w", "mobilenetv2_cifar"),
-                                                             ("w", "resnet50_cifar")]
-    assert json.loads((tmp_path / "panel.json").read_text())["reference"]["setting"]["layers"] == ["w"]
+    assert sorted((r["layer"], r["arch"], r["seed"]) for r in rows) == [
+        ("w", "mobilenetv2_cifar", 4), ("w", "resnet50_cifar", 4)]
+    setting = json.loads((tmp_path / "panel.json").read_text())["reference"]["setting"]
+    assert setting["layers"] == ["w"] and setting["seeds"] == [4]
+    proc = panel("0")
+    assert proc.returncode == 2 and "another setting" in proc.stderr
+    assert len(fp.read_rows(tmp_path / "runs.jsonl")) == 2
