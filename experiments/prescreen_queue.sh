@@ -22,7 +22,8 @@
 #      3-5 beside GN-ReLU and EvoNorm-S0 at the same seeds. Protocol, fixed before the runs: each
 #      seed's score the mean of both architectures; the test that counts is one one-sided Welch
 #      t-test over the three seeds, id 2845 above GN-ReLU, p < 0.05; beside it, against
-#      EvoNorm-S0 each way.
+#      EvoNorm-S0 each way. (Run before step 6 finished, which it resumed after; done:
+#      results/long_search_prescreen/reference_seeds345/, a rerun only rewrites its table.)
 #
 #     nohup nice -n 15 bash experiments/prescreen_queue.sh >> runs/prescreen_queue.log 2>&1 &
 #
