@@ -23,7 +23,7 @@
 #      seed's score the mean of both architectures; the test that counts is one one-sided Welch
 #      t-test over the three seeds, id 2845 above GN-ReLU, p < 0.05; beside it, against
 #      EvoNorm-S0 each way. (Run before step 6 finished, which it resumed after; done:
-#      results/long_search_prescreen/reference_seeds345/, a rerun only rewrites its table.)
+#      results/long_search_prescreen/reference_seeds345/, a rerun finds it complete.)
 #
 #     nohup nice -n 15 bash experiments/prescreen_queue.sh >> runs/prescreen_queue.log 2>&1 &
 #
