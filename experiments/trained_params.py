@@ -1,0 +1,102 @@
+"""What a layer's parameters become when trained at the reference setting.
+
+Why a found layer works can turn on the values its parameters take: a per-channel divisor that
+stays positive before a ReLU only rescales the affine after it (the ReLU is positively
+homogeneous), one that turns negative lets a channel pass its negative part. This trains one
+(layer, architecture, seed) run exactly as the rank-fidelity panel does (`fidelity_panel.train_one`)
+and summarises one of the layer's parameters (`v0`, `v1`, `weight`, ...) over every layer of the
+network: how many values, how many negative, their range.
+
+    python experiments/trained_params.py --layer 'found_2845=<graph JSON>' \\
+        --arch mobilenetv2_cifar --seed 0 --param v1 --out results/long_search_prescreen/trained_v1
+
+`<out>/<layer>__<arch>__s<seed>__<param>.json`: the summary, overall and per layer, with the run's
+test accuracy and the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import log  # noqa: E402
+from fidelity_panel import ARCH_LR, SETTING, other_layers, train_one  # noqa: E402
+
+
+def refuse(problem: str) -> None:
+    print(f"trained_params: {problem}", file=sys.stderr)
+    sys.exit(2)
+
+
+def layer_params(spec: str | dict) -> list[str]:
+    """The names of the layer's parameters (one module of it, 8 channels): to refuse a parameter it
+    does not have before training."""
+    from evonorm.models import resolve_norm_act
+
+    value = json.dumps(spec) if isinstance(spec, dict) else spec
+    return [n for n, _ in resolve_norm_act(value)(8).named_parameters()]
+
+
+def summarise(weights: dict, param: str) -> dict:
+    """Count, negatives and range of every `*.<param>` tensor, overall and per layer."""
+    per_layer, values = {}, []
+    for name, t in weights.items():
+        if name.rsplit(".", 1)[-1] != param:
+            continue
+        v = t.detach().flatten().tolist()
+        values += v
+        per_layer[name] = {"n": len(v), "negative": sum(x < 0 for x in v), "min": min(v),
+                           "median": statistics.median(v), "max": max(v)}
+    return {"n": len(values), "negative": sum(x < 0 for x in values), "min": min(values),
+            "median": statistics.median(values), "max": max(values), "per_layer": per_layer}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layer", required=True, metavar="NAME=LAYER",
+                   help="as fidelity_panel.py reads it: a registry name, a named graph, graph JSON")
+    p.add_argument("--arch", required=True, choices=sorted(ARCH_LR))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--param", default="v1", help="the layer's parameter to summarise")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--dry-run", action="store_true",
+                   help="a few steps on 640 images (a check of the script, not a measurement)")
+    args = p.parse_args(argv)
+    try:
+        (name, spec), = other_layers([args.layer])
+    except ValueError as err:
+        refuse(str(err))
+    params = layer_params(spec)
+    if args.param not in params:
+        refuse(f"the layer {name!r} has no parameter {args.param!r} (it has "
+               f"{', '.join(params) or 'none'})")
+    setting = dict(SETTING)
+    if args.dry_run:
+        setting.update(steps=10, n_train=640, n_test=200, lr_warmup=2)
+    import torch
+
+    log(f"training {name} on {args.arch}, seed {args.seed}, {setting['steps']} steps")
+    with tempfile.TemporaryDirectory() as tmp:
+        row = train_one((name, spec, args.arch, args.seed, tmp, setting))
+        weights = torch.load(row["ckpt"], weights_only=True)["run"]["model"]
+    summary = {"layer": name, "graph": row["graph"], "arch": args.arch, "seed": args.seed,
+               "param": args.param, "test_accuracy": row["test_accuracy"],
+               "status": row["status"], "setting": setting,
+               "command": " ".join(["python", "experiments/trained_params.py",
+                                    *(argv if argv is not None else sys.argv[1:])]),
+               **summarise(weights, args.param)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{name}__{args.arch}__s{args.seed}__{args.param}.json"
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    log(f"{name} {args.arch} seed {args.seed}: accuracy {row['test_accuracy']:.4f}; {args.param}: "
+        f"{summary['negative']} of {summary['n']} negative, range {summary['min']:.3f}.."
+        f"{summary['max']:.3f}, median {summary['median']:.3f}; wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
