@@ -14,7 +14,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -79,6 +79,12 @@ def save_png(fig: Any, path: Path) -> None:
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def refuse(script: str, problem: str) -> NoReturn:
+    """Bad input: one line naming the problem, exit 2, before anything is written."""
+    print(f"{script}: {problem}", file=sys.stderr)
+    sys.exit(2)
 
 
 def die_with_parent() -> None:

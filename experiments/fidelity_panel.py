@@ -57,7 +57,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, die_with_parent, log  # noqa: E402
+from _common import RESULTS, die_with_parent, log, refuse  # noqa: E402
 
 from evonorm.files import update_json  # noqa: E402
 from evonorm.proxy.fidelity import seed_agreement  # noqa: E402
@@ -99,6 +99,8 @@ ARCH_LR = {"resnet50_cifar": 0.1, "mobilenetv2_cifar": 0.03}
 SETTING = {"dataset": "fashion_mnist", "width": 0.0625, "steps": 2000, "batch_size": 64,
            "schedule": "cosine", "lr_warmup": 100, "lr": ARCH_LR, "eval_batch_size": 64,
            "n_train": 60000, "n_test": 10000, "seeds": [0, 1, 2], "threads_per_run": 1, "device": "cpu"}
+# --dry-run: a few steps on a few images, a check of a script, not a measurement
+DRY_RUN = {"steps": 10, "n_train": 640, "n_test": 200, "lr_warmup": 2}
 CHANCE = 0.1
 
 
@@ -313,39 +315,32 @@ def main() -> None:
         panel = (other_layers(args.layer)
                  + (found_layers(args.run, args.top) if args.run else [])) or PANEL
     except ValueError as err:
-        print(f"fidelity_panel: {err}", file=sys.stderr)
-        sys.exit(2)
+        refuse("fidelity_panel", str(err))
     if panel is not PANEL and args.out.resolve() == (RESULTS / "fidelity").resolve():
-        print("fidelity_panel: --layer and --run train other layers than the panel's: give them a "
-              "folder of their own (--out)", file=sys.stderr)
-        sys.exit(2)
+        refuse("fidelity_panel", "--layer and --run train other layers than the panel's: give "
+               "them a folder of their own (--out)")
     if any(s < 0 for s in args.seeds or []):
-        print(f"fidelity_panel: seeds must be >= 0, got {args.seeds}", file=sys.stderr)
-        sys.exit(2)
+        refuse("fidelity_panel", f"seeds must be >= 0, got {args.seeds}")
     other_seeds = sorted(set(args.seeds or []) - set(SETTING["seeds"]))
     if other_seeds and panel is PANEL:
-        print(f"fidelity_panel: seeds {other_seeds} are not the panel's {SETTING['seeds']}: train "
-              "other seeds of chosen layers (--layer, --run) in a folder of their own",
-              file=sys.stderr)
-        sys.exit(2)
+        refuse("fidelity_panel", f"seeds {other_seeds} are not the panel's {SETTING['seeds']}: "
+               "train other seeds of chosen layers (--layer, --run) in a folder of their own")
     # a folder of other seeds records them: resuming it with the setting's seeds is another setting
     setting = {**SETTING, "device": args.device, "width": args.width,
                "seeds": sorted(set(args.seeds)) if other_seeds else SETTING["seeds"]}
     if args.dry_run:
-        setting.update(steps=10, n_train=640, n_test=200, lr_warmup=2)
+        setting.update(DRY_RUN)
     stored = stored_setting(args.out)
     if stored not in (None, setting):
-        print(f"fidelity_panel: {args.out} holds a panel of another setting ({stored}): "
-              "give it another --out", file=sys.stderr)
-        sys.exit(2)
+        refuse("fidelity_panel", f"{args.out} holds a panel of another setting ({stored}): "
+               "give it another --out")
     args.out.mkdir(parents=True, exist_ok=True)
     lock = RunLock(args.out)  # one panel per folder: two would train and append the same runs
     try:
         lock.acquire()
     except RunLocked:
-        print(f"fidelity_panel: {args.out} is in use by another panel process; wait for it or stop "
-              "it first", file=sys.stderr)
-        sys.exit(2)
+        refuse("fidelity_panel", f"{args.out} is in use by another panel process; wait for it "
+               "or stop it first")
     rows_path = args.out / "runs.jsonl"
     done = {run_key(r["layer"], r["arch"], r["seed"]) for r in read_rows(rows_path)}
     jobs = [(name, spec, arch, seed, str(args.out), setting)

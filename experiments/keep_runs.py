@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, ROOT, log  # noqa: E402
+from _common import RESULTS, ROOT, log, refuse  # noqa: E402
 
 KEPT = RESULTS / "kept"
 SKIP_NAMES = {"lock"}
@@ -111,8 +111,7 @@ def main(argv: list[str] | None = None) -> None:
             for folder in restore():
                 log(f"restored {folder.relative_to(ROOT)}")
     except (ValueError, tarfile.TarError, sqlite3.Error) as err:
-        print(f"keep_runs: {err}", file=sys.stderr)
-        sys.exit(2)
+        refuse("keep_runs", str(err))
 
 
 if __name__ == "__main__":

@@ -24,13 +24,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import log  # noqa: E402
-from fidelity_panel import ARCH_LR, SETTING, other_layers, train_one  # noqa: E402
-
-
-def refuse(problem: str) -> None:
-    print(f"trained_params: {problem}", file=sys.stderr)
-    sys.exit(2)
+from _common import log, refuse  # noqa: E402
+from fidelity_panel import ARCH_LR, DRY_RUN, SETTING, other_layers, train_one  # noqa: E402
 
 
 def layer_params(spec: str | dict) -> list[str]:
@@ -70,14 +65,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         (name, spec), = other_layers([args.layer])
     except ValueError as err:
-        refuse(str(err))
+        refuse("trained_params", str(err))
     params = layer_params(spec)
     if args.param not in params:
-        refuse(f"the layer {name!r} has no parameter {args.param!r} (it has "
-               f"{', '.join(params) or 'none'})")
+        refuse("trained_params", f"the layer {name!r} has no parameter {args.param!r} (it "
+               f"has {', '.join(params) or 'none'})")
     setting = dict(SETTING)
     if args.dry_run:
-        setting.update(steps=10, n_train=640, n_test=200, lr_warmup=2)
+        setting.update(DRY_RUN)
     import torch
 
     log(f"training {name} on {args.arch}, seed {args.seed}, {setting['steps']} steps")
