@@ -82,7 +82,7 @@ def log(msg: str) -> None:
 
 
 def refuse(script: str, problem: str) -> NoReturn:
-    """Bad input: one line naming the problem, exit 2, before anything is written."""
+    """Bad input: one line on stderr naming the problem, then exit 2 (no traceback)."""
     print(f"{script}: {problem}", file=sys.stderr)
     sys.exit(2)
 
