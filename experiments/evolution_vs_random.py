@@ -57,7 +57,8 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, for_seed, log, out_dir, parse_sets, save_png  # noqa: E402
+from _common import (ROOT, die_with_parent, for_seed, log, out_dir, parse_sets,  # noqa: E402
+                     save_png)
 
 from evonorm.stats import mann_whitney_greater, paired_sign_flip_greater  # noqa: E402
 
@@ -83,15 +84,20 @@ def _one_run(run: str, cfg_dict: dict) -> None:
     from evonorm.proxy.objective import ProxyObjective
     from evonorm.search.config import SearchConfig
     from evonorm.search.driver import init_run, run_search
+    from evonorm.search.lock import RunLock
     from evonorm.search.store import Store
 
+    die_with_parent()  # a killed experiment leaves no search writing on into the folder
     cfg, run, stored = SearchConfig.from_dict(cfg_dict), Path(run), None
-    if (run / "store.sqlite").is_file():
-        with Store(run, readonly=True) as st:
-            stored = SearchConfig.from_dict(st.config())  # flat or nested, as its version wrote it
-    if stored != cfg:
-        init_run(run, cfg, force=True)
-    log(f"{run.name}: {run_search(run, objective=ProxyObjective(cfg), progress=False).tally.line()}")
+    run.mkdir(parents=True, exist_ok=True)
+    with RunLock(run):  # one search per folder, as `evonorm search` and `resume` hold it
+        if (run / "store.sqlite").is_file():
+            with Store(run, readonly=True) as st:
+                stored = SearchConfig.from_dict(st.config())  # flat or nested, as its version wrote it
+        if stored != cfg:
+            init_run(run, cfg, force=True)
+        tally = run_search(run, objective=ProxyObjective(cfg), progress=False).tally
+    log(f"{run.name}: {tally.line()}")
 
 
 def run_seed(runs_dir: Path, seed: int, configs: dict, budget_seconds: float, t0: float) -> None:
@@ -109,6 +115,10 @@ def run_seed(runs_dir: Path, seed: int, configs: dict, budget_seconds: float, t0
         if alive[0].is_alive():
             log(f"seed {seed}: " + "; ".join(progress_line(runs_dir / f"{arm}_s{seed}", arm,
                                                            budget_seconds) for arm in configs))
+    failed = [arm for arm, proc in zip(configs, procs) if proc.exitcode != 0]
+    if failed:  # a seed with an arm missing is no paired comparison: stop, do not go on past it
+        raise RuntimeError(f"seed {seed}: the {', '.join(failed)} run ended with exit code "
+                           f"{[p.exitcode for p in procs if p.exitcode != 0]} (its error above)")
     log(f"seed {seed} done ({(time.time() - t0) / 60:.1f} min)")
 
 

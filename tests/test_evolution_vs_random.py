@@ -153,3 +153,19 @@ def test_the_arms_of_a_seed_run_side_by_side_into_their_folders(tmp_path, capsys
         cfg, status, _, within = read_run(tmp_path / f"{arm}_s0", 2.0)
         assert status == "complete" and cfg.algorithm == arm and within
     assert "seed 0 done" in capsys.readouterr().out
+
+
+def test_a_seed_whose_arm_fails_stops_the_experiment_and_a_held_folder_is_not_searched(tmp_path):
+    """An arm resuming a folder another search still writes to (a killed experiment's orphan)
+    must not write beside it, and the seed must not be called done without that arm."""
+    from evolution_vs_random import run_seed
+
+    from evonorm.search.lock import RunLock
+
+    configs = {arm: run_config("tiny", arm, 0, 2.0) for arm in ("evolution", "random")}
+    (tmp_path / "random_s0").mkdir()
+    with RunLock(tmp_path / "random_s0"):
+        with pytest.raises(RuntimeError, match="seed 0: the random run ended with exit code"):
+            run_seed(tmp_path, 0, configs, 2.0, 0.0)
+    assert not (tmp_path / "random_s0" / "store.sqlite").exists()
+    assert read_run(tmp_path / "evolution_s0", 2.0)[1] == "complete"
