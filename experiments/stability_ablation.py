@@ -38,15 +38,11 @@ from _common import ROOT, log, out_dir, save_png  # noqa: E402
 from evolution_vs_random import (read_run, run_config, run_metric, run_seed,  # noqa: E402
                                  top_mean, within_budget)
 
+from evonorm.search.candidates import reason_group  # noqa: E402
 from evonorm.stats import paired_sign_flip_greater  # noqa: E402
 
 ARMS = {"with": {}, "without": {"stability_steps": 0}}
 CURVE_POINTS = 30
-
-
-def reason_kind(reason: str | None) -> str:
-    """A rejection's reason without its numbers ("quality: 0.12 < 0.3" -> "quality")."""
-    return (reason or "rejected").split(":")[0].split()[0]
 
 
 def curve(candidates, stages: int, chance: float, budget_seconds: float) -> list[float]:
@@ -60,9 +56,31 @@ def two_sided(a: list[float], b: list[float]) -> float:
     return min(1.0, 2 * min(paired_sign_flip_greater(a, b), paired_sign_flip_greater(b, a)))
 
 
+def fate_label(c) -> str:
+    """"valid", "rejected quality", ...; "not reached" when the run never proposed it in budget."""
+    if c is None:
+        return "not reached"
+    return c.status if c.status == "valid" else f"{c.status} {reason_group(c.reason)}"
+
+
+def stability_accounts(with_run, without_run) -> dict:
+    """What the stability test changed in one seed: how the candidates it rejected fared where it
+    was off (same search seed, so the same proposals), and its worker-seconds: the test on every
+    candidate against the training it spared the ones it rejected."""
+    other = {c.key: c for c in without_run}
+    rejected = [c for c in with_run if reason_group(c.reason) == "stability"]
+    fate = Counter(fate_label(other.get(c.key)) for c in rejected)
+    fresh = [c for c in rejected if c.key in other and not c.cache_hit and not other[c.key].cache_hit]
+    return {"rejected": len(rejected), "fate_without": dict(sorted(fate.items())),
+            "test_worker_seconds": round(sum(c.evaluation.timings.get("stability", 0.0)
+                                             for c in with_run if not c.cache_hit), 1),
+            "their_worker_seconds_with": round(sum(c.seconds for c in fresh), 1),
+            "their_worker_seconds_without": round(sum(other[c.key].seconds for c in fresh), 1)}
+
+
 def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: str,
               d: Path) -> dict:
-    rows, curves = [], {arm: [] for arm in ARMS}
+    rows, curves, kept = [], {arm: [] for arm in ARMS}, {}
     for arm in ARMS:
         for seed in seeds:
             read = read_run(runs_dir / f"{arm}_s{seed}", budget_seconds)
@@ -70,10 +88,10 @@ def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: 
                 continue
             cfg, _, chance, within = read
             rejected = [c for c in within if c.status != "valid"]
-            kinds = Counter(reason_kind(c.reason) for c in rejected)
+            kinds = Counter(reason_group(c.reason) for c in rejected)
             cost = Counter()
             for c in rejected:
-                cost[reason_kind(c.reason)] += c.seconds
+                cost[reason_group(c.reason)] += c.seconds
             rows.append({
                 "arm": arm, "seed": seed, "candidates": len(within),
                 "valid": sum(c.status == "valid" for c in within),
@@ -84,6 +102,7 @@ def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: 
                 "rejected": dict(sorted(kinds.items())),
                 "rejected_worker_seconds": {k: round(v, 1) for k, v in sorted(cost.items())}})
             curves[arm].append(curve(within, cfg.num_stages, chance, budget_seconds))
+            kept[arm, seed] = within
     by = {(r["arm"], r["seed"]): r for r in rows}
     both = [s for s in seeds if all((arm, s) in by for arm in ARMS)]
     values = {arm: [by[arm, s]["top10_mean"] for s in both] for arm in ARMS}
@@ -99,6 +118,7 @@ def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: 
         "p_value": two_sided(values["with"], values["without"]) if both else None,
         "mean_curve": {arm: [round(statistics.fmean(col), 4) for col in zip(*cs)]
                        for arm, cs in curves.items() if cs},
+        "stability_test": {s: stability_accounts(kept["with", s], kept["without", s]) for s in both},
     }
     (d / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     lines = ["| arm | seed | candidates | valid | valid per worker-hour | top-10 mean | "
@@ -107,7 +127,12 @@ def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: 
               f"{r['valid_per_worker_hour']} | {r['top10_mean']:.4f} | {r['best_fitness']:.4f} | "
               + ", ".join(f"{k} {n} ({r['rejected_worker_seconds'][k]:g})"
                           for k, n in r["rejected"].items()) + " |" for r in rows]
-    lines.append(f"\n{summary['test']}: p = {summary['p_value']}")
+    lines.append(f"\n{summary['test']}: p = {summary['p_value']}\n")
+    lines += ["| seed | rejected by the test | the same candidates without it | the test's "
+              "worker-s (all candidates) | their worker-s with / without it |", "|---|---|---|---|---|"]
+    lines += [f"| {s} | {a['rejected']} | " + ", ".join(f"{k} {n}" for k, n in a["fate_without"].items())
+              + f" | {a['test_worker_seconds']:g} | {a['their_worker_seconds_with']:g} / "
+              f"{a['their_worker_seconds_without']:g} |" for s, a in summary["stability_test"].items()]
     (d / "runs.md").write_text("\n".join(lines) + "\n")
     if summary["mean_curve"]:
         _plot(summary["mean_curve"], budget_seconds, len(both), d)

@@ -14,9 +14,10 @@ import stability_ablation as sa  # noqa: E402
 from evonorm.search.candidates import Candidate  # noqa: E402
 
 
-def _cand(i, seconds, status="valid", fitness=0.5, reason=None):
+def _cand(i, seconds, status="valid", fitness=0.5, reason=None, test_seconds=0.0):
     return Candidate.from_dict({"id": i, "seconds": seconds, "status": status, "fitness": fitness,
                                 "reason": reason, "key": f"k{i}",
+                                "timings": {"stability": test_seconds},
                                 "stages": [{"a": fitness}] * 2 if status == "valid" else []})
 
 
@@ -24,8 +25,8 @@ def test_summary_curves_rejections_and_the_two_sided_test(tmp_path, monkeypatch)
     def fake_read(run, budget):
         arm, seed = run.name.split("_s")
         if arm == "with":
-            cands = [_cand(1, 100, "rejected", None, "unstable: gradient norm 1e9 > 1e8"),
-                     _cand(2, 300, fitness=0.6 + 0.01 * int(seed))]
+            cands = [_cand(1, 100, "rejected", None, "stability: gradient norm 1e9 > 1e8", 3.0),
+                     _cand(2, 300, fitness=0.6 + 0.01 * int(seed), test_seconds=2.0)]
         else:
             cands = [_cand(1, 400, "rejected", None, "quality: 0.1 < 0.3"),
                      _cand(2, 500, fitness=0.4)]  # finishes past half of the budget
@@ -43,10 +44,24 @@ def test_summary_curves_rejections_and_the_two_sided_test(tmp_path, monkeypatch)
     assert len(w) == sa.CURVE_POINTS and w[0] == pytest.approx(0.1) and w[-1] > 0.14
     assert wo[12] == pytest.approx(0.1) and wo[13] > 0.1 and wo[-1] == pytest.approx(0.13)
     runs = (tmp_path / "runs.md").read_text()
-    assert "unstable 1 (100)" in runs and "quality 1 (400)" in runs
+    assert "stability 1 (100)" in runs and "quality 1 (400)" in runs
+    # what the test changed: the candidate it rejected failed the quality test without it, and
+    # the test's 5 worker-s on both candidates spared that one 300
+    assert s["stability_test"][0] == {
+        "rejected": 1, "fate_without": {"rejected quality": 1}, "test_worker_seconds": 5.0,
+        "their_worker_seconds_with": 100.0, "their_worker_seconds_without": 400.0}
+    assert "| 0 | 1 | rejected quality 1 | 5 | 100 / 400 |" in runs
     assert json.loads((tmp_path / "summary.json").read_text())["arms"]["without"] == {
         "stability_steps": 0}
     assert (tmp_path / "stability_ablation.png").stat().st_size > 1000
+
+
+def test_a_layer_the_test_rejected_that_would_have_been_valid_is_counted():
+    with_run = [_cand(1, 2, "rejected", None, "stability: gradient norm 1e9 > 1e8", 1.0),
+                _cand(2, 3, "rejected", None, "stability: gradient norm 1e9 > 1e8", 1.0)]
+    a = sa.stability_accounts(with_run, [_cand(1, 50)])
+    assert a["fate_without"] == {"valid": 1, "not reached": 1}
+    assert (a["their_worker_seconds_with"], a["their_worker_seconds_without"]) == (2.0, 50.0)
 
 
 def test_a_seed_missing_an_arm_is_left_out_of_the_test(tmp_path, monkeypatch):
