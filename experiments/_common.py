@@ -47,7 +47,19 @@ def write_table(d: Path, name: str, rows: Sequence[dict], meta: dict, *, columns
     meta = {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
             "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "python": platform.python_version(), "cpus": os.cpu_count(), **meta}
-    (d / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str) + "\n")
+    path = d / f"{name}.json"
+    table = json.loads(json.dumps({"meta": meta, "rows": rows}, default=str))
+    try:
+        old = json.loads(path.read_text())
+        if _unstamped(old) == _unstamped(table):  # summarized again, nothing new: keep when it was
+            table["meta"]["finished"] = old["meta"]["finished"]
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    path.write_text(json.dumps(table, indent=1) + "\n")
+
+
+def _unstamped(table: dict) -> dict:
+    return {**table, "meta": {k: v for k, v in table["meta"].items() if k != "finished"}}
 
 
 def parse_sets(items: list[str]) -> dict:

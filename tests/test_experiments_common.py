@@ -1,0 +1,38 @@
+"""The experiment scripts' shared table writer: summarizing again without new results keeps the
+time the results were finished, so a rerun leaves the committed files as they were."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+import _common  # noqa: E402
+
+
+def _finished(d: Path) -> str:
+    return json.loads((d / "t.json").read_text())["meta"]["finished"]
+
+
+def _stamp(d: Path, when: str) -> None:
+    table = json.loads((d / "t.json").read_text())
+    table["meta"]["finished"] = when
+    (d / "t.json").write_text(json.dumps(table))
+
+
+def test_the_finished_time_is_kept_when_nothing_changed(tmp_path):
+    rows = [{"layer": "s0", "accuracy": 0.5, "nan": float("nan")}]
+    _common.write_table(tmp_path, "t", rows, {"seeds": [0, 1]})
+    _stamp(tmp_path, "2000-01-01 00:00:00 UTC")
+    _common.write_table(tmp_path, "t", [dict(r) for r in rows], {"seeds": [0, 1]})
+    assert _finished(tmp_path) == "2000-01-01 00:00:00 UTC"
+    _common.write_table(tmp_path, "t", [{**rows[0], "accuracy": 0.6}], {"seeds": [0, 1]})
+    assert _finished(tmp_path) != "2000-01-01 00:00:00 UTC"
+    _stamp(tmp_path, "2000-01-01 00:00:00 UTC")
+    _common.write_table(tmp_path, "t", [{**rows[0], "accuracy": 0.6}], {"seeds": [0, 1, 2]})
+    assert _finished(tmp_path) != "2000-01-01 00:00:00 UTC"
+
+
+def test_an_unreadable_old_table_is_replaced(tmp_path):
+    (tmp_path / "t.json").write_text("{not json")
+    _common.write_table(tmp_path, "t", [{"a": 1}], {})
+    assert json.loads((tmp_path / "t.json").read_text())["rows"] == [{"a": 1}]
