@@ -3,7 +3,7 @@ protocol: evolution with and without the stability test, at equal worker-seconds
 
 Protocol (fixed before the runs):
 - preset `demo` (`--preset`) as it ships, S space, Fashion-MNIST; two arms that share everything
-  but the stability test: `with` (the preset as it is, prescreen and all) and `without`
+  but the stability test: `with` (the preset as it ships) and `without`
   (`stability_steps=0`: no candidate is stress-tested, so a layer that would fail the test is
   judged by its quality test and training alone);
 - budget: `--budget-seconds` worker-seconds per run (default 900), one worker of one thread per
