@@ -54,17 +54,24 @@ def test_the_panel_file_keeps_the_proxies(tmp_path):
     assert len(data["reference"]["setting"]["layers"]) >= 16 and data["reference"]["machine"]
 
 
+def _refused(monkeypatch, capsys, argv: list[str]) -> str:
+    """The script run with `argv` must stop with exit 2 and one line on stderr: that line."""
+    monkeypatch.setattr(sys, "argv", ["fidelity_panel.py", *argv])
+    with pytest.raises(SystemExit) as stop:
+        fp.main()
+    err = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and len(err) == 1
+    return err[0]
+
+
 def test_a_panel_folder_holds_one_setting_and_another_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
     out = tmp_path / "panel"
     out.mkdir()
     old = {k: v for k, v in fp.SETTING.items() if k != "device"}  # written before --device existed
     (out / "panel.json").write_text(json.dumps({"reference": {"setting": {**old, "layers": ["x"]}}}))
     assert fp.stored_setting(out) == fp.SETTING  # an earlier panel ran on the CPU
-    monkeypatch.setattr(sys, "argv", ["fidelity_panel.py", "--out", str(out), "--width", "0.25"])
-    with pytest.raises(SystemExit) as stop:
-        fp.main()
-    err = capsys.readouterr().err.splitlines()
-    assert stop.value.code == 2 and len(err) == 1 and "holds a panel of another setting" in err[0]
+    assert "holds a panel of another setting" in _refused(
+        monkeypatch, capsys, ["--out", str(out), "--width", "0.25"])
     assert not (out / "runs.jsonl").exists()
 
 
@@ -163,13 +170,8 @@ def test_other_layers_are_read_as_evonorm_train_reads_them(tmp_path):
 def test_other_layers_refuse_the_panels_folder_and_bad_input_in_one_line(
         tmp_path, monkeypatch, capsys, extra, problem):
     layer = "w=gn_relu" if not extra else "w"
-    argv = ["fidelity_panel.py", "--layer", layer, *[str(tmp_path) if a == "OUT" else a
-                                                      for a in extra]]
-    monkeypatch.setattr(sys, "argv", argv)
-    with pytest.raises(SystemExit) as stop:
-        fp.main()
-    err = capsys.readouterr().err.splitlines()
-    assert stop.value.code == 2 and len(err) == 1 and problem in err[0]
+    argv = ["--layer", layer, *[str(tmp_path) if a == "OUT" else a for a in extra]]
+    assert problem in _refused(monkeypatch, capsys, argv)
     assert not (tmp_path / "runs.jsonl").exists()
 
 
@@ -185,11 +187,7 @@ def test_a_runs_found_layers_are_those_retrain_picks_named_by_id(tmp_path):
 
 def test_a_runs_layers_refuse_the_panels_folder_in_one_line(monkeypatch, capsys):
     run = Path(__file__).parent / "fixtures" / "run_2026_11_27"
-    monkeypatch.setattr(sys, "argv", ["fidelity_panel.py", "--run", str(run), "--top", "1"])
-    with pytest.raises(SystemExit) as stop:
-        fp.main()
-    err = capsys.readouterr().err.splitlines()
-    assert stop.value.code == 2 and len(err) == 1 and "folder of their own" in err[0]
+    assert "folder of their own" in _refused(monkeypatch, capsys, ["--run", str(run), "--top", "1"])
 
 
 def test_other_layers_name_themselves_in_the_panel_file(tmp_path):
@@ -205,12 +203,8 @@ def test_other_layers_name_themselves_in_the_panel_file(tmp_path):
                                            "seeds must be >= 0")])
 def test_other_seeds_are_for_chosen_layers_in_a_folder_of_their_own(
         tmp_path, monkeypatch, capsys, argv, problem):
-    argv = ["fidelity_panel.py", *[str(tmp_path / "x") if a == "OUT" else a for a in argv]]
-    monkeypatch.setattr(sys, "argv", argv)
-    with pytest.raises(SystemExit) as stop:
-        fp.main()
-    err = capsys.readouterr().err.splitlines()
-    assert stop.value.code == 2 and len(err) == 1 and problem in err[0]
+    argv = [str(tmp_path / "x") if a == "OUT" else a for a in argv]
+    assert problem in _refused(monkeypatch, capsys, argv)
     assert not (tmp_path / "x").exists()
 
 
