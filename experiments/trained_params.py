@@ -37,18 +37,18 @@ def layer_params(spec: str | dict) -> list[str]:
     return [n for n, _ in resolve_norm_act(value)(8).named_parameters()]
 
 
-def summarise(weights: dict, param: str) -> dict:
-    """Count, negatives and range of every `*.<param>` tensor, overall and per layer."""
-    per_layer, values = {}, []
-    for name, t in weights.items():
-        if name.rsplit(".", 1)[-1] != param:
-            continue
-        v = t.detach().flatten().tolist()
-        values += v
-        per_layer[name] = {"n": len(v), "negative": sum(x < 0 for x in v), "min": min(v),
-                           "median": statistics.median(v), "max": max(v)}
+def spread(values: list[float]) -> dict:
+    """How many values, how many negative, their range and median."""
     return {"n": len(values), "negative": sum(x < 0 for x in values), "min": min(values),
-            "median": statistics.median(values), "max": max(values), "per_layer": per_layer}
+            "median": statistics.median(values), "max": max(values)}
+
+
+def summarise(weights: dict, param: str) -> dict:
+    """`spread` of every `*.<param>` tensor, overall and per layer."""
+    per_layer = {name: t.detach().flatten().tolist() for name, t in weights.items()
+                 if name.rsplit(".", 1)[-1] == param}
+    return {**spread([x for v in per_layer.values() for x in v]),
+            "per_layer": {name: spread(v) for name, v in per_layer.items()}}
 
 
 def main(argv: list[str] | None = None) -> None:
