@@ -115,10 +115,10 @@ def run_seed(runs_dir: Path, seed: int, configs: dict, budget_seconds: float, t0
         if alive[0].is_alive():
             log(f"seed {seed}: " + "; ".join(progress_line(runs_dir / f"{arm}_s{seed}", arm,
                                                            budget_seconds) for arm in configs))
-    failed = [arm for arm, proc in zip(configs, procs) if proc.exitcode != 0]
+    failed = {arm: proc.exitcode for arm, proc in zip(configs, procs) if proc.exitcode != 0}
     if failed:  # a seed with an arm missing is no paired comparison: stop, do not go on past it
         raise RuntimeError(f"seed {seed}: the {', '.join(failed)} run ended with exit code "
-                           f"{[p.exitcode for p in procs if p.exitcode != 0]} (its error above)")
+                           f"{list(failed.values())} (its error above)")
     log(f"seed {seed} done ({(time.time() - t0) / 60:.1f} min)")
 
 
