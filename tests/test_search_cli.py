@@ -88,7 +88,7 @@ def test_the_start_line_says_how_far_the_preset_is_calibrated(tmp_path, capsys):
     from evonorm.proxy.presets import calibration_note
 
     assert "18 of 18" in calibration_note("demo", "s") and "900-step" in calibration_note("demo", "s")
-    assert "17 of 18" in calibration_note("scratch", "s")
+    assert "not measured" in calibration_note("scratch", "s")  # at its 900 steps staged at 75
     assert "not measured" in calibration_note("demo", "b")  # not at its 900 steps
     assert "not measured" in calibration_note("paper-s", "s")
     assert "24 of 24" in calibration_note("demo-b", "b")

@@ -36,11 +36,17 @@ ENGINE_PRESETS: dict[str, SearchConfig] = {
                                                             initial_population=2),
                          execution=Execution(timeout=300.0)),
     "demo": _DEMO,
-    # From scratch: `demo` with random graphs only (no textbook seed layers); near misses join
-    # the population as parents until valid layers are found. Its task trains 150 steps, staged
-    # at 75.
-    "scratch": _DEMO.replace(preset="scratch", budget=400, window=32, seed_layers=(),
-                             near_misses=True, stages=(75,)),
+    # From primitives: random graphs only, no seed layer, built to find valid layers fast and
+    # then climb. Cheap rejection first (the layer-alone pre-checks in milliseconds, stability on
+    # one batch, the quality test at the first stage, 75 steps); the prescreen, which here learns
+    # to tell the layers worth training (valid ones and near misses, the population's members)
+    # from the rest, because from random graphs most worker-seconds go to quality tests that
+    # fail; near misses as parents until valid layers exist; a layer above the stage-1 hurdle
+    # goes on to the 900 steps of `demo`'s proxy, the training that orders layers as longer
+    # training does. A budget of one worker-hour.
+    "scratch": _DEMO.replace(preset="scratch", budget=100_000, budget_seconds=3600.0, window=32,
+                             seed_layers=(), near_misses=True, prescreen=True, stages=(75,),
+                             hurdle_min=3),
     # The paper's settings (Sec. 5.1).
     "paper-b": SearchConfig(preset="paper-b", evolution=Evolution(
         space="b", budget=20000, window=2500, initial_population=100)),

@@ -89,21 +89,24 @@ def require_sklearn() -> None:
                          "(or search with --prescreen off)") from None
 
 
-def learning_target(c: Candidate) -> tuple[bool, float | None] | None:
-    """(passed rejection, fitness) of an evaluated candidate, or None when it teaches nothing: no
+def learning_target(c: Candidate, near_misses: bool = False) -> tuple[bool, float | None] | None:
+    """(worth training, fitness) of an evaluated candidate, or None when it teaches nothing: no
     features, or no label (`label`)."""
-    return None if c.features is None else label(c)
+    return None if c.features is None else label(c, near_misses)
 
 
-def label(c: Candidate) -> tuple[bool, float | None] | None:
-    """(passed rejection, fitness) of an evaluated candidate, or None for a cache hit (a repeat),
-    a failed one (says nothing about the layer) or one never trained (a prescreen rejection). The
-    fitness is the first stage's in a staged search, which every valid layer reached, so that
-    layers a hurdle stopped compare with those that went on."""
+def label(c: Candidate, near_misses: bool = False) -> tuple[bool, float | None] | None:
+    """(worth training, fitness) of an evaluated candidate, or None for a cache hit (a repeat),
+    a failed one (says nothing about the layer) or one never trained (a prescreen rejection).
+    Worth training: valid, or, in a search whose population takes near misses (`near_misses`,
+    from random graphs, where valid layers are too rare to learn from), a near miss, the other
+    kind of parent. The fitness is the first stage's in a staged search, which every valid
+    layer reached, so that layers a hurdle stopped compare with those that went on (None for a
+    near miss: the regressor learns from valid layers only)."""
     if c.cache_hit or c.status == "failed" or (c.reason or "").startswith(PRESCREEN_REASON):
         return None
     if c.status != "valid":
-        return False, None
+        return near_misses and c.evaluation.near_miss, None
     stages = c.evaluation.stage_fitness
     return True, stages[0] if stages else c.fitness
 
@@ -267,7 +270,7 @@ class Prescreen:
 
     def learn(self, c: Candidate) -> None:
         """Add an evaluated candidate to what the surrogate learns from (if it teaches anything)."""
-        target = learning_target(c)
+        target = learning_target(c, self.cfg.near_misses)
         if target is not None:
             self.surrogate.add(c.features, *target)
 
