@@ -1,0 +1,332 @@
+"""From primitives: the paper's Fig. 10 from random graphs only, and whether the layers evolution
+finds there hold up when trained long.
+
+Protocol, fixed before the runs (results/from_scratch/README.md says the same, with its commit):
+- arms, each the preset `scratch` as shipped (S space, random graphs only, no seed layer; the
+  `demo` proxy on Fashion-MNIST: quality test at 75 steps, hurdle there, 900 steps for the
+  layers above it; near misses as parents), differing only as named:
+  `evolution` (the primary arm: the preset as shipped, prescreen on),
+  `evolution_no_prescreen` (the same with the prescreen off),
+  `random` (fresh random graphs, prescreen off: the same rejection, hurdles and budget);
+- search seeds 0-4 (`--seeds`); a budget of 3,600 worker-seconds per run (`--budget-seconds`:
+  the candidates' evaluation times, with the prescreen's feature time charged to the candidates);
+  one worker of one torch thread per run; the three arms of a seed side by side, so that they
+  see the same machine load;
+- per run, over the candidates finished within the budget: `top10_mean` (the paper's: the mean
+  fitness of the 10 best layers trained to the end, a missing one at chance, 0.1), `best_fitness`
+  (the best layer trained to the end; chance if none), `valid_per_worker_hour` (valid
+  candidates, cache hits not counted, per hour of the budget), `distinct_valid_own` (distinct
+  valid functions);
+- tests: one-sided exact paired sign-flip tests over the seeds on each metric: evolution >
+  random (primary: `top10_mean`), evolution_no_prescreen > random, evolution >
+  evolution_no_prescreen (the prescreen's target: at least 5x its valid layers per worker-hour,
+  means over the seeds); the prescreen's false negatives on its exploring slots (a child trained
+  whatever was predicted, predicted below the threshold, that was worth training: valid or a
+  near miss); where each arm's worker-seconds went, by rejection;
+- a layer that holds up: the 3 best distinct layers (by function) trained to the end in the two
+  evolution arms over all seeds, by the search's own fitness, before any retraining, named
+  `winner` (the best), `second`, `third`, are trained at the reference setting of the rank-
+  fidelity panel (experiments/fidelity_panel.py: all 60,000 images, 2,000 steps, both anchor
+  architectures) at training seeds 10-13, which no search used, beside `gn_relu` and
+  `evonorm_s0` at the same seeds. Per layer and seed, the mean test accuracy over the two
+  architectures; one-sided exact permutation tests on those per-seed means: `winner` > gn_relu
+  (primary), each of the three > gn_relu (Bonferroni x3 for "the best of them"), winner vs
+  evonorm_s0 (the moonshot).
+Every run is reported. Resumable: a killed run continues from its store, a killed panel from its
+checkpoints, a finished step is not run again.
+
+    nohup nice -n 10 python experiments/from_scratch.py > runs/from_scratch.log 2>&1 &
+    python experiments/from_scratch.py --step summary      # the tables from what has finished
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, log, out_dir, write_table  # noqa: E402
+from evolution_vs_random import best_full, read_run, run_seed, top_mean  # noqa: E402
+from prescreen_arms import arm_numbers  # noqa: E402
+
+ARMS = {"evolution": ("evolution", {}),
+        "evolution_no_prescreen": ("evolution", {"prescreen": False}),
+        "random": ("random", {"prescreen": False})}
+PRIMARY = "evolution"
+REFERENCE_SEEDS = (10, 11, 12, 13)
+REFERENCE_NAMES = ("winner", "second", "third")
+METRICS = ("top10_mean", "best_fitness", "valid_per_worker_hour", "distinct_valid_own")
+COMPARISONS = (("evolution", "random"), ("evolution_no_prescreen", "random"),
+               ("evolution", "evolution_no_prescreen"))
+
+
+def arm_config(arm: str, seed: int, budget_seconds: float):
+    """One arm's search at `seed`: the `scratch` preset as shipped but for the arm's changes,
+    one worker of one torch thread."""
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.training import with_dataset
+
+    algorithm, changes = ARMS[arm]
+    return with_dataset(get_preset("scratch", **changes, algorithm=algorithm, seed=seed,
+                                   budget=100_000, budget_seconds=budget_seconds, workers=1,
+                                   threads=1, executor="local"))
+
+
+def run_metrics(candidates, stages: int, chance: float, budget_seconds: float) -> dict:
+    rate, own, _ = arm_numbers(candidates, budget_seconds)
+    best = best_full(candidates, stages)
+    return {"top10_mean": round(top_mean(candidates, stages, chance), 4),
+            "best_fitness": round(chance if best is None else best.fitness, 4),
+            "valid_per_worker_hour": round(rate, 3), "distinct_valid_own": own}
+
+
+def spending(candidates) -> dict[str, dict]:
+    """Where a run's worker-seconds went: per outcome (valid, or the rejection's kind), the
+    candidates and their worker-seconds (cache hits apart: they cost nothing)."""
+    from evonorm.search.candidates import reason_group
+
+    out: dict[str, dict] = defaultdict(lambda: {"candidates": 0, "worker_seconds": 0.0})
+    for c in candidates:
+        kind = "cache hit" if c.cache_hit else (
+            "valid" if c.status == "valid" else reason_group(c.reason, fine=True))
+        out[kind]["candidates"] += 1
+        out[kind]["worker_seconds"] = round(out[kind]["worker_seconds"] + c.seconds, 1)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["worker_seconds"]))
+
+
+def false_negatives(candidates, threshold: float) -> dict:
+    """The prescreen's exploring slots: children trained whatever it predicted. Of those it
+    predicted below its threshold (it would have rejected them untrained), how many were worth
+    training (valid, or a near miss)."""
+    explored = [c for c in candidates if (c.prediction or {}).get("explore")
+                and (c.prediction or {}).get("p_valid") is not None and not c.cache_hit]
+    below = [c for c in explored if c.prediction["p_valid"] < threshold]
+    worth = [c for c in below if c.status == "valid" or c.evaluation.near_miss]
+    return {"explored": len(explored), "predicted_below_threshold": len(below),
+            "worth_training_among_them": len(worth)}
+
+
+def exact_sign_flip(a: list[float], b: list[float]) -> float | None:
+    """One-sided exact paired sign-flip p-value, mean(a - b) > 0."""
+    from scipy.stats import permutation_test
+
+    if len(a) < 2:
+        return None
+    res = permutation_test((a, b), lambda x, y: sum(xi - yi for xi, yi in zip(x, y)) / len(x),
+                           permutation_type="samples", alternative="greater", n_resamples=10**6)
+    return round(float(res.pvalue), 4)
+
+
+def exact_two_sample(a: list[float], b: list[float]) -> float | None:
+    """One-sided exact permutation p-value of mean(a) > mean(b), independent samples."""
+    from scipy.stats import permutation_test
+
+    if len(a) < 2 or len(b) < 2:
+        return None
+    res = permutation_test((a, b), lambda x, y: statistics.fmean(x) - statistics.fmean(y),
+                           permutation_type="independent", alternative="greater",
+                           n_resamples=10**6)
+    return round(float(res.pvalue), 4)
+
+
+def search_step(args) -> None:
+    runs_dir, t0 = args.runs, time.time()
+    for seed in args.seeds:
+        configs = {arm: arm_config(arm, seed, args.budget_seconds) for arm in ARMS}
+        done = [read_run(runs_dir / f"{arm}_s{seed}", args.budget_seconds) for arm in ARMS]
+        if all(r is not None and r[1] == "complete" for r in done):
+            continue
+        log(f"seed {seed}: {', '.join(ARMS)} side by side, {args.budget_seconds:.0f} worker-s each")
+        run_seed(runs_dir, seed, configs, args.budget_seconds, t0)
+
+
+def read_arms(args) -> dict:
+    """Per arm, per finished seed: its config, metrics, spending, false negatives and the layers
+    it trained to the end."""
+    arms: dict[str, dict] = {}
+    for arm in ARMS:
+        arms[arm] = {"seeds": [], **{m: [] for m in METRICS}, "spending": {},
+                     "false_negatives": {}, "first_valid_at_worker_seconds": [], "full": []}
+        for seed in args.seeds:
+            read = read_run(args.runs / f"{arm}_s{seed}", args.budget_seconds)
+            if read is None or read[1] != "complete":
+                continue
+            cfg, _, chance, within = read
+            stages = cfg.hurdles.num_stages
+            arms[arm]["seeds"].append(seed)
+            for k, v in run_metrics(within, stages, chance, args.budget_seconds).items():
+                arms[arm][k].append(v)
+            arms[arm]["spending"][str(seed)] = spending(within)
+            if cfg.evolution.prescreen:
+                arms[arm]["false_negatives"][str(seed)] = false_negatives(
+                    within, cfg.evolution.prescreen_threshold)
+            spent, first = 0.0, None
+            for c in within:
+                spent += c.seconds
+                if first is None and c.status == "valid" and not c.cache_hit:
+                    first = round(spent, 1)
+            arms[arm]["first_valid_at_worker_seconds"].append(first)
+            arms[arm]["full"] += [(c.fitness, c.key, c.graph, arm, seed, c.id) for c in within
+                                  if c.status == "valid" and c.stage >= stages and not c.cache_hit]
+            arms[arm]["config"] = cfg.to_dict()
+    return arms
+
+
+def top_layers(arms: dict, k: int = 3) -> list[dict]:
+    """The k best distinct layers (by function key) trained to the end in the evolution arms, by
+    the search's own fitness."""
+    full = sorted(arms["evolution"]["full"] + arms["evolution_no_prescreen"]["full"],
+                  key=lambda t: -t[0])
+    out, seen = [], set()
+    for fitness, key, graph, arm, seed, cid in full:
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append({"graph": graph, "search_fitness": round(fitness, 4), "arm": arm,
+                    "seed": seed, "candidate": cid})
+        if len(out) == k:
+            break
+    return out
+
+
+def reference_dir(args) -> Path:
+    return args.out / "reference"
+
+
+def reference_step(args) -> None:
+    arms = read_arms(args)
+    missing = [a for a in ARMS if len(arms[a]["seeds"]) < len(args.seeds)]
+    if missing:
+        log(f"reference: waiting for the searches of {', '.join(missing)}")
+        return
+    top = top_layers(arms)
+    if not top:
+        log("reference: the evolution arms trained no layer to the end; nothing to retrain")
+        return
+    d = reference_dir(args)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "chosen.json").write_text(json.dumps(top, indent=1) + "\n")
+    cmd = [sys.executable, str(ROOT / "experiments" / "fidelity_panel.py"), "--out", str(d),
+           "--workers", str(args.workers), "--seeds", *map(str, REFERENCE_SEEDS)]
+    for name, layer in zip(REFERENCE_NAMES, top):
+        cmd += ["--layer", f"{name}={json.dumps(layer['graph'], separators=(',', ':'))}"]
+    cmd += ["--layer", "gn_relu=gn_relu", "--layer", "evonorm_s0=evonorm_s0"]
+    log("reference: " + " ".join(cmd[1:3]) + " ...")
+    subprocess.run(cmd, check=True)
+
+
+def reference_runs(args) -> list[dict]:
+    path = reference_dir(args) / "runs.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def per_seed_means(runs: list[dict], layer: str) -> dict[int, float]:
+    """Mean test accuracy over the architectures, per seed with every architecture done."""
+    by_seed: dict[int, list[float]] = defaultdict(list)
+    for r in runs:
+        if r["layer"] == layer:
+            by_seed[r["seed"]].append(r["test_accuracy"])
+    archs = len({r["arch"] for r in runs}) or 1
+    return {s: statistics.fmean(v) for s, v in sorted(by_seed.items()) if len(v) == archs}
+
+
+def summary_step(args) -> dict:
+    from evonorm.graph import Graph
+
+    arms = read_arms(args)
+    p_values = {}
+    for a, b in COMPARISONS:
+        both = [s for s in arms[a]["seeds"] if s in arms[b]["seeds"]]
+        for m in METRICS:
+            va = [arms[a][m][arms[a]["seeds"].index(s)] for s in both]
+            vb = [arms[b][m][arms[b]["seeds"].index(s)] for s in both]
+            p_values[f"{a}>{b}:{m}"] = exact_sign_flip(va, vb)
+    means = {arm: {m: (round(statistics.fmean(r[m]), 4) if r[m] else None) for m in METRICS}
+             for arm, r in arms.items()}
+    top = top_layers(arms)
+    runs = reference_runs(args)
+    reference_p = {}
+    if runs:
+        gn = list(per_seed_means(runs, "gn_relu").values())
+        s0 = list(per_seed_means(runs, "evonorm_s0").values())
+        for name in REFERENCE_NAMES:
+            mine = list(per_seed_means(runs, name).values())
+            reference_p[f"{name}>gn_relu"] = exact_two_sample(mine, gn)
+        reference_p["winner>evonorm_s0"] = exact_two_sample(
+            list(per_seed_means(runs, "winner").values()), s0)
+        found = [reference_p[f"{n}>gn_relu"] for n in REFERENCE_NAMES
+                 if reference_p.get(f"{n}>gn_relu") is not None]
+        if found:
+            reference_p["best_of_three>gn_relu_bonferroni"] = round(min(1.0, 3 * min(found)), 4)
+    winner = None
+    if top:
+        w = top[0]
+        winner = {"name": "winner", "graph": w["graph"],
+                  "formula": Graph.from_json(w["graph"]).to_text(), "arm": w["arm"],
+                  "seed": w["seed"], "candidate": w["candidate"],
+                  "search_fitness": w["search_fitness"]}
+    chosen = [{"name": n, "formula": Graph.from_json(t["graph"]).to_text(), **t}
+              for n, t in zip(REFERENCE_NAMES, top)]
+    summary = {
+        "protocol": "experiments/from_scratch.py's docstring (results/from_scratch/README.md)",
+        "command": "python experiments/from_scratch.py " + " ".join(sys.argv[1:]),
+        "machine": f"{platform.node()} ({platform.machine()}, 2 cores)",
+        "budget_worker_seconds": args.budget_seconds,
+        "config": arms[PRIMARY].get("config"),
+        "arms": {arm: {k: r[k] for k in ("seeds", *METRICS, "first_valid_at_worker_seconds",
+                                         "spending", "false_negatives")}
+                 for arm, r in arms.items()},
+        "means": means,
+        "p_values": p_values,
+        "test": "one-sided exact paired sign-flip over the seeds (scipy.stats.permutation_test)",
+        "chosen": chosen,
+        "winner": winner,
+        "reference": {"setting": "experiments/fidelity_panel.py's SETTING (results/from_scratch/"
+                                 "reference/panel.json)",
+                      "command": "python experiments/from_scratch.py --step reference",
+                      "seeds": list(REFERENCE_SEEDS),
+                      "runs": [{k: r.get(k) for k in ("layer", "graph", "arch", "seed",
+                                                        "test_accuracy")} for r in runs],
+                      "p_values": reference_p,
+                      "test": "one-sided exact permutation test on per-seed means over the "
+                              "two architectures (independent samples)"},
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    rows = [{"arm": arm, "seed": s, **{m: r[m][i] for m in METRICS},
+             "first valid at (worker-s)": r["first_valid_at_worker_seconds"][i]}
+            for arm, r in arms.items() for i, s in enumerate(r["seeds"])]
+    write_table(args.out, "runs", rows, {"budget_worker_seconds": args.budget_seconds})
+    log(f"summary: {sum(len(r['seeds']) for r in arms.values())} runs finished; means {means}")
+    return summary
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--step", choices=("all", "search", "reference", "summary"), default="all")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    p.add_argument("--budget-seconds", type=float, default=3600.0)
+    p.add_argument("--workers", type=int, default=2, help="parallel runs of the reference step")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "from_scratch")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    args.out = out_dir("from_scratch", args.out)
+    if args.step in ("all", "search"):
+        search_step(args)
+        summary_step(args)
+    if args.step in ("all", "reference"):
+        reference_step(args)
+    summary_step(args)
+
+
+if __name__ == "__main__":
+    main()
