@@ -13,7 +13,8 @@ Protocol, fixed before the runs (results/from_scratch/README.md says the same, w
   one worker of one torch thread per run; the three arms of a seed side by side, so that they
   see the same machine load;
 - per run, over the candidates finished within the budget: `top10_mean` (the paper's: the mean
-  fitness of the 10 best layers trained to the end, a missing one at chance, 0.1), `best_fitness`
+  fitness of the 10 best layers trained to the end, a missing one at chance, 0.1; each layer once:
+  a cache hit is the same layer proposed again), `best_fitness`
   (the best layer trained to the end; chance if none), `valid_per_worker_hour` (valid
   candidates, cache hits not counted, per hour of the budget), `distinct_valid_own` (distinct
   valid functions);
@@ -80,7 +81,10 @@ def arm_config(arm: str, seed: int, budget_seconds: float):
 
 
 def run_metrics(candidates, stages: int, chance: float, budget_seconds: float) -> dict:
+    """The protocol's four numbers for one run; each layer counts once (a cache hit is a layer
+    proposed again, answered from the store: the same layer, not another one found)."""
     rate, own, _ = arm_numbers(candidates, budget_seconds)
+    candidates = [c for c in candidates if not c.cache_hit]
     best = best_full(candidates, stages)
     return {"top10_mean": round(top_mean(candidates, stages, chance), 4),
             "best_fitness": round(chance if best is None else best.fitness, 4),
