@@ -84,3 +84,45 @@ class NeedsMaxWithPrior:
         rows = [{"features": {"graph_op_max": float(i % 2 == 0)}, "valid": i % 2 == 0,
                  "fitness": 0.55 if i % 2 == 0 else None} for i in range(12)]
         return rows + ([{"features": {}, "valid": "yes"}] if self.broken else [])
+
+
+# What an objective may hand back that the store cannot hold as given (numpy values, text that is
+# not UTF-8, a detail that is not a JSON object of finite values): `HOSTILE[name](trial)`.
+def _np():
+    import numpy as np
+
+    return np
+
+
+HOSTILE = {
+    "np_step": lambda: Reject("low", step=_np().int64(3)),
+    "np_detail": lambda: Reject("low", detail={"s": _np().float32(0.25), "n": [_np().int32(2)]}),
+    "np_scores": lambda: Reject("low", scores={"a": _np().float64(0.5)}),
+    "text_step": lambda: Reject("low", step="three"),
+    "text_score": lambda: Reject("low", scores={"a": "high"}),
+    "text_detail": lambda: Reject("low", detail="str"),
+    "nan_detail": lambda: Reject("low", detail={"x": float("nan")}),
+    "deep_detail": lambda: Reject("low", detail=_deep(100)),
+    "surrogate": lambda: Reject("\udcff x"),
+    "object_detail": lambda: Reject("low", detail={"f": object()}),
+}
+
+
+def _deep(n: int) -> dict:
+    d: dict = {}
+    for _ in range(n):
+        d = {"d": d}
+    return d
+
+
+def hostile(norm_act, trial):
+    """Rejects each layer with one of HOSTILE's outcomes in turn (by the layer's hash), or returns
+    a numpy float, or sets a timing that is not a number."""
+    kinds = [*HOSTILE, "np_value", "text_timing"]
+    kind = kinds[_h(trial) % len(kinds)]
+    if kind == "np_value":
+        return _np().float32(0.5)
+    if kind == "text_timing":
+        trial.timings["t"] = "slow"
+        return 0.5
+    raise HOSTILE[kind]()

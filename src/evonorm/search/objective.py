@@ -133,8 +133,16 @@ def run_trial(objective: Objective, payload: dict) -> Evaluation:
     payload: {"graph": graph JSON, "seed", "device", and optional "staged" (the run scores in
     stages), "hurdles", "checkpoint" and "data_dir"}: what the `Trial` carries, no more. In a
     staged run the candidate's stored stages are its reports, then the returned value (unless it
-    was the last report, or a hurdle stopped the layer there).
+    was the last report, or a hurdle stopped the layer there). What leaves is storable
+    (`outcome.storable`): an outcome the store could not hold is a failed candidate saying why.
     """
+    from evonorm.search.outcome import storable
+
+    return storable(_evaluate(objective, payload))
+
+
+def _evaluate(objective: Objective, payload: dict) -> Evaluation:
+    """`run_trial`'s evaluation as the objective's outcome gives it, before the gate."""
     from evonorm.graph import Graph
     from evonorm.layers.paths import recording
 
@@ -143,7 +151,7 @@ def run_trial(objective: Objective, payload: dict) -> Evaluation:
                   device=str(payload.get("device", "cpu")), checkpoint=payload.get("checkpoint"),
                   data_dir=payload.get("data_dir"), hurdles=payload.get("hurdles") or ())
 
-    def timings() -> dict[str, float]:
+    def timings() -> dict[str, Any]:
         spent = dict(trial.timings) or {SCORE_NAME: time.perf_counter() - start}
         return spent | {f"{PATH_PREFIX}{path}": float(n) for path, n in sorted(calls.items())}
 

@@ -1,0 +1,127 @@
+"""The one gate between what an objective hands back and what the store writes.
+
+An objective is the user's code: it may return numpy scalars, raise `Reject` with a numpy step, a
+detail that JSON cannot hold, text that is not UTF-8. Written as given, such values either break the
+write (the candidate stays pending, and every resume stops at it) or are written and then refused
+by the store's own reader, so the run can never be reported or resumed again. So the worker passes
+every evaluation through `storable` before it leaves: numpy scalars become Python numbers, and an
+outcome that still cannot be stored becomes a failed candidate whose reason says what the objective
+returned (the search goes on; the layer is not judged).
+
+Stdlib only: numpy values are recognised by their `item()` method, as numpy is not imported here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from evonorm.search.evaluation import Evaluation
+
+MAX_DEPTH = 8  # nesting of a detail: what a measurement needs, far below JSON readers' limits
+MAX_TEXT = 300  # characters of a reason (the store's reasons are one line)
+MAX_NAME = 100  # characters of a score or timing name
+MAX_DETAIL = 64_000  # characters of a detail as JSON
+
+
+class Unstorable(ValueError):
+    """What the objective returned, and why it cannot be stored."""
+
+
+def plain(value: Any) -> Any:
+    """A numpy scalar as the Python number it holds; anything else unchanged."""
+    item = getattr(value, "item", None)
+    if callable(item) and type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+        return item()
+    return value
+
+
+def _text(value: Any, what: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise Unstorable(f"{what} is {type(value).__name__}, not text")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Unstorable(f"{what} is not valid UTF-8 text") from None
+    if len(value) > limit:
+        raise Unstorable(f"{what} is {len(value)} characters long (at most {limit})")
+    return value
+
+
+def _number(value: Any, what: str, *, finite: bool = True) -> float:
+    value = plain(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Unstorable(f"{what} is {type(value).__name__}, not a number")
+    if finite and not math.isfinite(value):
+        raise Unstorable(f"{what} is {value}, not a finite number")
+    return float(value)
+
+
+def _step(value: Any) -> int | None:
+    value = plain(value)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Unstorable(f"the rejection's step is {type(value).__name__} {value!r:.40}, not an integer")
+    return value
+
+
+def _json(value: Any, what: str, depth: int = 0) -> Any:
+    """A detail's value as plain JSON: objects with text keys, lists, text, finite numbers,
+    true/false/null."""
+    value = plain(value)
+    if depth > MAX_DEPTH:
+        raise Unstorable(f"{what} is nested deeper than {MAX_DEPTH} levels")
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return _number(value, what)
+    if isinstance(value, str):
+        return _text(value, what, MAX_DETAIL)
+    if isinstance(value, dict):
+        return {_text(k, f"a key of {what}", MAX_NAME): _json(v, f"{what}[{k!r:.40}]", depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json(v, f"{what}[{i}]", depth + 1) for i, v in enumerate(value)]
+    raise Unstorable(f"{what} is {type(value).__name__}, not a JSON value")
+
+
+def _named(values: Any, what: str, *, finite: bool = True) -> dict[str, float]:
+    if not isinstance(values, dict):
+        raise Unstorable(f"{what} are {type(values).__name__}, not an object of numbers")
+    return {_text(k, f"a name in {what}", MAX_NAME): _number(v, f"{what}[{k!r:.40}]", finite=finite)
+            for k, v in values.items()}
+
+
+def check(e: Evaluation) -> Evaluation:
+    """`e` with every field in the form the store writes and reads back; Unstorable otherwise."""
+    detail = None
+    if e.detail is not None:
+        if not isinstance(e.detail, dict):
+            raise Unstorable(f"the rejection's detail is {type(e.detail).__name__}, not an object")
+        detail = _json(e.detail, "the rejection's detail")
+        if len(json.dumps(detail)) > MAX_DETAIL:
+            raise Unstorable(f"the rejection's detail is over {MAX_DETAIL} characters as JSON")
+    return dataclasses.replace(
+        e, reason=None if e.reason is None else _text(e.reason, "the reason", MAX_TEXT),
+        reason_step=_step(e.reason_step), detail=detail,
+        scores=_named(e.scores, "the scores"),
+        fitness=None if e.fitness is None else _number(e.fitness, "the fitness"),
+        timings=_named(e.timings, "the timings"),
+        stage_scores=[_named(s, f"the scores of stage {k + 1}")
+                      for k, s in enumerate(e.stage_scores or [])])
+
+
+def storable(e: Evaluation) -> Evaluation:
+    """`e` made storable (`check`), or a failed evaluation saying what could not be stored."""
+    try:
+        return check(e)
+    except Unstorable as err:
+        failed = Evaluation.failed(f"error: the objective returned what cannot be stored: {err}"[:MAX_TEXT])
+        try:
+            timings = _named(e.timings, "the timings")
+        except Unstorable:
+            timings = {}
+        return dataclasses.replace(failed, timings=timings)

@@ -1,0 +1,69 @@
+"""The gate between an objective's outcome and the store: numpy values stored as Python numbers,
+what cannot be stored a failed candidate saying why, and a run that stays readable and resumable."""
+
+import json
+
+import pytest
+
+import _objectives
+from evonorm.cli import main as cli
+from evonorm.graph.library import NAMED_GRAPHS
+from evonorm.search import load, resume, search
+from evonorm.search.evaluation import Evaluation
+from evonorm.search.objective import run_trial
+from evonorm.search.outcome import Unstorable, check, storable
+from evonorm.search.store import Store
+
+
+def _run(outcome):
+    """run_trial on an objective that ends with `outcome` (raised when an exception, else returned)."""
+    def objective(norm_act, trial):
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+    return run_trial(objective, {"graph": NAMED_GRAPHS["evonorm_s0"].to_json()})
+
+
+@pytest.mark.parametrize("kind", ["np_step", "np_detail", "np_scores"])
+def test_numpy_values_are_stored_as_python_numbers(kind):
+    e = _run(_objectives.HOSTILE[kind]())
+    assert e.status == "rejected" and e.reason == "low"
+    stored = json.loads(json.dumps({"step": e.reason_step, "detail": e.detail, "scores": e.scores}))
+    assert stored == {"step": e.reason_step, "detail": e.detail, "scores": e.scores}
+    assert type(e.reason_step) in (int, type(None))
+    if kind == "np_detail":
+        assert e.detail == {"s": 0.25, "n": [2]} and type(e.detail["n"][0]) is int
+    assert _run(__import__("numpy").float32(0.5)).scores == {"objective": 0.5}
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("text_step", "step is str"), ("text_score", "scores['a'] is str"),
+    ("text_detail", "detail is str, not an object"), ("nan_detail", "not a finite number"),
+    ("deep_detail", "nested deeper than"), ("surrogate", "not valid UTF-8"),
+    ("object_detail", "is object, not a JSON value")])
+def test_what_cannot_be_stored_fails_the_candidate_saying_what_it_was(kind, says):
+    e = _run(_objectives.HOSTILE[kind]())
+    assert e.status == "failed" and e.reason.startswith("error: the objective returned")
+    assert says in e.reason, e.reason
+    json.dumps(e.reason).encode("utf-8")  # the reason itself is storable
+    rej = _objectives.HOSTILE[kind]()
+    with pytest.raises(Unstorable):
+        check(Evaluation.rejected(rej, rej.scores))
+
+
+def test_a_timing_that_is_not_a_number_fails_the_candidate():
+    e = storable(Evaluation.valid({"a": 0.5}, {"t": "slow"}))
+    assert e.status == "failed" and "timings['t'] is str" in e.reason and e.timings == {}
+
+
+def test_a_search_of_a_hostile_objective_stays_reportable_and_resumable(tmp_path, capsys):
+    out = tmp_path / "run"
+    result = search(_objectives.hostile, out=out, preset="tiny", budget=12, workers=1,
+                    seed_layers=(), executor="local")
+    with Store(out, readonly=True) as st:
+        cands = st.candidates()
+    assert {c.status for c in cands} == {"failed", "rejected", "valid"} and result.done == 12
+    assert any(type(c.reason_step) is int for c in cands if c.reason == "low")
+    assert cli(["report", str(out)]) == 0
+    assert resume(out, _objectives.hostile).done == 12  # its budget spent: reads, resumes, ends
+    assert len(load(out).top(5)) == 2
