@@ -2,6 +2,7 @@
 what cannot be stored a failed candidate saying why, and a run that stays readable and resumable."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +68,30 @@ def test_a_search_of_a_hostile_objective_stays_reportable_and_resumable(tmp_path
     assert cli(["report", str(out)]) == 0
     assert resume(out, _objectives.hostile).done == 12  # its budget spent: reads, resumes, ends
     assert len(load(out).top(5)) == 2
+
+
+def test_a_disk_that_fills_during_search_ends_it_in_one_line_and_the_run_resumes(
+        tmp_path, capsys, monkeypatch):
+    import sqlite3
+
+    monkeypatch.chdir(Path(__file__).resolve().parent)
+    real = Store.add_candidate
+    calls = []
+
+    def full_after_two(self, *a, **kw):
+        calls.append(1)
+        if len(calls) > 2:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Store, "add_candidate", full_after_two)
+    out = tmp_path / "run"
+    argv = ["--objective", "_objectives:two", "--quiet"]
+    code = cli(["search", "--preset", "tiny", "--out", str(out), "--budget", "5", "--workers", "1",
+                *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "database or disk is full" in err[0], err
+    monkeypatch.setattr(Store, "add_candidate", real)  # space is back
+    assert cli(["resume", str(out), *argv]) == 0
+    with Store(out, readonly=True) as st:
+        assert len(st.candidates()) == 5 and not st.pending_proposals()

@@ -1,6 +1,8 @@
 """Executors: results come back; a worker that raises, dies or hangs is reported and replaced."""
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +55,26 @@ def test_local_pool_survives_raise_die_and_hang():
         got = _drain(ex, 2)
         assert {got[5].result["value"], got[6].result["value"]} == {5, 6}
         assert got[5].worker and got[5].worker != got[6].worker
+
+
+def test_a_worker_that_dies_while_starting_is_started_again_then_reported_in_one_line(monkeypatch):
+    monkeypatch.setenv("EVONORM_TEST_IMPORTER", str(os.getpid()))
+    import _dies_in_worker
+    from evonorm.search.executors import LocalExecutor, WorkerStartError
+
+    with LocalExecutor(_dies_in_worker.task, workers=1, threads=1) as ex:
+        ex.start_attempts = 2
+        with pytest.raises(WorkerStartError, match=r"died while starting \(exit code 1\), 2 times"):
+            ex.submit(1, {})
+
+
+def test_the_search_command_says_in_one_line_that_its_workers_cannot_start(tmp_path, capsys,
+                                                                          monkeypatch):
+    from evonorm.cli import main as cli
+
+    monkeypatch.setenv("EVONORM_TEST_IMPORTER", str(os.getpid()))
+    monkeypatch.chdir(Path(__file__).resolve().parent)
+    code = cli(["search", "--objective", "_dies_in_worker:objective", "--preset", "tiny",
+                "--out", str(tmp_path / "run"), "--budget", "1", "--workers", "1", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "died while starting" in err[0], err

@@ -13,6 +13,7 @@ from typing import NoReturn, Sequence
 
 from evonorm import __version__
 from evonorm.files import DamagedFile, UnsafePath
+from evonorm.search.executors import WorkerStartError
 
 COMMANDS: dict[str, str] = {
     "search": "run a layer search (regularized evolution or random search) into a run folder",
@@ -62,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(f"evonorm.commands.{name}")
     try:
         return int(module.main(rest) or 0)
-    except (CommandError, DamagedFile, UnsafePath) as err:  # a damaged or linked run-folder file: one line too
+    except (CommandError, DamagedFile, UnsafePath, WorkerStartError) as err:  # a damaged or linked
+        # run-folder file, or workers that cannot start: one line too
         print(f"evonorm {name}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

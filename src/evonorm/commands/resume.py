@@ -116,8 +116,8 @@ def main(argv: list[str]) -> int:
                   f"(in flight when it stopped), {cfg.num_workers} {cfg.executor} worker(s) on "
                   f"{cfg.device}", file=sys.stderr)
 
-        result = run_search(args.run, objective=objective or ProxyObjective(cfg),
-                            progress=not args.quiet,
-                            ship=args.ship)
+        with write_errors(f"run {args.run}"):  # a disk that fills during the search: one line
+            result = run_search(args.run, objective=objective or ProxyObjective(cfg),
+                                progress=not args.quiet, ship=args.ship)
         report_result(result, args.run, args.top)
     return 0

@@ -267,7 +267,8 @@ def main(argv: list[str]) -> int:
                   f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
 
             print(calibration_note(cfg.preset, cfg.space, cfg.to_dict()), file=sys.stderr)
-        result = run_search(run, objective=objective or ProxyObjective(cfg),
-                            progress=not args.quiet, ship=args.ship)
+        with write_errors(f"run folder {run}"):  # a disk that fills during the search: one line
+            result = run_search(run, objective=objective or ProxyObjective(cfg),
+                                progress=not args.quiet, ship=args.ship)
         report_result(result, run, args.top)
     return 0

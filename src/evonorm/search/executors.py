@@ -59,6 +59,10 @@ def threads_per_worker(workers: int, cores: int | None = None) -> int:
     return max(1, (cores or os.cpu_count() or 1) // max(1, workers))
 
 
+class WorkerStartError(RuntimeError):
+    """A worker that cannot be started: the search cannot go on (one line for the user)."""
+
+
 def _set_threads(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
@@ -140,18 +144,29 @@ class LocalExecutor:
         self._ctx = mp.get_context("spawn")  # fork after torch threads exist can deadlock
         self._slots = [_Slot(i) for i in range(self.workers)]
         self.startup_timeout = 300.0
+        self.start_attempts = 3  # a worker that dies while starting (an OOM kill) is started again
 
     def _start(self, slot: _Slot) -> None:
-        parent, child = self._ctx.Pipe()
-        slot.proc = self._ctx.Process(target=_worker_main, args=(child, self.fn, self.threads),
-                                      name=f"evonorm-worker-{slot.index}", daemon=True)
-        slot.proc.start()
-        child.close()
-        slot.conn = parent
-        if not parent.poll(self.startup_timeout):
+        """Start the slot's worker and wait for its "ready"; WorkerStartError, one line, when it
+        dies or hangs while starting `start_attempts` times in a row."""
+        for attempt in range(1, self.start_attempts + 1):
+            parent, child = self._ctx.Pipe()
+            slot.proc = self._ctx.Process(target=_worker_main, args=(child, self.fn, self.threads),
+                                          name=f"evonorm-worker-{slot.index}", daemon=True)
+            slot.proc.start()
+            child.close()
+            slot.conn = parent
+            try:
+                if parent.poll(self.startup_timeout):
+                    parent.recv()
+                    return
+                why = f"did not start in {self.startup_timeout:g} s"
+            except (EOFError, OSError):  # it died before saying ready: its pipe closed
+                slot.proc.join(timeout=5)
+                why = f"died while starting (exit code {slot.proc.exitcode})"
             self._stop(slot, kill=True)
-            raise RuntimeError(f"worker {slot.index} did not start in {self.startup_timeout:g}s")
-        parent.recv()
+        raise WorkerStartError(f"local worker {slot.index} {why}, {self.start_attempts} times in a "
+                               "row (out of memory, or the objective's module failing on import?)")
 
     def _stop(self, slot: _Slot, kill: bool = False) -> None:
         if slot.proc is None:
