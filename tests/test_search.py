@@ -1,5 +1,6 @@
 """The search driver with stand-in evaluators: budget, population, cache, failures, resume."""
 
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -188,3 +189,25 @@ def test_budget_seconds_stops_proposing_once_the_worker_time_is_spent(tmp_path):
     spent = sum(c.seconds for c in cands)
     assert res.complete and status == "complete" and 5 < len(cands) < 10_000
     assert spent >= 0.3 and spent - cands[-1].seconds < 0.3  # the last one crossed the line
+
+
+def test_sigterm_stops_the_search_as_ctrl_c_does_and_says_how_to_resume(tmp_path):
+    import signal
+
+    from _search_fakes import _wait_for_candidates
+
+    run = init_run(tmp_path / "run", fake_config(budget=200, workers=1))
+    proc = subprocess.Popen([sys.executable, "-c", KILLABLE.format(tests=str(TESTS), run=str(run))],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_candidates(proc, run, 3, timeout=120)
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with Store(run, readonly=True) as s:
+        assert s.get_meta("status") == "stopped" and 3 <= s.num_candidates() < 200
+    assert f"`evonorm resume {run}`" in err
+    res = run_search(run, objective=fake_objective, progress=False)  # and it resumes
+    assert res.complete and res.done == 200

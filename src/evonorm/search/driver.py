@@ -432,6 +432,29 @@ def as_evaluation(result: Any) -> Evaluation:
     return result if isinstance(result, Evaluation) else Evaluation.from_dict(result)
 
 
+def _sigterm_as_interrupt() -> Any:
+    """SIGTERM (`kill`, a scheduler stopping the job) stops the search as Ctrl-C does: the store
+    says "stopped" and the run lock is released, rather than the process vanishing with the run
+    marked "running". Returns the handler it replaced (None off the main thread: no handler)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, interrupt)
+
+
+def _restore_sigterm(previous: Any) -> None:
+    import signal
+
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor | None = None, progress: bool = True,
                progress_every: float = 10.0, ship: list[str] | None = None) -> SearchResult:
     """Run (or continue) the search stored in `run_dir` until its budget is spent.
@@ -476,9 +499,11 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
         search = _Search(store, cfg, executor, bar=bar, log=log, every=progress_every,
                          prescreen=screen)
         store.set_meta("status", "running")
+        term = _sigterm_as_interrupt()
         try:
             search.run()
         finally:
+            _restore_sigterm(term)
             if bar is not None:
                 bar.close()
             if own_executor:
@@ -488,6 +513,9 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
                                                and not search.pending)
             # a killed driver leaves "running"; any other exit says what it left behind
             store.set_meta("status", "complete" if complete else "stopped")
+            if not complete:
+                print(f"search stopped at {done}/{cfg.budget} candidates: `evonorm resume {run}` "
+                      "(or evonorm.search.resume) continues it", file=sys.stderr, flush=True)
         if complete:
             store.set_meta("finished_at", time.time())
         return SearchResult(run, cfg.budget, done, complete, search.tally)
