@@ -251,3 +251,41 @@ def test_builtin_task_flags_and_stray_ship_are_refused_with_an_own_objective(tmp
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "run").exists()
+
+
+SCRIPT = '''
+import sys
+from evonorm.search import search
+
+def objective(norm_act, trial):
+    return 0.5
+
+if __name__ == "__main__":
+    search(objective, out=sys.argv[1], preset="tiny", budget=2, workers=1, seed_layers=(),
+           progress=False)
+'''
+
+
+def test_a_search_started_from_a_script_resumes_from_python_and_from_the_command_line(tmp_path):
+    import subprocess
+
+    (tmp_path / "mysearch.py").write_text(SCRIPT)
+    out = tmp_path / "run"
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
+    subprocess.run([sys.executable, "mysearch.py", str(out)], cwd=tmp_path, env=env, check=True)
+    with Store(out, readonly=True) as st:
+        assert st.search_config().objective == "mysearch:objective"  # not __main__:objective
+    done = subprocess.run(
+        [sys.executable, "-m", "evonorm.cli", "resume", str(out), "--objective", "mysearch:objective",
+         "--budget", "3", "--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    code = ("import sys; from mysearch import objective; from evonorm.search import resume; "
+            "print(resume(sys.argv[1], objective, budget=4, progress=False).done)")
+    py = subprocess.run([sys.executable, "-c", code, str(out)], cwd=tmp_path, env=env,
+                        capture_output=True, text=True)
+    assert py.returncode == 0 and py.stdout.split()[-1] == "4", py.stderr
+    code = ("import sys; from mysearch import objective; from evonorm.search import resume; "
+            "resume(sys.argv[1], objective, budget=1, progress=False)")
+    py = subprocess.run([sys.executable, "-c", code, str(out)], cwd=tmp_path, env=env,
+                        capture_output=True, text=True)
+    assert py.returncode == 1 and "cannot shrink the run's budget of 4" in py.stderr

@@ -8,6 +8,7 @@ a run searched on an objective of one's own takes that function again, and check
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +53,11 @@ def own_objective_config(cfg: SearchConfig, objective: Objective) -> SearchConfi
     return cfg.replace(objective=objective_name(objective), scores=(SCORE_NAME,), task=None)
 
 
-def resume(out: str | Path, objective: Objective | None = None, *, progress: bool = True,
-           ship: list[str] | None = None) -> SearchResult:
-    """Continue the search in `out` until its budget is spent, with the objective it was searched
-    on (ValueError without it, or with another)."""
+def resume(out: str | Path, objective: Objective | None = None, *, budget: int | None = None,
+           progress: bool = True, ship: list[str] | None = None) -> SearchResult:
+    """Continue the search in `out` until its budget is spent (raised to `budget`, as `evonorm
+    resume --budget`), with the objective it was searched on (ValueError without it, with
+    another, or with a budget below the run's)."""
     with Store(out, readonly=True) as store:
         cfg = store.search_config()
     if objective is None and not cfg.objective:
@@ -63,6 +65,13 @@ def resume(out: str | Path, objective: Objective | None = None, *, progress: boo
                          f"{BUILTIN_ELSEWHERE}")
     check_resume_objective(cfg.objective, objective, "the objective")
     with RunLock(out):
+        if budget is not None:
+            if budget < cfg.evolution.budget:
+                raise ValueError(f"budget={budget} cannot shrink the run's budget of "
+                                 f"{cfg.evolution.budget}")
+            with Store(out) as store:
+                store.set_config(dataclasses.replace(
+                    cfg, evolution=dataclasses.replace(cfg.evolution, budget=budget)).to_dict())
         return run_search(out, objective=objective, progress=progress, ship=ship)
 
 

@@ -177,10 +177,28 @@ def _evaluate(objective: Objective, payload: dict) -> Evaluation:
 # ---------------------------------------------------------------------- naming and loading
 
 def objective_name(fn: Callable) -> str:
-    """How a run records its objective: "module:qualified.name"."""
+    """How a run records its objective: "module:qualified.name". A function of the script that
+    is running (`__main__`) is recorded under the name that script imports as (its module name
+    under `python -m`, else its file's stem), so that the run resumes from another script
+    (`from myscript import objective`) or from the command line (`--objective
+    myscript:objective`), as from the script itself."""
     module = getattr(fn, "__module__", None) or type(fn).__module__
     name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    if module == "__main__":
+        module = main_module_name() or module
     return f"{module}:{name}"
+
+
+def main_module_name() -> str | None:
+    """The importable name of the running script (`__main__`), or None (an interactive session,
+    `python -c`, a file whose name is no module name)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        return spec.name.removesuffix(".__main__")
+    file = getattr(main, "__file__", None)
+    stem = Path(file).stem if file else ""
+    return stem if stem.isidentifier() else None
 
 
 def check_objective(fn: Any, what: str = "the objective") -> Callable:
