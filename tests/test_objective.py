@@ -289,3 +289,14 @@ def test_a_search_started_from_a_script_resumes_from_python_and_from_the_command
     py = subprocess.run([sys.executable, "-c", code, str(out)], cwd=tmp_path, env=env,
                         capture_output=True, text=True)
     assert py.returncode == 1 and "cannot shrink the run's budget of 4" in py.stderr
+
+
+def test_a_candidate_prints_as_one_line_with_its_formula():
+    g = NAMED_GRAPHS["evonorm_s0"]
+    c = Candidate(7, Evaluation.valid({"a": 0.61, "b": 0.59}), graph=g.to_json())
+    text = repr(c)
+    assert "\n" not in text and text.startswith("Candidate(#7 valid, fitness 0.6000")
+    assert c.formula == g.to_text() and c.formula in text
+    r = Candidate(3, Evaluation("rejected", reason="quality:a"), graph={"nodes": "x"})
+    assert r.formula is None and repr(r) == "Candidate(#3 rejected (quality:a), fitness -: {'nodes': 'x'})"
+    assert str([c, r]).count("Candidate(") == 2

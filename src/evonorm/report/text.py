@@ -23,16 +23,21 @@ def summary_table(run_dir: str | Path, top: int = 10) -> str:
         run.fidelity, run.setup) if line)
     if not rows:
         return head_lines + "\nno valid layer found"
-    head = ["rank", "id", "fitness"] + archs + ["spellings", "layer"]
+    staged = len({row.best.stage for row in rows}) > 1  # some layer a hurdle stopped early
+    head = ["rank", "id", "fitness"] + (["stage"] if staged else []) + archs + ["spellings", "layer"]
     lines = [head]
     for rank, row in enumerate(rows, 1):
         c = row.best
-        lines.append([str(rank), str(c.id), f"{c.fitness:.4f}"]
+        lines.append([str(rank), str(c.id), f"{c.fitness:.4f}"] + ([str(c.stage)] if staged else [])
                      + [f"{c.scores.get(a, float('nan')):.4f}" for a in archs]
                      + [str(row.spellings), formula(c.graph)])
     widths = [max(len(r[i]) for r in lines) for i in range(len(head) - 1)]
     table = "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + r[-1]
                       for r in lines)
+    if staged:
+        table += ("\nranked by the stage reached, then fitness: a layer a hurdle stopped early "
+                  "was scored after shorter training, so its fitness does not compare with a "
+                  "finished layer's")
     return head_lines + "\n" + table
 
 

@@ -20,7 +20,7 @@ def _evaluation_field(name: str) -> Any:
     return property(lambda self: getattr(self.evaluation, name), doc=f"`evaluation.{name}`")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Candidate:
     """One finished evaluation: the `Evaluation` the store saved whole, plus where it came from.
 
@@ -75,6 +75,27 @@ class Candidate:
         kw = {k: v for k, v in d.items() if k in own}
         kw.setdefault("id", 0)
         return cls(evaluation=Evaluation.from_dict({"status": "pending", **d}), **kw)
+
+    @property
+    def formula(self) -> str | None:
+        """The layer as a formula (`Graph.to_text`); None without a graph (or one that does not
+        parse). `graph` itself is the layer's graph JSON as a dict (`Graph.from_json(c.graph)`)."""
+        if not self.graph:
+            return None
+        from evonorm.graph import Graph
+
+        try:
+            return Graph.from_json(self.graph).to_text()
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    def __repr__(self) -> str:
+        """One line: what a reader of `result.top(5)` looks for."""
+        fitness = "-" if self.fitness is None else f"{self.fitness:.4f}"
+        status = self.status + (f" ({self.reason})" if self.reason else "")
+        stage = f", stage {self.stage}" if self.status == "valid" and self.stage_scores else ""
+        return (f"Candidate(#{self.id} {status}, fitness {fitness}{stage}: "
+                f"{self.formula or self.graph})")
 
 
 def as_candidate(c: Candidate | Mapping[str, Any]) -> Candidate:

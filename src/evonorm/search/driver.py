@@ -95,8 +95,10 @@ class SearchResult:
 
     def top(self, k: int = 5) -> list[Candidate]:
         """The best `k` distinct valid layers, best first (as the report ranks them: one row per
-        layer however often it was proposed or spelled), each its best `Candidate` (`.graph` JSON,
-        `.fitness`, `.scores` per objective)."""
+        layer however often it was proposed or spelled), each its best `Candidate` (`.formula`,
+        `.graph` as a dict of graph JSON, `.fitness`, `.scores` per objective). In a staged
+        search a layer that reached a further stage ranks first: one a hurdle stopped early has a
+        fitness from shorter training, which does not compare with a finished layer's."""
 
         with Store(self.run_dir, readonly=True) as store:
             return [row.best for row in top_layers(store.candidates(), k, same=same_layer_keys())]
