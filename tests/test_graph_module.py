@@ -239,7 +239,7 @@ def test_show_command(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "reference to node 5" in err and err.count("\n") == 1
     assert main(["show", "no_such_layer"]) == 2
-    assert "neither a named graph" in capsys.readouterr().err
+    assert "is not a layer name" in capsys.readouterr().err
 
 
 def test_every_named_graph_compiles_and_runs():
@@ -277,3 +277,17 @@ def test_runs_on_cuda_like_on_cpu():
         cpu.eval(), gpu.eval()
         torch.testing.assert_close(gpu(x.cuda()).cpu(), cpu(x), rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(gpu.state_dict()["bias"].cpu(), cpu.state_dict()["bias"])
+
+
+def test_show_takes_the_registry_layers_evonorm_list_shows(capsys):
+    from evonorm.cli import main as cli
+    from evonorm.layers import list_norm_acts
+
+    for name in list_norm_acts():
+        assert cli(["show", name]) == 0, name
+    out = capsys.readouterr().out
+    assert "formula:         max((x - mu_{b,w,h}(x))" in out  # bn_relu, as its graph
+    assert "frn: a layer of the registry (evonorm.layers." in out
+    assert cli(["show", "evonorm_s9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "did you mean evonorm_s2 or evonorm_s1" in err and len(err) < 200

@@ -327,7 +327,7 @@ def test_show_bad_files_and_arguments(tmp_path):
     deep.write_text("[" * 50_000)
     assert_refused(["show", str(nonutf8)], tmp_path, "not UTF-8")
     assert_refused(["show", str(deep)], tmp_path, "nested too deeply")
-    assert_refused(["show", "a" * 5000], tmp_path, "neither a named graph")
+    assert_refused(["show", "a" * 5000], tmp_path, "is not a layer name")
     assert_refused(["show", '{"nodes": ' + "[" * 50_000], tmp_path, "nested too deeply")
     assert_refused(["train", "--layer", f"@{nonutf8}", "--dataset", "synthetic"], tmp_path,
                    "not UTF-8")

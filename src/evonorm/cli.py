@@ -70,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"evonorm {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `evonorm show ... | head`: the reader has what it wanted
+        sys.stdout = None  # type: ignore[assignment]  (no flush of the closed pipe at exit)
+        return 0
 
 
 if __name__ == "__main__":

@@ -11,12 +11,26 @@ from pathlib import Path
 from evonorm.cli import ArgumentParser, CommandError
 
 
+# the registry's layers that the search space writes as a graph (the graph computes what the layer
+# does), so that `show` gives their formula too
+AS_GRAPH = {"bn_relu": "batch", "gn_relu": "group", "ln_relu": "layer"}
+
+
 def _load(spec: str):
-    """A named graph, JSON text, or a JSON file (read here) as a Graph; a one-line error if none."""
+    """A named graph, a registry layer, JSON text, or a JSON file (read here) as a Graph, or the
+    registry's class of a layer that has no graph; a one-line error if none, with the nearest
+    names."""
     from evonorm.graph.library import NAMED_GRAPHS, resolve_graph
+    from evonorm.layers import get_norm_act, list_norm_acts
 
     if spec in NAMED_GRAPHS:
         return NAMED_GRAPHS[spec]
+    if spec in AS_GRAPH:
+        from evonorm.search.settings import norm_relu
+
+        return resolve_graph(norm_relu(AS_GRAPH[spec]))
+    if spec in list_norm_acts():
+        return get_norm_act(spec)
     text: str | bytes
     if spec.lstrip().startswith("{"):
         source, text = "JSON text", spec
@@ -27,8 +41,13 @@ def _load(spec: str):
         except OSError as err:
             raise CommandError(f"cannot read {spec}: {err.strerror}") from None
     else:
-        raise CommandError(f"{reprlib.repr(spec)} is neither a named graph "
-                           f"({', '.join(NAMED_GRAPHS)}), a JSON file nor JSON text")
+        import difflib
+
+        near = difflib.get_close_matches(spec, list(dict.fromkeys([*NAMED_GRAPHS, *list_norm_acts()])),
+                                       n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(near)}?" if near else ""
+        raise CommandError(f"{reprlib.repr(spec)} is not a layer name (`evonorm list` shows them), "
+                           f"a JSON file nor JSON text{hint}")
     try:
         return resolve_graph(text)
     except ValueError as err:
@@ -47,13 +66,20 @@ def main(argv: list[str]) -> int:
         "Print a layer graph as a formula with its properties (batch dependence, live nodes, canonical "
         "key, functional fingerprint) and, on request, LaTeX and a self-contained PyTorch module."))
     parser.add_argument("graph", metavar="NAME_OR_JSON",
-                        help="a named graph (e.g. evonorm_b0, s_top1, random_rej), a .json file, or JSON text "
+                        help="a named graph (e.g. evonorm_b0, s_top1, random_rej), a registry layer (e.g. "
+                             "gn_relu), a .json file, or JSON text "
                              '\'{"nodes": [["op", id, ...], ...]}\'')
     parser.add_argument("--latex", action="store_true", help="also print the LaTeX formula")
     parser.add_argument("--python", action="store_true", help="also print a self-contained nn.Module source file")
     parser.add_argument("--class-name", default="EvoLayer", help="class name for --python (default: EvoLayer)")
     args = parser.parse_args(argv)
     g = _load(args.graph)
+    if isinstance(g, type):  # a registry layer the search space has no graph of
+        doc = (g.__doc__ or "").strip().splitlines()
+        print(f"{args.graph}: a layer of the registry (evonorm.layers.{g.__name__}"
+              f"{': ' + doc[0] if doc else ''}), not a graph of the search space, so it has no "
+              f"formula, key or fingerprint here; create_norm_act({args.graph!r}, C) builds it")
+        return 0
     code = None
     if args.python:  # before printing anything: a bad class name must not leave half an answer
         try:
