@@ -351,3 +351,13 @@ def test_inside_a_torch_compiled_model(name):
     y.sum().backward()
     torch.testing.assert_close(y, model(x))
     assert torch.isfinite(x.grad).all()
+
+
+def test_impl_triton_without_triton_is_refused_when_the_layer_is_built(monkeypatch):
+    import evonorm.layers.impl as impl
+    from evonorm.layers import create_norm_act
+
+    monkeypatch.setattr(impl, "_has_triton", lambda: False)
+    with pytest.raises(ValueError, match="impl='triton' needs the triton package"):
+        create_norm_act("evonorm_s0", 8, impl="triton")
+    create_norm_act("evonorm_s0", 8, impl="fast")  # the other paths need nothing

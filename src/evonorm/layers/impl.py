@@ -34,6 +34,9 @@ def check_impl(impl: str, takes: tuple[str, ...], family: str) -> str:
     if impl not in takes:
         known = "" if impl in IMPLS else " (not a path this package has)"
         raise ValueError(f"{family} take impl {' | '.join(takes)}, got {impl!r}{known}")
+    if impl == "triton" and not _has_triton():  # here, not at the first forward of a built model
+        raise ValueError("impl='triton' needs the triton package (pip install triton; CUDA builds "
+                         "of torch bundle it)")
     return impl
 
 
