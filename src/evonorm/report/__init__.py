@@ -52,9 +52,10 @@ def make_figures(runs: Sequence[RunData]) -> list[tuple[str, str, bytes]]:
     return out
 
 
-def build_report(runs: Sequence[RunData], out_dir: Path) -> Path:
+def build_report(runs: Sequence[RunData], out_dir: Path, refresh: float | None = None) -> Path:
     """Write `out_dir/report/*.png` and `out_dir/report.html` from loaded runs; returns the page.
-    Files are written to a temporary name and renamed, so a reader never sees half a file."""
+    Files are written to a temporary name and renamed, so a reader never sees half a file.
+    `refresh`: the page reloads itself that often (a live view)."""
 
     if not runs:
         raise ValueError("no run to report")
@@ -65,16 +66,19 @@ def build_report(runs: Sequence[RunData], out_dir: Path) -> Path:
     for stem, _, png in figs:
         write_atomic(fig_dir / f"{stem}.png", png)
     page = out_dir / "report.html"
-    write_atomic(page, render_page(runs, figs).encode("utf-8"))
+    write_atomic(page, render_page(runs, figs, refresh).encode("utf-8"))
     return page
 
 
-def write_report(run_dirs: list[Path], out_dir: Path | None = None) -> Path:
-    """Load every run (read-only) and write the report for `run_dirs[0]`; returns the HTML path."""
+def write_report(run_dirs: list[Path], out_dir: Path | None = None,
+                 refresh: float | None = None) -> Path:
+    """Load every run (read-only) and write the report for `run_dirs[0]`; returns the HTML path.
+    `refresh`: the page reloads itself that often (a live view)."""
     if not run_dirs:
         raise ValueError("no run to report")
     runs = _named([Path(p) for p in run_dirs])
-    return build_report(runs, Path(out_dir) if out_dir is not None else run_folder(Path(run_dirs[0])))
+    out = Path(out_dir) if out_dir is not None else run_folder(Path(run_dirs[0]))
+    return build_report(runs, out, refresh)
 
 
 def _named(paths: list[Path]) -> list[RunData]:

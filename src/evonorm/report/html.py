@@ -169,12 +169,17 @@ def prescreen_table(run: RunData) -> str:
             + table(["predicted P(passes rejection)", "trained", "passed", "measured share"], rows))
 
 
-def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes]]) -> str:
+def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes]],
+                refresh: float | None = None) -> str:
     """The page: summary, figures (title, caption, PNG bytes), outcome table, and per run its
-    top layers, references and reranks."""
+    top layers, references and reranks. With `refresh` (seconds), a browser showing the page
+    reloads it that often (`evonorm report --watch` rewrites it as the search goes)."""
     title = "evonorm report: " + ", ".join(r.name for r in runs)
-    parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
-             f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1>",
+    reload = f'<meta http-equiv="refresh" content="{max(1, round(refresh))}">' if refresh else ""
+    live = (f'<p class="note live">Live: this page is rewritten every {refresh:g} s while the '
+            "search runs, and reloads itself.</p>" if refresh else "")
+    parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8>{reload}<title>{esc(title)}</title>"
+             f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1>{live}",
              *[f'<p class="verdict"><b>{esc(r.name)}:</b> {esc(verdict(r.retrain, train_seeds=r.train_seeds, objective=r.config.get("objective")))}</p>'
                + (f'<p class="note">{esc(r.fidelity)}</p>' if r.fidelity else "")
                + f'<p class="note">{esc(r.name)}: {esc(r.setup)}</p>' for r in runs],
