@@ -9,10 +9,8 @@ The data and models modules are imported in the checks that use them: they load 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sqlite3
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -272,20 +270,3 @@ def check_run_archs(run, archs, given) -> list[str]:
 
 RUN_ARCH_HELP = ("the run's MODULE:FUNCTION architecture(s), named again (comma-separated or "
                  "repeated): code named in a run folder is never imported otherwise")
-
-
-def add_train_preset(p, default: str | None, help: str) -> None:
-    """`--train-preset`, a training preset (`evonorm.train.TRAIN_PRESETS`), and its old spelling
-    `--preset`, hidden: `--preset` is a search preset wherever else it appears."""
-    p.add_argument("--train-preset", default=default, help=help)
-    p.add_argument("--preset", dest="old_train_preset", default=None, help=argparse.SUPPRESS)
-
-
-def train_preset_arg(args, prog: str) -> str | None:
-    """The training preset asked for; the old spelling `--preset` still works for one release,
-    with a one-line note on stderr."""
-    if args.old_train_preset is None:
-        return args.train_preset
-    print(f"{prog}: --preset is now --train-preset (the old spelling goes in the next release)",
-          file=sys.stderr)
-    return args.old_train_preset
