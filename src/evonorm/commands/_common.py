@@ -128,10 +128,11 @@ def check_run_values(run: Path) -> None:
     """Every value a command that continues the run will read, checked before it writes anything (one
     line, exit 2, naming the file and the field): the store's fields, the graphs that the search parses
     again (its valid layers, the parents of new ones, and the proposals still to evaluate), the
-    re-training rows and the references."""
+    rerank and re-training rows and the references."""
     from evonorm.graph import Graph
     from evonorm.proxy.config import ProxyConfig
     from evonorm.proxy.references import REFERENCES_FILE, read_references
+    from evonorm.proxy.rerank import read_reranks
     from evonorm.proxy.retrain import read_rows
 
     folder = store.run_folder(run)
@@ -140,7 +141,7 @@ def check_run_values(run: Path) -> None:
             for sub in ("stages", "report"):  # folders the commands write in: never through a link
                 if (folder / sub).exists() or (folder / sub).is_symlink():
                     check_folder(folder / sub)
-            read_rows(run)
+            read_rows(run), read_reranks(run)
             read_references(folder / REFERENCES_FILE)
             s.check_values(task=ProxyConfig)
             graphs = [(f"candidate {c.id}", c.graph) for c in s.candidates() if c.status == "valid"]

@@ -25,7 +25,7 @@ def build_parser() -> ArgumentParser:
         "setting, or --train-preset) on the training images the search did not score on, score them "
         "on the dataset's test split (never seen by the search) and rank them by mean accuracy "
         "over the anchor architectures. Layers train in parallel on the search's executor; each "
-        "result goes into RUN/store.sqlite as it arrives, and a stopped rerank continues where "
+        "result goes into RUN/rerank.jsonl as it arrives, and a stopped rerank continues where "
         "it stopped."))
     p.add_argument("run", type=Path, help="run folder of `evonorm search --out`")
     p.add_argument("--top", type=int, default=None, help="layers to rerank (default: the preset's, 10 "
