@@ -111,7 +111,7 @@ def check_run(run: Path) -> None:
 
 
 def require_store(run: Path) -> None:
-    """The run's store must exist and be an intact store of a known schema (read-only check)."""
+    """The run's store must exist and be an intact store of this evonorm's schema (read-only check)."""
     try:
         path = store.resolve_path(run)
         if not path.is_file():
