@@ -212,3 +212,16 @@ def test_a_search_started_over_drops_the_records_of_the_one_it_replaces(tmp_path
     assert (tmp_path / "run" / "notes.txt").read_text() == "mine"
     with Store(tmp_path / "run", readonly=True) as store:
         assert store.candidates() == []
+
+
+def test_the_report_reads_the_rows_from_the_runs_rerank_file(tmp_path):
+    from evonorm.report.data import load_run
+    from evonorm.report.html import rerank_table
+
+    cids = make_run(tmp_path / "run", get_preset("tiny", workers=1))
+    for cid, mean in ((cids[0], 0.25), (cids[1], 0.75)):
+        add_rerank(tmp_path / "run", RerankRow(cid, "tiny[steps=6]", "s", {"a": mean}, mean, "ok", None, 0.4, 1.0, 1.0))
+    run = load_run(tmp_path / "run")
+    assert [r.candidate_id for r in run.reranks] == [cids[1], cids[0]]  # best first
+    page = rerank_table(run)
+    assert "tiny[steps=6]" in page and "a: 0.7500" in page and page.index("0.7500") < page.index("0.2500")
