@@ -30,7 +30,7 @@ def fake_train(payload: dict) -> dict:
     time.sleep(0.3)
     acc = 0.5 + 0.01 * len(payload["graph"]["nodes"])
     return {"status": "ok", "reason": None,
-            "accuracies": {a: acc for a in _archs(payload)}}
+            "scores": {a: acc for a in _archs(payload)}}
 
 
 def kill_driver_on_second(payload: dict) -> dict:
@@ -39,4 +39,4 @@ def kill_driver_on_second(payload: dict) -> dict:
         os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(60)
     return {"status": "ok", "reason": None,
-            "accuracies": {a: 0.7 for a in _archs(payload)}}
+            "scores": {a: 0.7 for a in _archs(payload)}}

@@ -140,3 +140,29 @@ def near_miss_fake(norm_act, trial) -> dict:
     accs = {archs[0]: 0.5, archs[1]: 0.05} if h % 2 else {archs[0]: 0.05}
     raise Reject(f"quality:{list(accs)[-1]}", step=2, detail={"accuracy": 0.05, "threshold": 0.2},
                  scores=accs)
+
+
+SEED_GRAPH = {"nodes": [["group_mean", 0], ["neg", 4], ["add", 0, 5], ["group_std", 0], ["div", 6, 7], ["max", 8, 1]]}
+FOUND_GRAPH = {"nodes": [["group_mean", 0], ["square", 2], ["add", 0, 5], ["group_std", 0], ["div", 6, 7],
+                         ["max", 8, 1]]}  # the seed layer mutated at its second node
+
+
+def demo_run(folder):
+    """A finished `demo` run written without training: a valid seed layer (SEED_GRAPH, id 1) and a
+    valid found layer (FOUND_GRAPH, id 2), what experiments that read a run's found layers need."""
+    from evonorm.proxy.presets import get_preset
+    from evonorm.search.driver import init_run
+    from evonorm.search.evaluation import Evaluation
+    from evonorm.search.objective import layer_identity
+    from evonorm.search.store import Store
+
+    cfg = get_preset("demo", dataset="fashion_mnist", seed_layers=(json.dumps(SEED_GRAPH),))
+    init_run(folder, cfg)
+    with Store(folder) as store:
+        for i, (graph, origin, fit) in enumerate(((SEED_GRAPH, "seed", 0.34), (FOUND_GRAPH, "mutation", 0.28))):
+            store.add_proposal(graph, None if i == 0 else 1, origin, [3, [i], None])
+            key, fp = layer_identity(graph)
+            store.add_candidate(store.pending_proposals()[0], Evaluation.valid({a: fit for a in cfg.archs}),
+                                key=key, fingerprint=fp, join_population=cfg.window)
+        store.set_meta("status", "complete")
+    return folder

@@ -1,15 +1,11 @@
 """The search config in parts: the engine's (evolution, hurdles, execution) and the task's, read
 from the flat form that run folders before the parts stored, and written back nested."""
 
-import json
-import sqlite3
-
 import pytest
 
 from evonorm.proxy.config import ProxyConfig, proxy_config
 from evonorm.proxy.presets import PRESETS, get_preset
 from evonorm.search.config import Evolution, Hurdles, SearchConfig, flat_config
-from evonorm.search.store import SCHEMA_VERSION, Store
 
 # `demo` as a run folder of the flat era stored it (abridged to what differs from the defaults)
 FLAT_DEMO = {
@@ -76,24 +72,3 @@ def test_presets_hold_the_same_settings_as_before_the_parts():
     assert ProxyConfig.from_dict(PRESETS["demo-b"].task).train["steps"] == 150
     assert PRESETS["scratch"].task == PRESETS["demo"].task
     assert not PRESETS["scratch"].seed_layers and PRESETS["scratch"].prescreen
-
-
-def test_a_version_4_store_is_nested_in_place_when_opened_for_writing(tmp_path):
-    with Store(tmp_path) as s:
-        s.set_config(FLAT_DEMO)
-        s.set_meta("schema_version", 4)
-    db = sqlite3.connect(tmp_path / "store.sqlite")  # and the columns a version-4 store lacks
-    for column in ("features", "prediction"):
-        db.execute(f"ALTER TABLE candidates DROP COLUMN {column}")
-    db.execute("ALTER TABLE candidates RENAME COLUMN scores TO accuracies")  # version 8
-    db.commit()
-    db.close()
-    with Store(tmp_path, readonly=True) as s:  # read only: read as is
-        assert s.config() == FLAT_DEMO and s.search_config().budget == 75
-    with Store(tmp_path) as s:
-        assert s.get_meta("schema_version") == SCHEMA_VERSION
-        assert s.config()["evolution"]["budget"] == 75
-        assert s.search_config() == SearchConfig.from_dict(FLAT_DEMO)
-    db = sqlite3.connect(tmp_path / "store.sqlite")
-    (raw,) = db.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()
-    assert "task" in json.loads(raw)

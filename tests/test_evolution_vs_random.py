@@ -15,7 +15,7 @@ from evonorm.search.candidates import Candidate  # noqa: E402
 
 def _cand(i, seconds, status="valid", fitness=0.5, stages=2):
     return Candidate.from_dict({"id": i, "seconds": seconds, "status": status, "fitness": fitness,
-                                "stages": [{"a": fitness}] * stages if status == "valid" else []})
+                                "stage_scores": [{"a": fitness}] * stages if status == "valid" else []})
 
 
 def test_budget_cut_and_metric():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from _processes import alive
+from _search_fakes import demo_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 import fidelity_panel as fp  # noqa: E402
@@ -176,17 +177,17 @@ def test_other_layers_refuse_the_panels_folder_and_bad_input_in_one_line(
 
 
 def test_a_runs_found_layers_are_those_retrain_picks_named_by_id(tmp_path):
-    run = Path(__file__).parent / "fixtures" / "run_2026_11_27"  # one found layer, one seed layer
+    run = demo_run(tmp_path / "run")  # one found layer (id 2), one seed layer
     got = fp.found_layers(run, 3)
-    assert [name for name, _ in got] == ["found_75"]
+    assert [name for name, _ in got] == ["found_2"]
     assert got[0][1]["nodes"][1] == ["square", 2]  # the found layer's graph, not the seed's
     for folder, top, problem in ((tmp_path, 3, "not a run folder"), (run, 0, "--top must be")):
         with pytest.raises(ValueError, match=problem):
             fp.found_layers(folder, top)
 
 
-def test_a_runs_layers_refuse_the_panels_folder_in_one_line(monkeypatch, capsys):
-    run = Path(__file__).parent / "fixtures" / "run_2026_11_27"
+def test_a_runs_layers_refuse_the_panels_folder_in_one_line(tmp_path, monkeypatch, capsys):
+    run = demo_run(tmp_path / "run")
     assert "folder of their own" in _refused(monkeypatch, capsys, ["--run", str(run), "--top", "1"])
 
 

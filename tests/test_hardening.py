@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import pickle
 import signal
@@ -161,7 +160,7 @@ def test_planted_cifar_pickle_runs_no_code_and_is_named(tmp_path):
     assert not target.exists()
 
 
-# ---------------------------------------------------------------- 3./4. damaged, foreign, newer stores
+# ---------------------------------------------------------------- 3./4. damaged, foreign, other-version stores
 
 def _truncated(p: Path) -> None:
     data = p.read_bytes()
@@ -176,12 +175,22 @@ def _foreign(p: Path) -> None:
     db.close()
 
 
-def _newer(p: Path) -> None:
-    db = sqlite3.connect(p)
-    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
-               (json.dumps(SCHEMA_VERSION + 1),))
-    db.commit()
-    db.close()
+def _version(raw: str | None):
+    """Damage: the stored schema version's raw text set to `raw` (None: the row removed)."""
+    def damage(p: Path) -> None:
+        db = sqlite3.connect(p)
+        if raw is None:
+            db.execute("DELETE FROM meta WHERE key = 'schema_version'")
+        else:
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (raw,))
+        db.commit()
+        db.close()
+    return damage
+
+
+# a store of any schema version but this one's (older, newer, none, not an integer) is refused by name
+VERSIONS = {"8": "8", "2": "2", "99": "99", "0": "0", "-1": "-1", '"1"': "'\"1\"'", "1.0": "'1.0'",
+            "true": "'true'", "x{": "'x{'", None: "none"}
 
 
 DAMAGE = {
@@ -190,7 +199,8 @@ DAMAGE = {
     "plain": (lambda p: p.write_text("name,accuracy\nbn_relu,0.5\n"), "not a search store"),
     "empty": (lambda p: p.write_bytes(b""), "empty file"),
     "foreign": (_foreign, "no meta, proposals, candidates table"),
-    "newer": (_newer, f"schema version {SCHEMA_VERSION + 1}, newer"),
+    **{f"version {raw}": (_version(raw), f"schema version {found}, expected {SCHEMA_VERSION} ")
+       for raw, found in VERSIONS.items()},
 }
 
 
@@ -215,12 +225,16 @@ def test_resume_refuses_a_plain_file_given_as_the_store(tmp_path):
     assert_refused(["resume", str(path)], tmp_path, "not a search store")
 
 
-def test_newer_store_is_not_opened_for_writing(run):
+@pytest.mark.parametrize("raw", list(VERSIONS))
+def test_a_store_of_another_schema_version_is_not_opened_and_left_as_it_is(run, raw):
     from evonorm.search.store import StoreError
 
-    _newer(run / "store.sqlite")
-    with pytest.raises(StoreError, match="upgrade evonorm"):
-        Store(run)
+    _version(raw)(run / "store.sqlite")
+    before = snapshot(run)
+    for readonly in (True, False):
+        with pytest.raises(StoreError, match=f"schema version {VERSIONS[raw]}, expected 1 "):
+            Store(run, readonly=readonly)
+    assert snapshot(run) == before  # not a byte written, no -wal or -journal beside it
 
 
 # ---------------------------------------------------------------- 5. --workers bound, status

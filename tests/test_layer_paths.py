@@ -87,12 +87,10 @@ def test_one_impl_vocabulary_refuses_what_a_family_lacks_in_one_line():
         get_graph("evonorm_s0").to_module(8, groups=4, impl="kernal")
 
 
-def test_the_earlier_name_kernel_still_runs_the_fast_path_with_a_warning():
-    with pytest.warns(DeprecationWarning, match="impl='kernel' is now impl='fast'"):
-        layer = EvoNormS0(8, groups=4, impl="kernel")
-    with recording() as calls:
-        layer(torch.randn(2, 8, 3, 3))
-    assert layer.impl == "fast" and dict(calls) == {"fast": 1}
+def test_kernel_is_not_an_impl_name():
+    with pytest.raises(ValueError, match=r"take impl auto \| plain \| fast \| compile \| triton, got 'kernel' "
+                                         r"\(not a path this package has\)$"):
+        EvoNormS0(8, groups=4, impl="kernel")
 
 
 def test_nothing_is_counted_outside_a_recording():
@@ -113,7 +111,7 @@ def test_a_training_record_says_which_path_the_layer_ran_on(tmp_path, capsys):
     from evonorm.cli import main
 
     out = tmp_path / "r.json"
-    assert main(["train", "--layer", "s_top1", "--preset", "tiny", "--dataset", "synthetic", "--steps", "2",
+    assert main(["train", "--layer", "s_top1", "--train-preset", "tiny", "--dataset", "synthetic", "--steps", "2",
                  "--out", str(out)]) == 0
     calls = json.loads(out.read_text())["layer_calls"]
     assert set(calls) == {"cpp"} and calls["cpp"] > 0

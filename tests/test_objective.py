@@ -12,7 +12,7 @@ import pytest
 import _objectives
 from evonorm.cli import main as cli
 from evonorm.graph.library import NAMED_GRAPHS
-from evonorm.search import Candidate, Evaluation, Reject, Trial, load, resume, search
+from evonorm.search import Evaluation, Reject, Trial, load, resume, search
 from evonorm.search.objective import load_objective, run_trial
 from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
@@ -68,35 +68,6 @@ def test_a_near_miss_is_any_rejection_by_a_stated_bar_that_some_score_reached():
     assert reason_group("error: ValueError: x", fine=True) == "error"
     assert reason_group("timeout: worker killed after 5s", fine=True) == "timeout"
     assert reason_group("stability", fine=True) == "stability" and reason_group(None) == "?"
-
-
-def test_the_old_name_accuracies_still_reads_with_a_deprecation_warning():
-    ev = Evaluation.valid({"a": 0.25, "b": 0.75})
-    with pytest.warns(DeprecationWarning, match="^accuracies is now scores$") as seen:
-        assert ev.accuracies == ev.scores == {"a": 0.25, "b": 0.75}
-    assert seen[0].filename == __file__  # it names the line that used the old name
-    with pytest.warns(DeprecationWarning, match="accuracies is now scores"):
-        assert Candidate(1, ev).accuracies == ev.scores
-    with pytest.warns(DeprecationWarning, match="accuracies is now scores") as seen:
-        assert Evaluation("valid", accuracies={"a": 0.25, "b": 0.75}, fitness=0.5) == ev
-    assert seen[0].filename == __file__
-    with pytest.warns(DeprecationWarning, match="accuracies is now scores"):
-        assert Evaluation.valid(accuracies={"a": 0.25, "b": 0.75}) == ev
-    with pytest.warns(DeprecationWarning, match="accuracies is now scores"):
-        assert Evaluation.from_dict({"status": "valid", "accuracies": {"a": 0.25, "b": 0.75},
-                                     "fitness": 0.5}) == ev
-    with pytest.raises(TypeError, match="not accuracies as well"):
-        Evaluation("valid", scores={"a": 1.0}, accuracies={"a": 1.0})
-
-
-def test_the_old_name_stages_of_the_per_stage_scores_reads_with_a_deprecation_warning():
-    ev = Evaluation.valid({"a": 0.5}, stage_scores=[{"a": 0.25}, {"a": 0.5}])
-    with pytest.warns(DeprecationWarning, match="^Evaluation.stages is now stage_scores$"):
-        assert ev.stages == ev.stage_scores == [{"a": 0.25}, {"a": 0.5}]
-    with pytest.warns(DeprecationWarning, match="stages is now stage_scores"):
-        assert Candidate(1, ev).stages == ev.stage_scores
-    assert Evaluation.from_dict({"status": "valid", "scores": {"a": 0.5}, "fitness": 0.5,
-                                 "stages": [{"a": 0.25}, {"a": 0.5}]}) == ev  # a record from before
 
 
 def test_trial_hurdles_and_nonfinite_reports():

@@ -43,13 +43,6 @@ def test_proxy_search_then_resume_and_load(tmp_path):
     assert load(run).done == 2
 
 
-def test_moved_names_say_where_they_went():
-    with pytest.raises(ImportError, match=r"moved to evonorm\.proxy\.presets\.get_preset"):
-        from evonorm.search import get_preset  # noqa: F401
-    with pytest.raises(ImportError, match=r"moved to evonorm\.proxy\.presets"):
-        import evonorm.search.presets  # noqa: F401
-
-
 def test_a_proxy_setting_for_an_own_objective_is_refused_in_one_line(tmp_path):
     import _objectives
 

@@ -15,7 +15,8 @@ from evonorm.search.evaluation import Evaluation
 from evonorm.proxy.training import search_dataset
 from evonorm.search.objective import layer_identity
 from evonorm.proxy.presets import get_preset
-from evonorm.proxy.rerank import outside_holdout, prepare, rerank, rerank_dataset
+from evonorm.proxy.rerank import (RERANK_FILE, RerankRow, add_rerank, outside_holdout, prepare, read_reranks,
+                                  rerank, rerank_dataset, reranked_ids)
 from evonorm.search.store import Store
 
 TESTS = Path(__file__).parent
@@ -125,9 +126,9 @@ def test_layers_train_in_parallel_each_row_saved_with_its_split_and_a_line_each(
     cids = make_run(tmp_path / "run", cfg)
     lines = []
     rows = rerank(tmp_path / "run", workers=2, fn=fake_train, log=lines.append)
-    assert [r["candidate_id"] for r in rows] == [cids[1], cids[0], cids[2]]  # 3 nodes, 2, 1
-    assert all(r["split"] == "synthetic test split (256 of 512 images)" for r in rows)
-    assert rows[0]["mean"] == pytest.approx(0.53) and rows[0]["status"] == "ok"
+    assert [r.candidate_id for r in rows] == [cids[1], cids[0], cids[2]]  # 3 nodes, 2, 1
+    assert all(r.split == "synthetic test split (256 of 512 images)" for r in rows)
+    assert rows[0].mean == pytest.approx(0.53) and rows[0].status == "ok"
     pids = {line.split()[0] for line in calls.read_text().splitlines()}
     assert len(pids) == 2  # two worker processes, not the driver
     done = [line for line in lines if line.startswith("rerank [")]
@@ -141,16 +142,15 @@ def test_rows_already_saved_are_skipped(tmp_path, monkeypatch):
     cfg = get_preset("tiny", workers=1)
     cids = make_run(tmp_path / "run", cfg)
     plan = prepare(cfg)
-    with Store(tmp_path / "run") as store:
-        store.add_rerank(candidate_id=cids[0], preset=plan.label, accuracies={"a": 0.99}, mean=0.99,
-                         status="ok", reason=None, search_fitness=0.4, seconds=1.0, split=plan.split)
-        # scored on other data (an old rerank): does not count
-        store.add_rerank(candidate_id=cids[1], preset="other", accuracies={}, mean=0.1,
-                         status="ok", reason=None, search_fitness=0.3, seconds=1.0, split=None)
+    add_rerank(tmp_path / "run", RerankRow(cids[0], plan.label, plan.split, {"a": 0.99}, 0.99, "ok", None,
+                                           0.4, 1.0, 1.0))
+    # in another setting, or scored on other data: does not count
+    add_rerank(tmp_path / "run", RerankRow(cids[1], "other", plan.split, {}, 0.1, "ok", None, 0.3, 1.0, 1.0))
+    add_rerank(tmp_path / "run", RerankRow(cids[1], plan.label, "other", {}, 0.1, "ok", None, 0.3, 1.0, 1.0))
     lines = []
     rows = rerank(tmp_path / "run", fn=fake_train, log=lines.append)
     assert len(calls.read_text().splitlines()) == 2  # only the two layers not done yet
-    assert {r["candidate_id"]: r["mean"] for r in rows}[cids[0]] == 0.99  # kept, not retrained
+    assert {r.candidate_id: r.mean for r in rows}[cids[0]] == 0.99  # kept, not retrained
     assert [line.split(":")[0] for line in lines if line.startswith("rerank [")] == [
         "rerank [2/3] candidate 2", "rerank [3/3] candidate 3"]
 
@@ -172,11 +172,56 @@ def test_a_killed_rerank_continues_where_it_stopped(tmp_path, monkeypatch):
     proc = subprocess.run([sys.executable, "-c", KILLED_DRIVER, str(tmp_path / "run"), str(TESTS)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == -9, proc.stderr  # SIGKILLed while the second layer trained
-    with Store(tmp_path / "run", readonly=True) as store:
-        (first,) = store.reranks()
-    assert first["candidate_id"] == cids[0] and first["mean"] == pytest.approx(0.7)
+    (first,) = read_reranks(tmp_path / "run")
+    assert first.candidate_id == cids[0] and first.mean == pytest.approx(0.7)
     calls.unlink()
     rows = rerank(tmp_path / "run", workers=1, fn=fake_train, log=lambda s: None)
-    assert {r["candidate_id"] for r in rows} == set(cids)
+    assert {r.candidate_id for r in rows} == set(cids)
     assert len(calls.read_text().splitlines()) == 2  # the first layer was not trained again
-    assert next(r for r in rows if r["candidate_id"] == cids[0])["created_at"] == first["created_at"]
+    assert next(r for r in rows if r.candidate_id == cids[0]).created_at == first.created_at
+
+
+def test_rows_read_best_first_the_latest_of_a_layer_counting_and_a_lost_one_trained_again(tmp_path):
+    def row(cid, mean, status="ok", split="s", setting="p"):
+        return RerankRow(cid, setting, split, {} if mean is None else {"a": mean}, mean, status,
+                         None if status == "ok" else "why", 0.5, 1.0, 1.0)
+
+    for r in (row(3, 0.4), row(5, 0.7), row(3, 0.45), row(7, None, "lost", "t"), row(8, None, "failed", "t"),
+              row(5, 0.2, setting="q")):
+        add_rerank(tmp_path, r)
+    rows = read_reranks(tmp_path)
+    assert [(r.candidate_id, r.setting, r.mean) for r in rows] == [
+        (5, "p", 0.7), (3, "p", 0.45), (5, "q", 0.2), (7, "p", None), (8, "p", None)]  # 3 again: replaced
+    assert reranked_ids(tmp_path, "p", "s") == {3, 5} and reranked_ids(tmp_path, "q", "s") == {5}
+    assert reranked_ids(tmp_path, "p", "t") == {8}  # a lost worker's layer is trained again; a failure is final
+    assert len((tmp_path / RERANK_FILE).read_text().splitlines()) == 6  # appended, one line a row
+    assert not (tmp_path / "store.sqlite").exists()  # the engine's store is not where they live
+
+
+def test_a_search_started_over_drops_the_records_of_the_one_it_replaces(tmp_path):
+    from evonorm.proxy.api import start_run
+    from evonorm.proxy.retrain import RETRAIN_FILE
+
+    cfg = get_preset("tiny", workers=1)
+    cids = make_run(tmp_path / "run", cfg)
+    add_rerank(tmp_path / "run", RerankRow(cids[0], "p", "s", {"a": 0.5}, 0.5, "ok", None, 0.4, 1.0, 1.0))
+    (tmp_path / "run" / RETRAIN_FILE).write_text("{}\n")
+    (tmp_path / "run" / "notes.txt").write_text("mine")
+    start_run(tmp_path / "run", cfg, force=True)  # they named the old search's candidates
+    assert read_reranks(tmp_path / "run") == [] and not (tmp_path / "run" / RETRAIN_FILE).exists()
+    assert (tmp_path / "run" / "notes.txt").read_text() == "mine"
+    with Store(tmp_path / "run", readonly=True) as store:
+        assert store.candidates() == []
+
+
+def test_the_report_reads_the_rows_from_the_runs_rerank_file(tmp_path):
+    from evonorm.report.data import load_run
+    from evonorm.report.html import rerank_table
+
+    cids = make_run(tmp_path / "run", get_preset("tiny", workers=1))
+    for cid, mean in ((cids[0], 0.25), (cids[1], 0.75)):
+        add_rerank(tmp_path / "run", RerankRow(cid, "tiny[steps=6]", "s", {"a": mean}, mean, "ok", None, 0.4, 1.0, 1.0))
+    run = load_run(tmp_path / "run")
+    assert [r.candidate_id for r in run.reranks] == [cids[1], cids[0]]  # best first
+    page = rerank_table(run)
+    assert "tiny[steps=6]" in page and "a: 0.7500" in page and page.index("0.7500") < page.index("0.2500")

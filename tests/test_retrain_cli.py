@@ -12,6 +12,7 @@ from evonorm.cli import main as cli_main
 from evonorm.search.lock import RunLock
 from evonorm.proxy.retrain import RETRAIN_FILE, read_rows
 
+from _search_fakes import demo_run
 from test_report_store import make_store
 
 
@@ -61,6 +62,33 @@ def test_retrain_writes_its_rows_and_the_report_reads_them(tmp_path, monkeypatch
     written = {name for name in after if before.get(name) != after[name]}
     assert written and all(n == "report.html" or n.startswith("report/") for n in written)
     assert "Welch" in (run / "report.html").read_text()
+
+
+def test_retrain_trains_each_layer_in_the_stored_setting(tmp_path, monkeypatch):
+    """Re-training reads the run's own settings: the trainer is replaced by a recorder (nothing
+    trains), the data by a stand-in (the run's Fashion-MNIST need not be installed)."""
+    import evonorm.proxy.retrain as retrain_module
+    import evonorm.train
+    from evonorm.proxy.retrain import SEED_OFFSET, retrain
+
+    run = demo_run(tmp_path / "run")
+    calls = []
+
+    def fake_train(layer, data, tcfg):
+        calls.append(tcfg)
+        return SimpleNamespace(status="ok", accuracy=0.5, failed_step=None, seconds=0.0)
+
+    monkeypatch.setattr(evonorm.train, "train", fake_train)
+    monkeypatch.setattr(retrain_module, "search_dataset", lambda cfg: "the run's data")
+    rows = retrain(run, top=1, seeds=1, log=lambda line: None)
+    assert {r.kind for r in rows} == {"found", "reference", "seed"} and all(r.fitness == 0.5 for r in rows)
+    assert len(calls) == len(rows) * 2
+    by_arch = {c.arch: c for c in calls}
+    assert set(by_arch) == {"resnet50_cifar", "mobilenetv2_cifar"}
+    for c in calls:  # demo's full training, from the stored config
+        assert (c.steps, c.batch_size, c.width, c.lr_warmup) == (900, 32, 0.0625, 10)
+        assert c.restarts == (150,) and c.seed == SEED_OFFSET and c.device == "cpu"
+    assert by_arch["resnet50_cifar"].lr == 0.1 and by_arch["mobilenetv2_cifar"].lr == 0.03
 
 
 def test_report_has_no_training_flags():

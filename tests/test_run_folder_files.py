@@ -200,11 +200,18 @@ def _damage_retrain_fitness(run):
     (run / "retrain.jsonl").write_text(json.dumps(row) + "\n")
 
 
+def _damage_rerank_mean(run):
+    row = {"candidate_id": 1, "setting": "tiny", "split": "s", "scores": {"a": 0.5}, "mean": "high",
+           "status": "ok", "reason": None, "search_fitness": 0.5, "seconds": 1.0, "created_at": 1.0}
+    (run / "rerank.jsonl").write_text(json.dumps(row) + "\n")
+
+
 DAMAGE = {  # what is damaged -> (how, the commands that read it, what the line names)
     "references.json is a list": (_damage_references_list, ["report", "retrain"], ["references.json", "a list"]),
     "a reference's accuracy": (_damage_references_value, ["report", "retrain"], ["references.json", "resnet"]),
     "retrain.jsonl fitness": (_damage_retrain_fitness, ["report", "retrain", "resume"],
                               ["retrain.jsonl", "line 1", "fitness"]),
+    "rerank.jsonl mean": (_damage_rerank_mean, ["report", "rerank", "resume"], ["rerank.jsonl", "line 1", "mean"]),
     "config archs": (lambda r: _config(r, archs=3), ["report", "resume", "retrain", "rerank"],
                      ["store.sqlite", "config", "archs"]),
     "config train": (lambda r: _config(r, train=[1, 2]), ["report", "resume", "retrain", "rerank"],

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from evonorm.cli import main
+from evonorm.proxy.rerank import read_reranks
 from evonorm.search.store import Store
 
 
@@ -70,11 +71,10 @@ def test_search_resume_rerank_tiny(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "scored on the synthetic test split (256 of 512 images), never seen by the search" in out
     assert "rerank [1/1] candidate" in err and "rerank 6 steps of 16, 1024 training images" in err
-    with Store(run, readonly=True) as s:
-        (r,) = s.reranks()
-        assert r["candidate_id"] == s0.id and r["status"] == "ok" and r["rank"] == 1
-        assert set(r["accuracies"]) == {"resnet50_cifar", "mobilenetv2_cifar"}
-        assert r["preset"].startswith("tiny[") and r["split"].startswith("synthetic test split")
+    (r,) = read_reranks(run)
+    assert r.candidate_id == s0.id and r.status == "ok" and f"  1  id {s0.id} " in out  # ranked first
+    assert set(r.scores) == {"resnet50_cifar", "mobilenetv2_cifar"}
+    assert r.setting.startswith("tiny[") and r.split.startswith("synthetic test split")
     # a setting no larger than the search's is refused in one line, before anything is written
     assert _run(["rerank", str(run), "--top", "1", "--steps", "4"]) == 2
     assert "not larger than the search's" in capsys.readouterr().err

@@ -18,7 +18,7 @@ def _cand(i, seconds, status="valid", fitness=0.5, reason=None, test_seconds=0.0
     return Candidate.from_dict({"id": i, "seconds": seconds, "status": status, "fitness": fitness,
                                 "reason": reason, "key": f"k{i}",
                                 "timings": {"stability": test_seconds},
-                                "stages": [{"a": fitness}] * 2 if status == "valid" else []})
+                                "stage_scores": [{"a": fitness}] * 2 if status == "valid" else []})
 
 
 def test_summary_curves_rejections_and_the_two_sided_test(tmp_path, monkeypatch):

@@ -229,12 +229,13 @@ def test_fashion_mnist_small_preset_learns_with_evonorm_s0():
     assert res.status == "ok" and res.accuracy > 0.3, res.accuracy  # chance 0.1
 
 
-def test_train_preset_old_spelling_still_works_with_a_one_line_note(capsys):
+def test_train_takes_its_preset_as_train_preset_only(capsys):
     from evonorm.cli import main
 
-    assert main(["train", "--layer", "bn_relu", "--dataset", "synthetic", "--preset", "tiny",
+    assert main(["train", "--layer", "bn_relu", "--dataset", "synthetic", "--train-preset", "tiny",
                  "--steps", "2", "--n-train", "64", "--n-test", "32"]) == 0
-    err = capsys.readouterr().err
-    assert "--preset is now --train-preset" in err
+    with pytest.raises(SystemExit) as exit_:  # `--preset` names a search preset, which train has none of
+        main(["train", "--layer", "bn_relu", "--preset", "tiny"])
+    assert exit_.value.code == 2 and "unrecognized arguments: --preset" in capsys.readouterr().err
     assert main(["train", "--layer", "bn_relu", "--train-preset", "huge"]) == 2
     assert "huge" in capsys.readouterr().err

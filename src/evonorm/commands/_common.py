@@ -9,10 +9,8 @@ The data and models modules are imported in the checks that use them: they load 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sqlite3
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -113,7 +111,7 @@ def check_run(run: Path) -> None:
 
 
 def require_store(run: Path) -> None:
-    """The run's store must exist and be an intact store of a known schema (read-only check)."""
+    """The run's store must exist and be an intact store of this evonorm's schema (read-only check)."""
     try:
         path = store.resolve_path(run)
         if not path.is_file():
@@ -130,10 +128,11 @@ def check_run_values(run: Path) -> None:
     """Every value a command that continues the run will read, checked before it writes anything (one
     line, exit 2, naming the file and the field): the store's fields, the graphs that the search parses
     again (its valid layers, the parents of new ones, and the proposals still to evaluate), the
-    re-training rows and the references."""
+    rerank and re-training rows and the references."""
     from evonorm.graph import Graph
     from evonorm.proxy.config import ProxyConfig
     from evonorm.proxy.references import REFERENCES_FILE, read_references
+    from evonorm.proxy.rerank import read_reranks
     from evonorm.proxy.retrain import read_rows
 
     folder = store.run_folder(run)
@@ -142,7 +141,7 @@ def check_run_values(run: Path) -> None:
             for sub in ("stages", "report"):  # folders the commands write in: never through a link
                 if (folder / sub).exists() or (folder / sub).is_symlink():
                     check_folder(folder / sub)
-            read_rows(run)
+            read_rows(run), read_reranks(run)
             read_references(folder / REFERENCES_FILE)
             s.check_values(task=ProxyConfig)
             graphs = [(f"candidate {c.id}", c.graph) for c in s.candidates() if c.status == "valid"]
@@ -272,20 +271,3 @@ def check_run_archs(run, archs, given) -> list[str]:
 
 RUN_ARCH_HELP = ("the run's MODULE:FUNCTION architecture(s), named again (comma-separated or "
                  "repeated): code named in a run folder is never imported otherwise")
-
-
-def add_train_preset(p, default: str | None, help: str) -> None:
-    """`--train-preset`, a training preset (`evonorm.train.TRAIN_PRESETS`), and its old spelling
-    `--preset`, hidden: `--preset` is a search preset wherever else it appears."""
-    p.add_argument("--train-preset", default=default, help=help)
-    p.add_argument("--preset", dest="old_train_preset", default=None, help=argparse.SUPPRESS)
-
-
-def train_preset_arg(args, prog: str) -> str | None:
-    """The training preset asked for; the old spelling `--preset` still works for one release,
-    with a one-line note on stderr."""
-    if args.old_train_preset is None:
-        return args.train_preset
-    print(f"{prog}: --preset is now --train-preset (the old spelling goes in the next release)",
-          file=sys.stderr)
-    return args.old_train_preset

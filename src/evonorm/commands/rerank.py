@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import (RUN_ARCH_HELP, add_train_preset, check_device, check_executor,
-                                      check_run_archs, check_run_values, check_workers, dataset_arg,
-                                      require_store, run_lock, train_preset_arg, write_errors)
+from evonorm.commands._common import (RUN_ARCH_HELP, check_device, check_executor, check_run_archs,
+                                      check_run_values, check_workers, dataset_arg, require_store,
+                                      run_lock, write_errors)
 from evonorm.report.text import rerank_table
 from evonorm.proxy.config import anchor_archs
 from evonorm.proxy.rerank import prepare, rerank
@@ -25,13 +25,13 @@ def build_parser() -> ArgumentParser:
         "setting, or --train-preset) on the training images the search did not score on, score them "
         "on the dataset's test split (never seen by the search) and rank them by mean accuracy "
         "over the anchor architectures. Layers train in parallel on the search's executor; each "
-        "result goes into RUN/store.sqlite as it arrives, and a stopped rerank continues where "
+        "result goes into RUN/rerank.jsonl as it arrives, and a stopped rerank continues where "
         "it stopped."))
     p.add_argument("run", type=Path, help="run folder of `evonorm search --out`")
     p.add_argument("--top", type=int, default=None, help="layers to rerank (default: the preset's, 10 "
                    "for the paper presets)")
-    add_train_preset(p, None, "training preset for the rerank (tiny, small, paper-b, paper-s; "
-                     "default: the search preset's rerank setting)")
+    p.add_argument("--train-preset", default=None, help="training preset for the rerank (tiny, small, "
+                   "paper-b, paper-s; default: the search preset's rerank setting)")
     p.add_argument("--steps", type=int, default=None, help="override the training steps")
     p.add_argument("--width", type=float, default=None, help="override the channel multiplier")
     p.add_argument("--n-train", type=int, default=None, help="override the training images")
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
     require_store(args.run)
     check_run_values(args.run)
     device = check_device(args.device)
-    preset = train_preset_arg(args, "evonorm rerank")
+    preset = args.train_preset
     if preset is not None and preset not in TRAIN_PRESETS:
         raise CommandError(f"unknown training preset {preset!r} "
                            f"(choose from {', '.join(TRAIN_PRESETS)})")

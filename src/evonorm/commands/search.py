@@ -14,8 +14,9 @@ from evonorm.commands._common import (ARCHS_HELP, DATA_HELP, check_archs, check_
                                       report_result, run_lock, write_errors)
 from evonorm.search.api import own_objective_config
 from evonorm.search.config import EXECUTORS, SPACES
-from evonorm.search.driver import init_run, run_search
+from evonorm.search.driver import run_search
 from evonorm.proxy.config import proxy_config
+from evonorm.proxy.api import start_run
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.presets import PRESETS, calibration_note, get_preset
 from evonorm.proxy.training import search_dataset, train_config, with_dataset
@@ -241,7 +242,7 @@ def main(argv: list[str]) -> int:
     with run_lock(run):
         with write_errors(f"run folder {run}"):
             try:
-                init_run(run, cfg, force=args.force)
+                start_run(run, cfg, force=args.force)
             except FileExistsError as err:
                 raise CommandError(str(err)) from None
             facts = run_facts(cfg)

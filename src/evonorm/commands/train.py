@@ -14,9 +14,8 @@ from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.files import write_atomic
-from evonorm.commands._common import (ARCH_HELP, DATA_HELP, add_train_preset, check_device,
-                                      check_writable, dataset_arg, probe_batch, train_preset_arg,
-                                      write_errors)
+from evonorm.commands._common import (ARCH_HELP, DATA_HELP, check_device, check_writable,
+                                      dataset_arg, probe_batch, write_errors)
 
 
 def build_parser() -> ArgumentParser:
@@ -26,7 +25,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--layer", required=True,
                    help="registry name (evonorm list), a named graph, or graph JSON / @file.json")
     p.add_argument("--arch", default="resnet50_cifar", help=ARCH_HELP)
-    add_train_preset(p, "small", "training preset: tiny, small, paper-b, paper-s (default small)")
+    p.add_argument("--train-preset", default="small",
+                   help="training preset: tiny, small, paper-b, paper-s (default small)")
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
                    "(default: fashion_mnist when installed, else synthetic)")
     p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
         if value is not None and value < 1:
             raise CommandError(f"{flag} must be >= 1, got {value}")
     device = check_device(args.device)
-    preset = train_preset_arg(args, "evonorm train")
+    preset = args.train_preset
     dataset = dataset_arg(args.dataset, args.data)
     if args.out is not None:
         check_writable(args.out)

@@ -6,7 +6,6 @@ first needs them.
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
 
@@ -22,15 +21,11 @@ IMPLS = ("auto", "plain", "fast", "compile", "cpp", "triton")
 - "auto": the best of these that applies to the input.
 A layer family takes the subset it implements (`EVONORM_IMPLS`, `GRAPH_IMPLS` in `evonorm.graph.module`)."""
 EVONORM_IMPLS = ("auto", "plain", "fast", "compile", "triton")
-RENAMED = {"kernel": "fast"}  # earlier names, still taken with a deprecation warning
 
 
 def check_impl(impl: str, takes: tuple[str, ...], family: str) -> str:
-    """`impl` as `family` runs it: an earlier name is mapped (with a one-line warning), a name outside `takes`
-    is refused in one line that says what the family takes."""
-    if impl in RENAMED:
-        warnings.warn(f"impl={impl!r} is now impl={RENAMED[impl]!r}", DeprecationWarning, stacklevel=3)
-        impl = RENAMED[impl]
+    """`impl` as `family` runs it: a name outside `takes` is refused in one line that says what the family
+    takes."""
     if impl not in takes:
         known = "" if impl in IMPLS else " (not a path this package has)"
         raise ValueError(f"{family} take impl {' | '.join(takes)}, got {impl!r}{known}")

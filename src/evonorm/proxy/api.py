@@ -9,12 +9,23 @@ from pathlib import Path
 from typing import Any
 
 from evonorm.proxy.objective import ProxyObjective
+from evonorm.proxy.rerank import RERANK_FILE
+from evonorm.proxy.retrain import RETRAIN_FILE
 from evonorm.proxy.training import search_dataset, with_dataset
 from evonorm.search.driver import SearchResult, init_run, run_search
 from evonorm.search.executors import Executor
 from evonorm.search.lock import RunLock
 from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
+
+
+def start_run(out: str | Path, cfg, *, force: bool = False) -> Path:
+    """`init_run`, and the task's records of a search it replaces (`force`: reranks, re-training) go
+    with that search's store: they name its candidates."""
+    run = init_run(out, cfg, force=force)
+    for name in (RERANK_FILE, RETRAIN_FILE):
+        (run / name).unlink(missing_ok=True)
+    return run
 
 
 def search(*, out: str | Path, preset: str = "demo", space: str = "s", budget: int | None = None,
@@ -29,7 +40,7 @@ def search(*, out: str | Path, preset: str = "demo", space: str = "s", budget: i
     search_dataset(cfg)  # a missing or changed dataset fails here, in one line
     Path(out).mkdir(parents=True, exist_ok=True)
     with RunLock(out):
-        init_run(out, cfg, force=force)
+        start_run(out, cfg, force=force)
         return run_search(out, objective=ProxyObjective(cfg), progress=progress)
 
 

@@ -29,7 +29,7 @@ class TrainSetting:
 
     @property
     def label(self) -> str:
-        """How the setting is named in the store (reranks): the preset plus its overrides."""
+        """How the setting is named in the rerank rows: the preset plus its overrides."""
         extra = ",".join(f"{k}={v}" for k, v in sorted(self.overrides.items()))
         return f"{self.preset}[{extra}]" if extra else self.preset
 

@@ -6,8 +6,9 @@ its candidates on (`search_dataset`'s held-out part), and scored on the dataset'
 split, which the search never sees. The setting must be larger than the search's (more steps, more
 training images, no narrower a model): a smaller one is refused unless the caller allows it.
 Each layer is one task on the search's kind of executor (local pool or Ray) and workers; each
-result is committed to the run's store as it arrives, so a rerank that is stopped or killed
-continues where it stopped, skipping the layers already reranked in the same setting and split.
+result is one JSON line appended to `RUN/rerank.jsonl` as it arrives (the task's record, not the
+engine's store), so a rerank that is stopped or killed continues where it stopped, skipping the
+layers already reranked in the same setting and split.
 
 The trainer, models, data and graph modules are imported where layers are trained: they load
 torch, which planning a rerank does not need.
@@ -15,24 +16,64 @@ torch, which planning a rerank does not need.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from evonorm.files import append_line, read_jsonl
 from evonorm.proxy.config import anchor_archs, proxy_config, split_seed
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
 from evonorm.proxy.training import require_builtin, search_dataset, train_config
 from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor
-from evonorm.search.store import Store
+from evonorm.search.store import Store, run_folder
 
+RERANK_FILE = "rerank.jsonl"
 # a worker that died or hung (after the config's retries): the row says so, and the next rerank
 # trains the layer again (rows "ok" and "failed", the layer's own outcome, are final)
 LOST = "lost"
+
+
+@dataclass(frozen=True)
+class RerankRow:
+    """One layer's rerank: its scores per architecture in one training setting, on one split."""
+
+    candidate_id: int
+    setting: str  # the rerank's training setting (`TrainSetting.label`)
+    split: str  # what it was scored on (`RerankPlan.split`)
+    scores: dict[str, float]  # accuracy per architecture, as far as it got
+    mean: float | None  # None unless status is "ok"
+    status: str  # "ok", "failed" (the layer's own outcome) or LOST
+    reason: str | None
+    search_fitness: float | None
+    seconds: float
+    created_at: float
+
+
+def read_reranks(run: str | Path) -> list[RerankRow]:
+    """A run's rerank rows (none when it was never reranked), best mean first, failed ones last; a
+    layer reranked again in the same setting and split counts by its latest row. Each row is checked
+    (`read_jsonl`): a damaged one is a DamagedFile naming it."""
+    latest = {(r.candidate_id, r.setting, r.split): r
+              for r in read_jsonl(run_folder(Path(run)) / RERANK_FILE, RerankRow)}
+    return sorted(latest.values(), key=lambda r: (r.mean is None, -(r.mean or 0.0), r.candidate_id))
+
+
+def reranked_ids(run: str | Path, setting: str, split: str,
+                 statuses: tuple[str, ...] = ("ok", "failed")) -> set[int]:
+    """Layers with a rerank row of `statuses` in `setting` scored on `split`."""
+    return {r.candidate_id for r in read_reranks(run)
+            if r.setting == setting and r.split == split and r.status in statuses}
+
+
+def add_rerank(run: str | Path, row: RerankRow) -> None:
+    """Append one finished layer's row: one whole line, so a kill loses at most the layer training."""
+    append_line(run_folder(Path(run)) / RERANK_FILE, json.dumps(asdict(row)))
 
 
 @dataclass(frozen=True)
@@ -195,7 +236,7 @@ def train_layer(payload: dict) -> dict:
     """Retrain one layer on every architecture in the rerank setting (runs in a worker; must be
     importable by name). payload: {"graph": graph JSON, "config": the plan's config dict, and
     "data_dir" on a remote Ray worker}.
-    Returns {"status", "reason", "accuracies"}: "failed" with the reason at the first
+    Returns {"status", "reason", "scores"}: "failed" with the reason at the first
     architecture where the loss goes non-finite or the layer raises."""
     from evonorm.graph import Graph
     from evonorm.train import train
@@ -212,12 +253,12 @@ def train_layer(payload: dict) -> dict:
                         train_config(cfg, arch, task.rerank_training))
         except Exception as err:  # the layer's failure: recorded, the other layers go on
             return {"status": "failed", "reason": f"error: {type(err).__name__}: {err}"[:300],
-                    "accuracies": accs}
+                    "scores": accs}
         if res.status != "ok" or res.accuracy is None:
             return {"status": "failed", "reason": f"nonfinite:{arch}@{res.failed_step}",
-                    "accuracies": accs}
+                    "scores": accs}
         accs[arch] = float(res.accuracy)
-    return {"status": "ok", "reason": None, "accuracies": accs}
+    return {"status": "ok", "reason": None, "scores": accs}
 
 
 def _line(done: int, total: int, cid: int, status: str, reason: str | None,
@@ -236,7 +277,7 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
            timeout: float | None = None, allow_smaller: bool = False,
            fn: Callable[[dict], dict] | None = None, log: Callable[[str], None] | None = None,
            every: float = 60.0, data: str | None = None,
-           user_archs: Sequence[str] = ()) -> list[dict]:
+           user_archs: Sequence[str] = ()) -> list[RerankRow]:
     """Rerank a run's top layers (see `prepare` for the setting); returns its rows in this
     setting and split, best first. `fn` stands in for `train_layer` (tests; picklable by name).
     A run's MODULE:FUNCTION architectures are built only when named again in `user_archs`.
@@ -244,61 +285,60 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     from evonorm.models import check_named_again
 
-    with Store(run_dir) as store:
-        check_named_again(run_dir, anchor_archs(store.search_config()), user_archs)
-        plan = prepare(store.search_config(), preset=preset, overrides=overrides, device=device,
-                       workers=workers, timeout=timeout, allow_smaller=allow_smaller,
-                       data=data)
-        cfg = plan.cfg
-        task = proxy_config(cfg)
-        chosen = [row.best for row in top_layers(store.candidates(), top or task.rerank_top)]
-        if not chosen:
-            log("rerank: no valid candidate to rerank")
-            return []
-        done = store.reranked_ids(plan.label, plan.split)
-        todo = [c for c in chosen if c.id not in done]
-        n_workers = min(cfg.num_workers, len(todo)) or 1
-        for line in plan.describe():
-            log(line)
-        log(f"rerank: top {len(chosen)} layer(s), {len(chosen) - len(todo)} reranked before, "
-            f"{len(todo)} to train on {n_workers} {cfg.executor} worker(s), device {cfg.device}")
-        finished, total = len(chosen) - len(todo), len(chosen)
-        if todo:
-            config = cfg.to_dict()
-            queue = [(c, 0) for c in todo]
-            running: dict[int, tuple[Any, int]] = {}
-            start = last = time.perf_counter()
-            with make_executor(cfg.executor, fn or train_layer, n_workers, timeout=plan.timeout,
-                               address=cfg.address, device=cfg.device,
-                               gpus_per_worker=cfg.gpus_per_worker,
-                               data_dir=task.data_root, threads=cfg.threads) as pool:
-                while queue or running:
-                    while queue and pool.free_slots() > 0:
-                        c, attempts = queue.pop(0)
-                        pool.submit(c.id, {"graph": c.graph, "config": config})
-                        running[c.id] = (c, attempts)
-                    for o in pool.wait(min(5.0, every)):
-                        c, attempts = running.pop(o.task_id)
-                        if o.kind in (DIED, TIMEOUT) and attempts < cfg.retries:
-                            log(f"rerank: candidate {c.id}: {o.error}; retrying")
-                            queue.append((c, attempts + 1))
-                            continue
-                        if o.kind == OK:
-                            status, reason, accs = (o.result["status"], o.result["reason"],
-                                                    o.result["accuracies"])
-                        else:  # the layer raised outside training, or its worker was lost
-                            status = "failed" if o.kind not in (DIED, TIMEOUT) else LOST
-                            reason, accs = o.error, {}
-                        mean = sum(accs.values()) / len(accs) if status == "ok" else None
-                        store.add_rerank(candidate_id=c.id, preset=plan.label, accuracies=accs,
-                                         mean=mean, status=status, reason=reason,
-                                         search_fitness=c.fitness, seconds=o.seconds,
-                                         split=plan.split)
-                        finished += 1
-                        log(_line(finished, total, c.id, status, reason, accs, o.seconds))
-                        last = time.perf_counter()
-                    if time.perf_counter() - last >= every:
-                        last = time.perf_counter()
-                        log(f"rerank: {finished}/{total} done, {len(running)} training, "
-                            f"{last - start:.0f}s elapsed")
-        return [r for r in store.reranks() if r["preset"] == plan.label and r["split"] == plan.split]
+    with Store(run_dir, readonly=True) as store:  # the search's part: read, then left alone
+        stored, candidates = store.search_config(), store.candidates()
+    check_named_again(run_dir, anchor_archs(stored), user_archs)
+    plan = prepare(stored, preset=preset, overrides=overrides, device=device, workers=workers,
+                   timeout=timeout, allow_smaller=allow_smaller, data=data)
+    cfg = plan.cfg
+    task = proxy_config(cfg)
+    chosen = [row.best for row in top_layers(candidates, top or task.rerank_top)]
+    if not chosen:
+        log("rerank: no valid candidate to rerank")
+        return []
+    done = reranked_ids(run_dir, plan.label, plan.split)
+    todo = [c for c in chosen if c.id not in done]
+    n_workers = min(cfg.num_workers, len(todo)) or 1
+    for line in plan.describe():
+        log(line)
+    log(f"rerank: top {len(chosen)} layer(s), {len(chosen) - len(todo)} reranked before, "
+        f"{len(todo)} to train on {n_workers} {cfg.executor} worker(s), device {cfg.device}")
+    finished, total = len(chosen) - len(todo), len(chosen)
+    if todo:
+        config = cfg.to_dict()
+        queue = [(c, 0) for c in todo]
+        running: dict[int, tuple[Any, int]] = {}
+        start = last = time.perf_counter()
+        with make_executor(cfg.executor, fn or train_layer, n_workers, timeout=plan.timeout,
+                           address=cfg.address, device=cfg.device,
+                           gpus_per_worker=cfg.gpus_per_worker,
+                           data_dir=task.data_root, threads=cfg.threads) as pool:
+            while queue or running:
+                while queue and pool.free_slots() > 0:
+                    c, attempts = queue.pop(0)
+                    pool.submit(c.id, {"graph": c.graph, "config": config})
+                    running[c.id] = (c, attempts)
+                for o in pool.wait(min(5.0, every)):
+                    c, attempts = running.pop(o.task_id)
+                    if o.kind in (DIED, TIMEOUT) and attempts < cfg.retries:
+                        log(f"rerank: candidate {c.id}: {o.error}; retrying")
+                        queue.append((c, attempts + 1))
+                        continue
+                    if o.kind == OK:
+                        status, reason, accs = (o.result["status"], o.result["reason"],
+                                                o.result["scores"])
+                    else:  # the layer raised outside training, or its worker was lost
+                        status = "failed" if o.kind not in (DIED, TIMEOUT) else LOST
+                        reason, accs = o.error, {}
+                    mean = sum(accs.values()) / len(accs) if status == "ok" else None
+                    add_rerank(run_dir, RerankRow(c.id, plan.label, plan.split, accs, mean,
+                                                  status, reason, c.fitness, o.seconds,
+                                                  time.time()))
+                    finished += 1
+                    log(_line(finished, total, c.id, status, reason, accs, o.seconds))
+                    last = time.perf_counter()
+                if time.perf_counter() - last >= every:
+                    last = time.perf_counter()
+                    log(f"rerank: {finished}/{total} done, {len(running)} training, "
+                        f"{last - start:.0f}s elapsed")
+    return [r for r in read_reranks(run_dir) if r.setting == plan.label and r.split == plan.split]

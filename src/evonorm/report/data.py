@@ -1,4 +1,5 @@
-"""What a report reads: one run's candidates, population and reranks, loaded from its store.
+"""What a report reads: one run's candidates and population from its store, and the task's records
+(reranks, re-training) from their files beside it.
 
 The figures and tables take plain data (`RunData`, candidate records or dicts) so they can be
 built and tested without a store; `load_run` is the only place that opens one, read-only, and it
@@ -21,6 +22,7 @@ from evonorm.search.config import flat_config
 from evonorm.search.evaluation import STATUSES, finite
 from evonorm.proxy.config import ProxyConfig
 from evonorm.proxy.references import REFERENCES_FILE, read_references
+from evonorm.proxy.rerank import RerankRow, read_reranks
 from evonorm.proxy.retrain import RetrainRow, read_rows
 from evonorm.search.store import Store, resolve_path, run_folder
 
@@ -34,7 +36,7 @@ class RunData:
     name: str
     candidates: list[Candidate] = field(default_factory=list)  # or flat dicts, read as Candidates
     population: list[int] = field(default_factory=list)
-    reranks: list[dict] = field(default_factory=list)
+    reranks: list[RerankRow] = field(default_factory=list)  # best first
     config: dict = field(default_factory=dict)
     # Reference layers (e.g. "bn_relu", "evonorm_b0") -> {arch: accuracy}, for the Pareto figure.
     references: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -112,7 +114,6 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
                 name=name or run_folder(run).name or str(run),
                 candidates=list(store.candidates()),
                 population=list(store.population()),
-                reranks=list(_safe(store, "reranks")),
                 config=flat_config(store.checked_config(task=ProxyConfig)),
                 in_flight=len(_safe(store, "pending_proposals")),
                 status=_meta(store, "status"),
@@ -124,6 +125,7 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
             data.prescreen_prior = prior if isinstance(prior, dict) else None
             data.references = _references(data, run_folder(run))
             data.retrain = read_rows(run)
+            data.reranks = read_reranks(run)
             return data
         except sqlite3.OperationalError as err:  # "database is locked" while a writer commits
             last = err

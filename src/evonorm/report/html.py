@@ -10,8 +10,10 @@ from __future__ import annotations
 import base64
 import html
 import time
+from dataclasses import fields
 from typing import Any, Sequence
 
+from evonorm.proxy.rerank import RerankRow
 from evonorm.report.data import FINISHED, RunData, formula, reason_category
 from evonorm.report.verdict import layer_stats, search_fitness_text, verdict
 from evonorm.search.candidates import same_layer_keys, top_layers
@@ -108,22 +110,16 @@ def top_table(run: RunData, n: int = 10) -> str:
 def rerank_table(run: RunData) -> str:
     if not run.reranks:
         return '<p class="note">No reranking recorded for this run (<code>evonorm rerank RUN</code>).</p>'
-    keys: list[str] = []
-    for r in run.reranks:
-        for k in r:
-            if k not in keys and k not in ("graph",):
-                keys.append(k)
-    has_graph = any("graph" in r for r in run.reranks)
-    header = (["layer"] if has_graph else []) + keys
+    keys = [f.name for f in fields(RerankRow)]
     rows = []
-    for r in run.reranks:
-        cells = [formula_cell(r["graph"])] if has_graph else []
+    for rank, r in enumerate(run.reranks, 1):
+        cells: list[Any] = [rank]
         for k in keys:
-            v = r.get(k)
+            v = getattr(r, k)
             cells.append(", ".join(f"{a}: {x:.4f}" if finite(x) else f"{a}: {x}" for a, x in v.items())
                          if isinstance(v, dict) else v)
         rows.append(cells)
-    return table(header, rows)
+    return table(["rank", *keys], rows)
 
 
 def reasons_table(runs: Sequence[RunData]) -> str:

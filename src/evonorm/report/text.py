@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evonorm.proxy.rerank import RerankRow
 from evonorm.report.data import formula, load_run
 from evonorm.report.verdict import verdict
 from evonorm.search.candidates import same_layer_keys, top_layers
@@ -41,14 +42,14 @@ def summary_table(run_dir: str | Path, top: int = 10) -> str:
     return head_lines + "\n" + table
 
 
-def rerank_table(rows: list[dict], graphs: dict[int, dict]) -> str:
-    """Plain-text ranking of a run's rerank rows (`Store.reranks()`), with formulas."""
+def rerank_table(rows: list[RerankRow], graphs: dict[int, dict]) -> str:
+    """Plain-text ranking of a run's rerank rows (`RerankRow`s, best first), with formulas."""
     if not rows:
         return "no reranked layer"
     lines = []
     for rank, r in enumerate(rows, 1):
-        mean = r["status"] if r["mean"] is None else f"{r['mean']:.4f}"
-        search = "-" if r["search_fitness"] is None else f"{r['search_fitness']:.4f}"
-        lines.append(f"{rank:>3}  id {r['candidate_id']:<5} rerank {mean:<7} search {search:<7} "
-                     f"{formula(graphs.get(r['candidate_id']))}")
+        mean = r.status if r.mean is None else f"{r.mean:.4f}"
+        search = "-" if r.search_fitness is None else f"{r.search_fitness:.4f}"
+        lines.append(f"{rank:>3}  id {r.candidate_id:<5} rerank {mean:<7} search {search:<7} "
+                     f"{formula(graphs.get(r.candidate_id))}")
     return "\n".join(lines)

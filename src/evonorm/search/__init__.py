@@ -18,13 +18,3 @@ from evonorm.search.store import Store
 
 __all__ = ["SearchConfig", "Evolution", "Hurdles", "Execution", "Candidate", "Evaluation", "Store",
            "search", "resume", "load", "Reject", "Trial", "SearchResult"]
-
-# names that moved to the built-in task's package: one line naming the new place
-_MOVED = {"PRESETS": "evonorm.proxy.presets", "get_preset": "evonorm.proxy.presets",
-          "list_presets": "evonorm.proxy.presets", "TrainSetting": "evonorm.proxy.config"}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:  # an ImportError, so that `from evonorm.search import NAME` says it too
-        raise ImportError(f"evonorm.search.{name} moved to {_MOVED[name]}.{name}")
-    raise AttributeError(f"module 'evonorm.search' has no attribute {name!r}")

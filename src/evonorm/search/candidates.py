@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
-from evonorm.search.evaluation import Evaluation, finite, renamed
+from evonorm.search.evaluation import Evaluation, finite
 
 Origin = Literal["random", "mutation", "seed"]
 
@@ -54,18 +54,6 @@ class Candidate:
     timings = _evaluation_field("timings")
     stage_scores = _evaluation_field("stage_scores")
     stage = _evaluation_field("stage")
-
-    @property
-    def accuracies(self) -> dict[str, float]:
-        """The old name of `scores`, read with a DeprecationWarning."""
-        renamed("accuracies", "scores")
-        return self.scores
-
-    @property
-    def stages(self) -> list[dict[str, float]]:
-        """The old name of `stage_scores` (`stages` are the config's step counts), with the warning."""
-        renamed("Candidate.stages", "stage_scores")
-        return self.stage_scores
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Candidate":

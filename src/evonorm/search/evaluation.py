@@ -4,32 +4,12 @@ store saves whole, and the driver and the report read back (stdlib only, so it i
 
 from __future__ import annotations
 
-import functools
 import math
-import warnings
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, Literal, Mapping, get_args
+from typing import Any, Literal, Mapping, get_args
 
 Status = Literal["valid", "rejected", "failed"]
 STATUSES: tuple[str, ...] = get_args(Status)  # a finished evaluation has one of these
-
-
-def renamed(old: str, new: str, stacklevel: int = 2) -> None:
-    """Warn that `old` is now `new` where the old name was used (`accuracies`: an objective's scores
-    need not be accuracies; `stages`: the config's step counts): `stacklevel` counts as
-    `warnings.warn` counts from its caller."""
-    warnings.warn(f"{old} is now {new}", DeprecationWarning, stacklevel=stacklevel + 1)
-
-
-def _scores(scores: Mapping[str, float] | None, accuracies: Mapping[str, float] | None
-            ) -> Mapping[str, float] | None:
-    """`scores`, or what was given under the old keyword `accuracies` (with the warning)."""
-    if accuracies is None:
-        return scores
-    if scores is not None:
-        raise TypeError("give scores, not accuracies as well (accuracies is now scores)")
-    renamed("accuracies", "scores", 3)
-    return accuracies
 
 
 @dataclass(frozen=True)
@@ -56,42 +36,25 @@ class Evaluation:
         """Stages reached (1 for a search without stages)."""
         return len(self.stage_scores) or 1
 
-    @property
-    def stages(self) -> list[dict[str, float]]:
-        """The old name of `stage_scores` (`stages` are the config's step counts), with a warning."""
-        renamed("Evaluation.stages", "stage_scores")
-        return self.stage_scores
-
     def rank_key(self) -> tuple[int, float]:
         """How valid layers compare: the further stage first, then fitness (so layers compare at
         an equal stage, and one that cleared a hurdle outranks those it stopped)."""
         return (self.stage, self.fitness if self.fitness is not None else float("-inf"))
 
-    @property
-    def accuracies(self) -> dict[str, float]:
-        """The old name of `scores`, read with a DeprecationWarning."""
-        renamed("accuracies", "scores")
-        return self.scores
-
     @classmethod
-    def valid(cls, scores: Mapping[str, float] | None = None, timings: Mapping[str, float] | None = None,
-              stage_scores: list[Mapping[str, float]] | None = None, *,
-              accuracies: Mapping[str, float] | None = None) -> "Evaluation":
-        """Scored on every name; fitness their mean. (`accuracies=`: the old keyword.)"""
-        given = _scores(scores, accuracies)
-        if given is None:
-            raise TypeError("Evaluation.valid() needs scores")
-        s = dict(given)
+    def valid(cls, scores: Mapping[str, float], timings: Mapping[str, float] | None = None,
+              stage_scores: list[Mapping[str, float]] | None = None) -> "Evaluation":
+        """Scored on every name; fitness their mean."""
+        s = dict(scores)
         return cls("valid", scores=s, fitness=sum(s.values()) / len(s) if s else None,
                    timings=dict(timings or {}), stage_scores=[dict(st) for st in stage_scores or []])
 
     @classmethod
     def rejected(cls, rejection: Any, scores: Mapping[str, float] | None = None,
-                 timings: Mapping[str, float] | None = None, *,
-                 accuracies: Mapping[str, float] | None = None) -> "Evaluation":
+                 timings: Mapping[str, float] | None = None) -> "Evaluation":
         """From a `Reject` (reason, step, detail) and what was measured before it."""
         return cls("rejected", rejection.reason, rejection.step, rejection.detail,
-                   dict(_scores(scores, accuracies) or {}), None, dict(timings or {}))
+                   dict(scores or {}), None, dict(timings or {}))
 
     @property
     def near_miss(self) -> bool:
@@ -116,34 +79,13 @@ class Evaluation:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Evaluation":
-        """The dict form (`to_dict`, or a hand-written record): unknown keys are ignored; a
-        record's `accuracies` (the old name) reads as `scores`, with the warning, and its `stages` as
-        `stage_scores`."""
+        """The dict form (`to_dict`, or a hand-written record): unknown keys are ignored."""
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
-        if "accuracies" in d and "scores" not in d:
-            renamed("accuracies", "scores")
-            kw["scores"] = d["accuracies"]
         kw["scores"] = dict(kw.get("scores") or {})
         kw["timings"] = dict(kw.get("timings") or {})
-        kw["stage_scores"] = [dict(s) for s in kw.get("stage_scores") or d.get("stages") or []]
+        kw["stage_scores"] = [dict(s) for s in kw.get("stage_scores") or []]
         return cls(**kw)
-
-
-def _old_keyword(init: Callable[..., None]) -> Callable[..., None]:
-    """The dataclass's __init__, also taking `accuracies=` (the old name of `scores`, warned)."""
-
-    @functools.wraps(init)
-    def __init__(self: Evaluation, *args: Any, accuracies: Mapping[str, float] | None = None,
-                 **kw: Any) -> None:
-        if accuracies is not None:
-            kw["scores"] = _scores(kw.pop("scores", None), accuracies)
-        init(self, *args, **kw)
-
-    return __init__
-
-
-Evaluation.__init__ = _old_keyword(Evaluation.__init__)  # type: ignore[method-assign]
 
 
 def finite(x: Any) -> bool:

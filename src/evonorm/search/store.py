@@ -1,9 +1,10 @@
-"""The run's SQLite store (WAL): config, every proposal and candidate, the population, reranks.
+"""The run's SQLite store (WAL): config, every proposal and candidate, the population.
 
 A search commits after every finished evaluation, and each proposal is written (with the random
 state after it) before it is handed to a worker, so a search killed at any moment resumes with no
 finished evaluation lost, none repeated, and the random stream continued. Readers (reports) open it
-read-only while a search writes.
+read-only while a search writes. What a task records after a search (the proxy task's reranks and
+re-training) is the task's, in files of its own beside the store.
 """
 
 from __future__ import annotations
@@ -24,10 +25,7 @@ from evonorm.search.config import PARTS, SearchConfig, nested_config
 from evonorm.search.evaluation import Evaluation
 
 STORE_NAME = "store.sqlite"
-SCHEMA_VERSION = 8  # 2: candidates.detail (what a rejection measured); 3: candidates.stages;
-# 4: reranks.split; 5: the config nested by part (`SearchConfig`), the task's settings apart;
-# 6: candidates.features (at birth); 7: candidates.prediction (the prescreen's);
-# 8: candidates.accuracies renamed scores (an objective's scores need not be accuracies)
+SCHEMA_VERSION = 1  # the one schema this evonorm reads and writes; a store of any other is refused
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,11 +48,11 @@ CREATE TABLE IF NOT EXISTS candidates (
     status TEXT NOT NULL,
     reason TEXT,
     reason_step INTEGER,
-    detail TEXT,                        -- JSON, or NULL (schema version 2)
-    stages TEXT,                        -- JSON list of per-stage scores (stage_scores), or NULL (v. 3)
-    features TEXT,                      -- JSON {name: value} at birth, or NULL (version 6)
-    prediction TEXT,                    -- JSON, the surrogate's before training, or NULL (version 7)
-    scores TEXT NOT NULL,               -- JSON {name: score}; named accuracies before version 8
+    detail TEXT,                        -- JSON: what a rejection measured, or NULL
+    stage_scores TEXT,                  -- JSON list of {name: score} per stage reached, or NULL
+    features TEXT,                      -- JSON {name: value} at birth, or NULL
+    prediction TEXT,                    -- JSON, the surrogate's before training, or NULL
+    scores TEXT NOT NULL,               -- JSON {name: score}
     fitness REAL,
     cache_hit INTEGER NOT NULL,
     seconds REAL NOT NULL,
@@ -66,20 +64,6 @@ CREATE TABLE IF NOT EXISTS candidates (
 CREATE INDEX IF NOT EXISTS candidates_key ON candidates(key);
 CREATE INDEX IF NOT EXISTS candidates_fp ON candidates(fingerprint);
 CREATE TABLE IF NOT EXISTS population (pos INTEGER PRIMARY KEY, candidate_id INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS reranks (
-    id INTEGER PRIMARY KEY,
-    candidate_id INTEGER NOT NULL,
-    preset TEXT NOT NULL,
-    accuracies TEXT NOT NULL,
-    mean REAL,
-    status TEXT NOT NULL,
-    reason TEXT,
-    search_fitness REAL,
-    seconds REAL NOT NULL,
-    created_at REAL NOT NULL,
-    split TEXT,                         -- the data it was scored on; NULL: before version 4
-    UNIQUE (candidate_id, preset)
-);
 """
 
 
@@ -106,48 +90,6 @@ def run_folder(path: str | Path) -> Path:
     return resolve_path(path).parent
 
 
-def _nest_config(db: sqlite3.Connection) -> None:
-    """A flat stored config (before version 5) rewritten nested, as `SearchConfig` reads it."""
-    row = db.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()
-    if row is not None and json.loads(row[0]):
-        nested = SearchConfig.from_dict(json.loads(row[0])).to_dict()
-        db.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps(nested),))
-
-
-# Each step brings a store from the version in its key to the next one, in place: SQL, or a
-# function of the connection.
-_MIGRATIONS = {1: "ALTER TABLE candidates ADD COLUMN detail TEXT",
-               2: "ALTER TABLE candidates ADD COLUMN stages TEXT",
-               3: "ALTER TABLE reranks ADD COLUMN split TEXT",
-               4: _nest_config,
-               5: "ALTER TABLE candidates ADD COLUMN features TEXT",
-               6: "ALTER TABLE candidates ADD COLUMN prediction TEXT",
-               7: "ALTER TABLE candidates RENAME COLUMN accuracies TO scores"}
-
-
-def migrate(db: sqlite3.Connection) -> None:
-    """Bring a store opened for writing up to SCHEMA_VERSION in one transaction (a new store is
-    stamped with it). A store from newer code is left as it is."""
-    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    version = SCHEMA_VERSION if row is None else json.loads(row[0])
-    if row is not None and version >= SCHEMA_VERSION:
-        return
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        for step in range(version, SCHEMA_VERSION):
-            change = _MIGRATIONS[step]
-            if callable(change):
-                change(db)
-            else:
-                db.execute(change)
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
-                   (json.dumps(SCHEMA_VERSION),))
-        db.commit()
-    except BaseException:
-        db.rollback()
-        raise
-
-
 def _readonly_uri(path: Path) -> str:
     """Read-only; with no -wal beside it (no writer since the last clean close) the file holds
     everything and is read as immutable, so a reader leaves no -wal/-shm behind."""
@@ -166,14 +108,14 @@ def check_files(path: Path) -> None:
 
 
 class StoreError(ValueError):
-    """A store file that is damaged, foreign (not ours) or from a newer schema: refused, untouched."""
+    """A store file that is damaged, foreign (not ours) or of another schema version: refused, untouched."""
 
 
 _REQUIRED_TABLES = ("meta", "proposals", "candidates")
 
 
 def check_store(path: str | Path) -> None:
-    """Refuse (StoreError, one line) a file that is not an intact store of a schema we know.
+    """Refuse (StoreError, one line) a file that is not an intact store of schema SCHEMA_VERSION.
 
     Reads only: the header is checked by hand (empty, non-SQLite), the rest (truncated, damaged
     pages, tables, schema version) through a read-only connection; any -wal/-shm that SQLite
@@ -214,22 +156,31 @@ def check_store(path: str | Path) -> None:
     missing = [t for t in _REQUIRED_TABLES if t not in tables]
     if missing:
         raise StoreError(f"{p} is not a search store (no {', '.join(missing)} table)")
+    found = _version_text(row)
+    if found != str(SCHEMA_VERSION):
+        raise StoreError(f"{p} has store schema version {found}, expected {SCHEMA_VERSION} "
+                         f"(this evonorm reads no other)")
+
+
+def _version_text(row: tuple | None) -> str:
+    """The stored schema version as the refusal names it: the integer, else the raw value (on one line)."""
+    if row is None:
+        return "none"
     try:
-        version = json.loads(row[0]) if row is not None else None
-    except ValueError:
+        version = json.loads(row[0])
+    except (TypeError, ValueError):
         version = None
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise StoreError(f"{p} is a damaged store (no valid schema_version)")
-    if version > SCHEMA_VERSION:
-        raise StoreError(f"{p} has store schema version {version}, newer than this evonorm's "
-                         f"{SCHEMA_VERSION}: upgrade evonorm to use it")
+    if isinstance(version, int) and not isinstance(version, bool):
+        return str(version)
+    return ascii(row[0])[:60]
 
 
 class Store:
     """SQLite store of one run; `Store(RUN)` or `Store(RUN/store.sqlite)`.
 
-    An existing file is checked first (`check_store`): a damaged, foreign or newer store raises
-    StoreError before anything is written to it.
+    An existing file is checked first (`check_store`): a damaged or foreign store, or one of another
+    schema version, raises StoreError before anything is written to it; a new one is stamped with
+    SCHEMA_VERSION.
     """
 
     def __init__(self, path: str | Path, readonly: bool = False):
@@ -247,8 +198,9 @@ class Store:
             self._db = sqlite3.connect(self.path, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")  # all tables at once
-            migrate(self._db)
+            self._db.executescript(  # all tables and the version at once
+                f"BEGIN IMMEDIATE;{_SCHEMA}INSERT OR IGNORE INTO meta VALUES "
+                f"('schema_version', '{SCHEMA_VERSION}');COMMIT;")
         self._db.row_factory = sqlite3.Row
 
     # ------------------------------------------------------------------ read API (reports)
@@ -294,7 +246,7 @@ class Store:
         self.checked_config(task)
         for (key,) in self._db.execute("SELECT key FROM meta").fetchall():
             self.get_meta(key)
-        self.candidates(), self.pending_proposals(), self.reranks()
+        self.candidates(), self.pending_proposals()
 
     def candidates(self) -> list[Candidate]:
         """Every finished evaluation, in evaluation order."""
@@ -304,20 +256,6 @@ class Store:
     def population(self) -> list[int]:
         """Candidate ids in the current population, oldest first."""
         return [r[0] for r in self._db.execute("SELECT candidate_id FROM population ORDER BY pos")]
-
-    def reranks(self) -> list[dict]:
-        """Rerank results, best mean first (failed ones last). `split` says what a row was scored
-        on (None: a rerank from before schema version 4, scored on the search's held-out images)."""
-        rows = self._db.execute(
-            "SELECT * FROM reranks ORDER BY mean IS NULL, mean DESC, candidate_id").fetchall()
-        out = []
-        for rank, r in enumerate(rows, 1):
-            d = dict(r)
-            d["accuracies"] = self._json(d["accuracies"], f"rerank {d['id']}: accuracies", dict)
-            d["rank"] = rank
-            d.setdefault("split", None)  # read-only open of an older store
-            out.append(d)
-        return out
 
     def close(self) -> None:
         self._db.close()
@@ -407,7 +345,7 @@ class Store:
             cur = self._db.execute(
                 "INSERT INTO candidates (proposal, graph, key, fingerprint, parent_id, origin, "
                 "status, reason, reason_step, detail, scores, fitness, cache_hit, seconds, "
-                "timings, worker, created_at, finished_at, stages, features, prediction) "
+                "timings, worker, created_at, finished_at, stage_scores, features, prediction) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (proposal.idx, json.dumps(proposal.graph), key, fingerprint, proposal.parent_id,
                  proposal.origin, e.status, e.reason, e.reason_step,
@@ -443,24 +381,20 @@ class Store:
 
     def _candidate(self, r: sqlite3.Row) -> Candidate:
         """A candidates row, each JSON column checked against its Evaluation field (DamagedFile naming it)."""
-        cols, where = r.keys(), f"candidate {r['id']}"
+        where = f"candidate {r['id']}"
         hints = typing.get_type_hints(Evaluation)
         for name, hint in (("status", str), ("reason", str | None), ("reason_step", int | None),
                            ("fitness", float | None)):
             problem = type_problem(r[name], hint)
             if problem is not None:
                 raise DamagedFile(self.path, f"{where}: {name}", problem)
-        detail = r["detail"] if "detail" in cols else None  # read-only open of a version-1 store
-        stages = r["stages"] if "stages" in cols else None  # ... or of a version-2 one
-        features = r["features"] if "features" in cols else None  # ... or of one before version 6
-        prediction = r["prediction"] if "prediction" in cols else None
-        scores = "scores" if "scores" in cols else "accuracies"  # ... or before version 8
+        detail, stages, features, prediction = r["detail"], r["stage_scores"], r["features"], r["prediction"]
         evaluation = Evaluation(
             status=r["status"], reason=r["reason"], reason_step=r["reason_step"],
             detail=None if detail is None else self._json(detail, f"{where}: detail", hints["detail"]),
-            scores=self._json(r[scores], f"{where}: {scores}", hints["scores"]),
+            scores=self._json(r["scores"], f"{where}: scores", hints["scores"]),
             fitness=r["fitness"], timings=self._json(r["timings"], f"{where}: timings", hints["timings"]),
-            stage_scores=self._json(stages, f"{where}: stages", hints["stage_scores"]) if stages else [])
+            stage_scores=self._json(stages, f"{where}: stage_scores", hints["stage_scores"]) if stages else [])
         return Candidate(
             id=r["id"], evaluation=evaluation, graph=self._json(r["graph"], f"{where}: graph", dict), key=r["key"],
             fingerprint=r["fingerprint"], parent_id=r["parent_id"], origin=r["origin"],
@@ -473,27 +407,6 @@ class Store:
     def _write_population(self, ids: Iterable[int]) -> None:
         self._db.execute("DELETE FROM population")
         self._db.executemany("INSERT INTO population VALUES (?, ?)", enumerate(ids))
-
-    # ------------------------------------------------------------------ reranks
-    def add_rerank(self, *, candidate_id: int, preset: str, accuracies: dict, mean: float | None,
-                   status: str, reason: str | None, search_fitness: float | None,
-                   seconds: float, split: str | None = None) -> None:
-        """One layer's rerank in a setting (`preset`, the setting's label), committed at once; it
-        replaces an earlier row of the same layer and setting."""
-        with self._db:
-            self._db.execute(
-                "INSERT OR REPLACE INTO reranks (candidate_id, preset, accuracies, mean, status, "
-                "reason, search_fitness, seconds, created_at, split) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (candidate_id, preset, json.dumps(accuracies), mean, status, reason,
-                 search_fitness, seconds, time.time(), split))
-
-    def reranked_ids(self, preset: str, split: str | None = None,
-                     statuses: tuple[str, ...] = ("ok", "failed")) -> set[int]:
-        """Layers with a rerank row of `statuses` in setting `preset` scored on `split`."""
-        marks = ",".join("?" * len(statuses))
-        return {r[0] for r in self._db.execute(
-            f"SELECT candidate_id FROM reranks WHERE preset = ? AND split IS ? "
-            f"AND status IN ({marks})", (preset, split, *statuses))}
 
 
 def _json_or_null(value: Any) -> str | None:
