@@ -12,7 +12,7 @@ import pytest
 import _objectives
 from evonorm.cli import main as cli
 from evonorm.graph.library import NAMED_GRAPHS
-from evonorm.search import Evaluation, Reject, Trial, load, resume, search
+from evonorm.search import Candidate, Evaluation, Reject, Trial, load, resume, search
 from evonorm.search.objective import load_objective, run_trial
 from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store

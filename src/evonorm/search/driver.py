@@ -515,7 +515,7 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
                                                and not search.pending)
             # a killed driver leaves "running"; any other exit says what it left behind
             store.set_meta("status", "complete" if complete else "stopped")
-            if not complete:
+            if not complete and isinstance(sys.exc_info()[1], KeyboardInterrupt):
                 print(f"search stopped at {done}/{cfg.budget} candidates: `evonorm resume {run}` "
                       "(or evonorm.search.resume) continues it", file=sys.stderr, flush=True)
         if complete:
