@@ -41,3 +41,15 @@ ensure_fashion_mnist() {
          "'sudo apt-get install dataset-fashion-mnist' or put its IDX files in $user" >&2
     return 1
 }
+
+# Chromium (Debian's chromium), for the test that opens the live report in a real headless browser:
+# installed where this runs as root with apt-get; elsewhere that one test skips, naming the package.
+ensure_chromium() {
+    command -v chromium >/dev/null && return 0
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        echo "installing Chromium (apt-get install chromium) for the live-report browser test" >&2
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+            >/dev/null 2>&1 || echo "apt-get could not install chromium" >&2
+    fi
+    command -v chromium >/dev/null
+}
