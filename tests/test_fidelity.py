@@ -84,7 +84,7 @@ def test_seed_agreement_is_one_seed_against_the_others_mean_once_done_on_every_a
 
 @pytest.mark.parametrize("content, message", [
     ("[1, 2]", "no list reference.runs"),
-    ("{not json", "is not JSON"),
+    ("{not json", "not valid JSON"),
     (json.dumps({"reference": {"runs": [{"layer": "a", "test_accuracy": "high"}]}}), "runs[0]"),
     (json.dumps({"reference": {"runs": [{"layer": "a", "test_accuracy": 1.5}]}}), "runs[0]"),
     (json.dumps({"reference": {"runs": [{"layer": "a", "test_accuracy": 0.5}]}}), "needs >= 3"),

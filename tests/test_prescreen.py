@@ -170,25 +170,6 @@ def test_search_cli_refuses_a_bad_prescreen_value(tmp_path):
     assert "--prescreen" in out.stderr and not (tmp_path / "r").exists()
 
 
-def test_a_store_before_features_opens_and_reads_none(tmp_path):
-    from test_store import V1_SCHEMA
-    import sqlite3
-
-    db = sqlite3.connect(tmp_path / "store.sqlite")
-    db.executescript(V1_SCHEMA)
-    db.close()
-    with Store(tmp_path, readonly=True) as r:
-        (c,) = r.candidates()
-        assert c.features is None and c.prediction is None
-    with Store(tmp_path) as s:
-        (prop,) = s.pending_proposals()
-        from evonorm.search.evaluation import Evaluation
-        c2 = s.add_candidate(prop, Evaluation("rejected", "prescreen"), key="k2", fingerprint=None,
-                             features={"a": 1.0}, prediction={"p_valid": 0.01})
-        assert (c2.features, c2.prediction) == ({"a": 1.0}, {"p_valid": 0.01})
-        assert s.find_cached("k2", None) is None  # a prescreen rejection is never a cache answer
-
-
 def test_the_report_shows_predicted_against_measured():
     from evonorm.report.data import RunData
     from evonorm.report.html import prescreen_table
@@ -356,3 +337,19 @@ def test_every_shipped_prior_holds_for_its_preset_as_it_ships():
         prior = read_prior(path)
         assert prior.setting == setting(cfg), path.name
         assert {r["run"] for r in prior.provenance["runs"]} and prior.provenance["valid"] > 0
+
+
+def test_a_bad_prior_is_skipped_in_one_line_and_a_prior_serves_its_own_space_only(tmp_path, capsys):
+    import shutil
+
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.prior import PRIORS, prior_for
+    from evonorm.proxy.training import with_dataset
+
+    shutil.copy(PRIORS / "demo-s.json", tmp_path / "demo-s.json")
+    (tmp_path / "a-bad.json").write_text('{"format": 2}')
+    demo = with_dataset(get_preset("demo"))
+    assert prior_for(demo, tmp_path) is not None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "skipped the prescreen prior" in err[0] and "a-bad.json" in err[0]
+    assert prior_for(with_dataset(get_preset("demo", space="b")), tmp_path) is None  # S only

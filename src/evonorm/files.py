@@ -143,11 +143,33 @@ class DamagedFile(ValueError):
         super().__init__(f"{path}: {field}: {problem}" if field else f"{path}: {problem}")
 
 
+MAX_JSON_DEPTH = 64  # far deeper than anything the package writes (a run's config: 4 levels)
+
+
+def parse_json(text: str | bytes) -> Any:
+    """`json.loads` for everything the package reads back: ValueError, never RecursionError, for
+    text nested deeper than MAX_JSON_DEPTH. No file of ours is, and every reader that walks a
+    value (type checks, reports) would otherwise exhaust the stack on one planted deep list."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return value
+
+
 def read_json(path: str | Path) -> Any:
-    """The JSON value of a file (None when absent); DamagedFile when it is not UTF-8 JSON."""
+    """The JSON value of a file (None when absent); DamagedFile when it is not UTF-8 JSON, or
+    nested too deep (`parse_json`)."""
     try:
         text = read_text(path)
-        return None if text is None else json.loads(text)
+        return None if text is None else parse_json(text)
     except ValueError as err:
         raise DamagedFile(path, "", f"not valid JSON ({err})") from None
 
@@ -186,6 +208,12 @@ def read_jsonl(path: str | Path, cls: type) -> list:
             data = json.loads(line)
         except ValueError:  # torn (or empty): not a row
             continue
+        except RecursionError:
+            raise DamagedFile(path, f"line {n}", f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+        try:
+            parse_json(line)
+        except ValueError as err:
+            raise DamagedFile(path, f"line {n}", str(err)) from None
         rows.append(cls(**check_record(cls, data, path, f"line {n}")))
     return rows
 

@@ -10,13 +10,12 @@ orders wrongly).
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evonorm.files import update_json
+from evonorm.files import DamagedFile, UnsafePath, read_json, update_json
 from evonorm.stats import bootstrap_ci, kendall, spearman
 
 WRONG_PAIR_GAP = 0.03  # a pair of layers the reference separates by more than 3 points
@@ -37,11 +36,13 @@ def load_panel(path: str | Path) -> tuple[dict, list[PanelLayer]]:
     """The panel file's JSON and its layers; ValueError naming the file and field otherwise."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path)
     except OSError as err:
         raise ValueError(f"cannot read the panel {path}: {err.strerror or err}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"the panel {path} is not JSON: {err}") from None
+    except (DamagedFile, UnsafePath) as err:
+        raise ValueError(f"the panel {err}") from None
+    if data is None:
+        raise ValueError(f"cannot read the panel {path}: no such file")
     runs = data.get("reference", {}).get("runs") if isinstance(data, dict) and isinstance(
         data.get("reference"), dict) else None
     if not isinstance(runs, list):

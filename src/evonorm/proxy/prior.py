@@ -14,6 +14,7 @@ folders, and `experiments/prescreen_prior.py` the shipped ones.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ def setting(cfg: SearchConfig) -> dict[str, Any]:
     """What a prior shares with every run it applies to (plain JSON values, compared whole)."""
     task = {k: v for k, v in proxy_config(cfg).to_dict().items() if k not in _IGNORED}
     return json.loads(json.dumps({
+        "space": cfg.evolution.space,  # an S-space prior says nothing of the batch ops' layers
         "task": task, "stages": list(cfg.stages),
         "features": {"engine": engine_features_module.FEATURES_VERSION,
                      "task": task_features_module.FEATURES_VERSION}}))
@@ -87,7 +89,12 @@ def prior_for(cfg: SearchConfig, folder: str | Path = PRIORS) -> Prior | None:
     """The prior in `folder` built under the run's setting, or None where there is none."""
     want = setting(cfg)
     for path in sorted(Path(folder).glob("*.json")):
-        prior = read_prior(path)
+        try:
+            prior = read_prior(path)
+        except ValueError as err:  # a bad prior costs the search its head start, not the search
+            print(f"evonorm: warning: skipped the prescreen prior {path}: "
+                  f"{(str(err).splitlines() or [''])[0][:300]}", file=sys.stderr, flush=True)
+            continue
         if prior.setting == want:
             return prior
     return None

@@ -9,6 +9,7 @@ re-training) is the task's, in files of its own beside the store.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from evonorm.files import DamagedFile, UnsafePath, check_entry, check_record, open_regular, type_problem
+from evonorm.files import (DamagedFile, UnsafePath, check_entry, check_record, open_regular, parse_json,
+                           type_problem)
 from evonorm.search.candidates import Candidate, Origin
 from evonorm.search.config import PARTS, SearchConfig, nested_config
 from evonorm.search.evaluation import Evaluation
@@ -111,7 +113,17 @@ class StoreError(ValueError):
     """A store file that is damaged, foreign (not ours) or of another schema version: refused, untouched."""
 
 
-_REQUIRED_TABLES = ("meta", "proposals", "candidates")
+@functools.cache
+def _schema_columns() -> dict[str, list[str]]:
+    """Each table of the schema and its columns, as SQLite reads `_SCHEMA` (the one place they are
+    written down), so that a store missing one is refused before a reader trips over it."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(_SCHEMA)
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")] for t in tables}
+    finally:
+        db.close()
 
 
 def check_store(path: str | Path) -> None:
@@ -143,6 +155,12 @@ def check_store(path: str | Path) -> None:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             row = (db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
                    if "meta" in tables else None)
+            columns = {t: {r[1] for r in db.execute(f"PRAGMA table_info({t})")} for t in tables
+                       if t.isidentifier()}
+            orphans = (db.execute("SELECT count(*) FROM candidates WHERE proposal NOT IN "
+                                  "(SELECT idx FROM proposals)").fetchone()[0]
+                       if {"candidates", "proposals"} <= tables and "proposal" in columns.get(
+                           "candidates", ()) and "idx" in columns.get("proposals", ()) else 0)
         finally:
             db.close()
     except sqlite3.Error as err:
@@ -153,13 +171,22 @@ def check_store(path: str | Path) -> None:
                 side.unlink(missing_ok=True)
     if status != "ok":
         raise StoreError(f"{p} is a damaged store (integrity check: {status})")
-    missing = [t for t in _REQUIRED_TABLES if t not in tables]
-    if missing:
-        raise StoreError(f"{p} is not a search store (no {', '.join(missing)} table)")
+    if not {"meta", "proposals", "candidates"} <= tables:
+        raise StoreError(f"{p} is not a search store (no meta, proposals and candidates tables)")
     found = _version_text(row)
     if found != str(SCHEMA_VERSION):
         raise StoreError(f"{p} has store schema version {found}, expected {SCHEMA_VERSION} "
                          f"(this evonorm reads no other)")
+    for table, want in _schema_columns().items():
+        if table not in tables:
+            raise StoreError(f"{p} is a damaged store (its {table} table is missing)")
+        lost = [c for c in want if c not in columns[table]]
+        if lost:
+            raise StoreError(f"{p} is a damaged store (table {table} lacks column "
+                             f"{', '.join(lost)})")
+    if orphans:
+        raise StoreError(f"{p} is a damaged store ({orphans} candidate(s) of proposals that are "
+                         "not in it)")
 
 
 def _version_text(row: tuple | None) -> str:
@@ -167,7 +194,7 @@ def _version_text(row: tuple | None) -> str:
     if row is None:
         return "none"
     try:
-        version = json.loads(row[0])
+        version = parse_json(row[0])
     except (TypeError, ValueError):
         version = None
     if isinstance(version, int) and not isinstance(version, bool):
@@ -274,7 +301,7 @@ class Store:
     def _json(self, text: Any, where: str, hint: Any = Any) -> Any:
         """A JSON column read back and checked against `hint`: DamagedFile naming the store and `where`."""
         try:
-            value = json.loads(text)
+            value = parse_json(text)
         except (TypeError, ValueError) as err:
             raise DamagedFile(self.path, where, f"not valid JSON ({err})") from None
         problem = type_problem(value, hint)
