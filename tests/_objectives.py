@@ -126,3 +126,11 @@ def hostile(norm_act, trial):
         trial.timings["t"] = "slow"
         return 0.5
     raise HOSTILE[kind]()
+
+
+def sleepy(norm_act, trial) -> float:
+    """A candidate that takes a few seconds, so that a progress display must move meanwhile."""
+    import time
+
+    time.sleep(3.0)
+    return 0.5

@@ -66,3 +66,16 @@ def test_the_eta_counts_the_candidates_still_running():
     # queued candidates at the mean cost, shared among the workers, beside the running ones
     assert eta_seconds(quick, [1.0, 1.0], 10, 5.0, 2) == pytest.approx((4.0 + 4.0 + 50.0) / 2)
     assert eta_seconds([], [], 3, None, 2) is None
+
+
+def test_the_bar_moves_while_the_first_candidate_trains(tmp_path, monkeypatch):
+    import _objectives
+
+    init_run(tmp_path, fake_config(budget=1, workers=1))
+    tty = FakeTTY()
+    monkeypatch.setattr("sys.stderr", tty)
+    run_search(tmp_path, objective=_objectives.sleepy, progress=True)
+    waiting = [f for f in re.split(r"[\r\n]", tty.getvalue()) if " 0/1 " in f]
+    clocks = {m.group(1) for f in waiting if (m := re.search(r"\[(\d\d:\d\d)<", f))}
+    assert len(clocks) >= 2, waiting  # the elapsed time ticks before anything has finished
+    assert any("1 training" in f for f in waiting)

@@ -340,10 +340,17 @@ class _Search:
                 f"{self.tally.best_text()} | {len(self.in_flight)} training | {elapsed:.0f}s elapsed, ETA {eta}")
 
     def heartbeat(self) -> None:
-        """Without a bar, a plain status line every `every` seconds, so a long wait is not silent."""
+        """Without a bar, a plain status line every `every` seconds, so a long wait is not silent;
+        with one, its clock, the candidates training and the ETA move every second (tqdm redraws
+        only on an update, and the first candidate may take minutes)."""
         now = time.perf_counter()
         if self.bar is None and now - self.last_line >= self.every:
             self.log(self.status_line())
+            self.last_line = now
+        elif self.bar is not None and now - self.last_line >= 1.0:
+            self.bar.set_postfix_str(f"{self.tally.short()} | {self.status_line().split(' | ', 3)[-1]}",
+                                     refresh=False)
+            self.bar.refresh()
             self.last_line = now
 
     def _dispatch(self, prop: PendingProposal, attempts: int = 0) -> None:
