@@ -353,3 +353,13 @@ def test_a_bad_prior_is_skipped_in_one_line_and_a_prior_serves_its_own_space_onl
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "skipped the prescreen prior" in err[0] and "a-bad.json" in err[0]
     assert prior_for(with_dataset(get_preset("demo", space="b")), tmp_path) is None  # S only
+
+
+def test_features_beyond_float32_are_capped_so_the_surrogate_still_fits():
+    from evonorm.search.surrogate import Surrogate
+
+    s = Surrogate(min_each=2, seed=0, trees=10)
+    for i in range(6):
+        s.add({"a": 1e308 if i % 2 else -1e39, "b": float(i), "c": 10**400}, i % 2 == 0, None)
+    pred = s.predict({"a": 1e39, "b": 2.0, "c": 10**400})
+    assert pred is not None and 0.0 <= pred.p_valid <= 1.0
