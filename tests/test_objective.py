@@ -188,7 +188,7 @@ def test_cli_search_and_resume_need_the_same_objective(tmp_path, monkeypatch, ca
         assert store.get_meta("objective") == "myobjective:score"
         assert all(c.status == "valid" for c in store.candidates())
     out = capsys.readouterr().out  # the closing summary names the objective, not a dataset
-    assert "objective myobjective:score" in out and "Searched with the objective" in out
+    assert "objective myobjective:score" in out and "Best layer so far: " in out
     assert "dataset" not in out
     for extra in ([], ["--objective", "myobjective:other"]):
         assert cli(["resume", "run", "--budget", "3", "--quiet", *extra]) == 2
@@ -205,7 +205,10 @@ def test_cli_search_and_resume_need_the_same_objective(tmp_path, monkeypatch, ca
         assert cli(["retrain", "run", *extra]) == 2
         assert "built-in proxy task" in capsys.readouterr().err
     assert cli(["report", "run", "--out", "page"]) == 0  # the report itself only reads
-    assert "Searched with the objective" in (tmp_path / "page" / "report.html").read_text()
+    page = (tmp_path / "page" / "report.html").read_text()
+    assert "Best layer so far: " in page and "by the objective myobjective:score" in page
+    assert "evonorm.search.load(&#x27;" in page and "RUN" not in page.split("<h2>")[0]
+    assert "accuracy_histogram" not in page and "calibration" not in page  # figures of accuracies
 
 
 def test_builtin_task_flags_and_stray_ship_are_refused_with_an_own_objective(tmp_path, monkeypatch,

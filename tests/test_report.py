@@ -80,14 +80,18 @@ def test_top_layers_groups_by_key_and_counts_how_often_found():
     assert [(r.key, r.found, r.best.id) for r in rows] == [("a", 3, 1), ("b", 1, 3)]
 
 
-def test_progress_curve_tracks_top10_of_the_population_window():
+def test_progress_curve_is_the_best_so_far_and_never_falls():
     cands = [{"id": i, "status": "valid", "fitness": f, "scores": {}} for i, f in
-             enumerate([0.9, 0.1, 0.2, 0.3])] + [{"id": 9, "status": "rejected"}]
-    xs, m, s = progress_curve(RunData("r", cands), top=2)
-    assert xs == [1, 2, 3, 4] and m == pytest.approx([0.9, 0.5, 0.55, 0.6])
-    xs, m, _ = progress_curve(RunData("r", cands, config={"window": 2}), top=2)
-    assert m[-1] == pytest.approx(0.25)  # 0.9 aged out of the window
-    assert s[0] == 0.0
+             enumerate([0.9, 0.1, 0.2, 0.95, 0.3])] + [{"id": 9, "status": "rejected"}]
+    xs, b, m, s = progress_curve(RunData("r", cands), top=2)
+    assert xs == [1, 2, 3, 4, 5] and b == [0.9, 0.9, 0.9, 0.95, 0.95]
+    # the top-2 mean once two exist, over all layers so far (the population window ages layers
+    # out; the best so far does not fall): not 0.5 for 0.9 and 0.1 at first, then more
+    assert m == pytest.approx([None, 0.5, 0.55, 0.925, 0.925])
+    assert s[1] == pytest.approx(0.4) and s[0] is None
+    same = progress_curve(RunData("r", cands, config={"window": 2}), top=2)
+    assert same[2] == m
+    assert all(a <= b for a, b in zip(m[1:], m[2:])) and all(a <= b for a, b in zip(b, b[1:]))
 
 
 def test_failures_count_at_chance_and_reasons_are_grouped():
@@ -134,4 +138,5 @@ def test_figures_say_what_they_show():
     assert "above chance: n=30, r=1.00" in fig.axes[0].get_title()
     run = RunData("evo", cands, config={"archs": ARCHS[:2], "window": 16})
     texts = " ".join(t.get_text() for t in search_progress([run]).texts)
-    assert "10 best valid layers in the population window (the last 16 valid layers)" in texts
+    assert "line: mean fitness of the 10 best so far (once there are 10)" in texts
+    assert "mean held-out accuracy over the architectures" in texts

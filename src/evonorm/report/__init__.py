@@ -31,24 +31,27 @@ def make_figures(runs: Sequence[RunData]) -> list[tuple[str, str, bytes]]:
     randoms = [c for c in run.candidates if c.origin == "random"]
     # With no random-origin candidate (e.g. a search seeded from a population), fall back to all.
     hist_origin = "random" if randoms else None
-    out = [
-        ("search_progress", "Search progress: mean ± std of the top-10 valid layers' fitness vs "
-         "candidates evaluated, one curve per run (paper Fig. 10).",
-         F.png_bytes(F.search_progress(runs, baseline=bn_mean))),
-        ("accuracy_histogram", "Accuracies of the random layers on each architecture, log count "
-         "axis; a layer that failed before training on an architecture counts at chance "
-         "(paper Fig. 2).",
-         F.png_bytes(F.accuracy_histogram(run.candidates, archs, chance=chance, reference=bn_mean,
-                                          origin=hist_origin))),
-        ("calibration", "Cross-architecture calibration: each finished candidate's accuracy on one "
-         "architecture against another (paper Fig. 4).",
-         F.png_bytes(F.calibration(run.candidates, archs, chance=chance, references=run.references))),
-        ("pareto", "Accuracies of the population's layers on the first two architectures; red: "
-         "Pareto front over all architectures; large markers: reference layers.",
-         F.png_bytes(F.pareto(run))),
-        ("rejections", "Outcomes of the evaluated candidates: valid, or the reason for rejection "
-         "or failure.", F.png_bytes(F.rejections(runs))),
-    ]
+    own = bool(run.config.get("objective"))  # the user's objective: scores, not accuracies
+    out = [("search_progress", "Search progress: the best fitness so far and the mean ± std of the "
+            "10 best so far vs candidates evaluated, one curve per run (paper Fig. 10).",
+            F.png_bytes(F.search_progress(runs, baseline=bn_mean)))]
+    if not own:  # accuracies against chance, of the proxy task's architectures
+        out += [
+            ("accuracy_histogram", "Accuracies of the random layers on each architecture, log "
+             "count axis; a layer that failed before training on an architecture counts at chance "
+             "(paper Fig. 2).",
+             F.png_bytes(F.accuracy_histogram(run.candidates, archs, chance=chance,
+                                              reference=bn_mean, origin=hist_origin))),
+            ("calibration", "Cross-architecture calibration: each finished candidate's accuracy "
+             "on one architecture against another (paper Fig. 4).",
+             F.png_bytes(F.calibration(run.candidates, archs, chance=chance,
+                                       references=run.references)))]
+    if not own or len(archs) >= 2:  # a front needs two scores (the proxy task has two archs)
+        out.append(("pareto", f"{'Scores' if own else 'Accuracies'} of the population's layers on "
+                    f"the first two {'score names' if own else 'architectures'}; red: Pareto front "
+                    "over all of them; large markers: reference layers.", F.png_bytes(F.pareto(run))))
+    out.append(("rejections", "Outcomes of the evaluated candidates: valid, or the reason for "
+                "rejection or failure.", F.png_bytes(F.rejections(runs))))
     return out
 
 

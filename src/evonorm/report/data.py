@@ -44,6 +44,7 @@ class RunData:
     status: str = ""  # the store's run status ("running", "complete", ...) when it records one
     retrain: list[RetrainRow] = field(default_factory=list)  # multi-seed re-training, if any
     setup: str = ""  # what the run trained on: preset, dataset and its sizes, device (`setup_line`)
+    path: str = ""  # the run folder, as the report names it
     classes: int | None = None  # the dataset's class count, as `evonorm search` stores it
     # labelled candidates of earlier runs the prescreen's surrogate started from ({"rows", "valid"})
     prescreen_prior: dict | None = None
@@ -120,6 +121,7 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
             )
             facts = store.get_meta("dataset")
             data.setup = setup_line(data.config, facts, store.get_meta("device"))
+            data.path = str(run_folder(run))
             data.classes = facts.get("classes") if isinstance(facts, dict) else None
             prior = store.get_meta("prescreen_prior")
             data.prescreen_prior = prior if isinstance(prior, dict) else None

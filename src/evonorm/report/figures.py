@@ -63,15 +63,15 @@ def _message(ax: Any, text: str) -> None:
     ax.set_yticks([])
 
 
-def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float], list[float]]:
-    """(candidates evaluated, mean, std) of the top-`top` valid layers in the population after
-    each valid arrival. The population is the last `window` valid layers when the run's config
-    sets one (aging evolution's sliding window), else every valid layer so far. In a staged run
-    only layers trained to the end count (a hurdle-stopped layer's fitness is an earlier one)."""
+def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float], list[float | None],
+                                                           list[float | None]]:
+    """(candidates evaluated, best fitness so far, mean and std of the `top` best so far) after
+    each valid arrival: the best-so-far curves of the paper's Fig. 10, which never fall as
+    candidates arrive. The top-`top` mean is None until `top` layers exist (a mean over fewer
+    would fall whenever a weaker layer arrives). In a staged run only layers trained to the end
+    count (a hurdle-stopped layer's fitness is an earlier one)."""
     stages = len(run.config.get("stages") or ()) + 1
-    window = run.config.get("window", run.config.get("population_size"))
-    window = int(window) if isinstance(window, (int, float)) and window > 0 else None
-    xs, means, stds = [], [], []
+    xs, best, means, stds = [], [], [], []
     fitness: list[float] = []
     evaluated = 0
     for c in run.candidates:
@@ -81,30 +81,47 @@ def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float],
         if c.status != "valid" or not finite(c.fitness) or c.stage < stages:
             continue
         fitness.append(float(c.fitness))
-        pool = fitness[-window:] if window else fitness
-        best = sorted(pool, reverse=True)[:top]
-        m = sum(best) / len(best)
-        s = math.sqrt(sum((b - m) ** 2 for b in best) / len(best))
+        ranked = sorted(fitness, reverse=True)
         xs.append(evaluated)
+        best.append(ranked[0])
+        if len(ranked) < top:
+            means.append(None)
+            stds.append(None)
+            continue
+        m = sum(ranked[:top]) / top
         means.append(m)
-        stds.append(s)
-    return xs, means, stds
+        stds.append(math.sqrt(sum((v - m) ** 2 for v in ranked[:top]) / top))
+    return xs, best, means, stds
+
+
+def score_label(run: RunData) -> str:
+    """What a run's fitness is: held-out accuracy on the built-in task, the objective's score
+    otherwise (which need not be an accuracy)."""
+    return (f"score of {run.config['objective']}" if run.config.get("objective")
+            else "mean held-out accuracy over the architectures")
 
 
 def search_progress(runs: Sequence[RunData], *, top: int = 10, baseline: float | None = None,
                     baseline_label: str = "BN-ReLU") -> Any:
-    """Fig. 10: mean and spread of the top-10 valid layers' fitness vs candidates evaluated."""
+    """Fig. 10: the best fitness so far and the mean and spread of the `top` best so far, against
+    candidates evaluated."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     drawn = 0
     for i, run in enumerate(runs):
-        xs, m, s = progress_curve(run, top)
+        xs, b, m, s = progress_curve(run, top)
         if not xs:
             continue
         color = f"C{i % 10}"
-        ax.plot(xs, m, color=color, label=f"{run.name} ({len(run.finished)} evaluated)")
-        ax.fill_between(xs, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)],
-                        color=color, alpha=0.2, linewidth=0)
+        ax.step(xs, b, where="post", color=color, linewidth=0.9, linestyle=":", marker=".",
+                label=f"{run.name}: best ({len(run.finished)} evaluated)")
+        kx = [x for x, v in zip(xs, m) if v is not None]
+        km = [v for v in m if v is not None]
+        ks = [v for v in s if v is not None]
+        if kx:
+            ax.step(kx, km, where="post", color=color, label=f"{run.name}: top-{top} mean")
+            ax.fill_between(kx, [a - d for a, d in zip(km, ks)], [a + d for a, d in zip(km, ks)],
+                            color=color, alpha=0.2, linewidth=0, step="post")
         drawn += 1
     if baseline is None:
         for run in runs:
@@ -113,20 +130,19 @@ def search_progress(runs: Sequence[RunData], *, top: int = 10, baseline: float |
                 baseline = sum(ref.values()) / len(ref)
                 break
     if not drawn:
-        _message(ax, "no valid layer yet: nothing to plot")
+        _message(ax, "no layer trained to the end yet: nothing to plot")
     else:
         if baseline is not None:
             ax.axhline(baseline, color="k", linestyle="--", linewidth=1, label=baseline_label)
         ax.set_xlabel("candidates evaluated")
-        ax.set_ylabel(f"fitness (mean accuracy) of top-{top}")
+        ax.set_ylabel("fitness")
         ax.legend(fontsize=8, loc="lower right")
         ax.grid(alpha=0.3)
-    ax.set_title(f"Search progress (mean ± std of the top-{top} valid layers)")
-    window = next((r.config.get("window") for r in runs if isinstance(r.config.get("window"), int)), None)
-    pool = f"the population window (the last {window} valid layers)" if window else "the population"
-    fig.text(0.01, 0.01, f"Line: mean fitness (mean held-out accuracy over the architectures) of the "
-                         f"{top} best valid layers in {pool} after each candidate; band: ± their std. "
-                         "x: candidates evaluated (valid, rejected and failed).",
+        ax.margins(x=0.05)
+    ax.set_title(f"Search progress (best so far, and mean ± std of the top-{top} so far)")
+    fig.text(0.01, 0.01, f"Fitness: {score_label(runs[0])}. Dotted: the best valid layer so far; "
+                         f"line: mean fitness of the {top} best so far (once there are {top}), "
+                         "band: ± their std. x: candidates evaluated (valid, rejected and failed).",
              fontsize=7, color="0.3", wrap=True, va="bottom")
     fig.subplots_adjust(bottom=0.25)
     return fig
@@ -147,6 +163,14 @@ def random_accuracies(candidates: Sequence[Any], archs: Sequence[str], chance: f
             acc = (c.scores or {}).get(a)
             out[a].append(float(acc) if finite(acc) else chance)
     return out
+
+
+def _integer_counts(ax: Any) -> None:
+    """A log count axis labelled in plain counts (1, 10, 100), without minor labels such as 6x10^0."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def accuracy_histogram(candidates: Sequence[Any], archs: Sequence[str], *, chance: float = 0.1,
@@ -171,6 +195,7 @@ def accuracy_histogram(candidates: Sequence[Any], archs: Sequence[str], *, chanc
         ax.set_xlim(0, 1)
         ax.set_xlabel("accuracy")
         ax.set_ylabel("count (log scale)")
+        _integer_counts(ax)
         ax.legend(fontsize=8)
     kind = f"{n} {origin} layers" if origin else f"{n} layers"
     ax.set_title(f"Accuracy histogram of {kind} (failures count at chance)")
@@ -236,7 +261,7 @@ def pareto(run: RunData) -> Any:
     members = [c for c in run.valid if c.id in pop_ids] or run.valid
     members = [c for c in members if all(finite((c.scores or {}).get(a)) for a in archs)]
     if len(archs) < 2 or not members:
-        _message(ax, "no valid layer with accuracies on two architectures yet")
+        _message(ax, "no valid layer with scores on two names yet")
         ax.set_title("Pareto front of the population")
         return fig
     a, b = archs[0], archs[1]
@@ -255,8 +280,9 @@ def pareto(run: RunData) -> Any:
         if finite(acc.get(a)) and finite(acc.get(b)):
             ax.scatter([acc[a]], [acc[b]], marker=next(markers), s=110, edgecolors="k",
                        label=name, zorder=5)
-    ax.set_xlabel(f"{a} accuracy")
-    ax.set_ylabel(f"{b} accuracy")
+    unit = "score" if run.config.get("objective") else "accuracy"
+    ax.set_xlabel(f"{a} {unit}")
+    ax.set_ylabel(f"{b} {unit}")
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     ax.set_title(f"Pareto front of the population ({len(members)} layers)")

@@ -20,7 +20,8 @@ def summary_table(run_dir: str | Path, top: int = 10) -> str:
     archs = run.archs
     rows = top_layers(run.candidates, top, same=same_layer_keys())
     head_lines = "\n".join(line for line in (
-        verdict(run.retrain, str(run_dir), run.train_seeds, run.config.get("objective")),
+        verdict(run.retrain, str(run_dir), run.train_seeds, run.config.get("objective"),
+                best=rows[0].best if rows else None),
         run.fidelity, run.setup) if line)
     if not rows:
         return head_lines + "\nno valid layer found"

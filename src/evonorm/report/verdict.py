@@ -9,7 +9,7 @@ the training seeds at alpha 0.05.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 from evonorm.stats import mean_std, welch_greater
 from evonorm.proxy.retrain import RetrainRow
@@ -59,14 +59,21 @@ def search_fitness_text(train_seeds: int = 1) -> str:
 
 
 def verdict(rows: Iterable[RetrainRow], run: str = "RUN", train_seeds: int = 1,
-            objective: str | None = None) -> str:
+            objective: str | None = None, best: Any = None) -> str:
     """One plain sentence: a found layer beats the best reference/seed (by how much, test, p), or
     none does beyond noise, or it cannot be told yet (and how to tell). A search on the user's own
-    `objective` is re-trained in the user's task, not here: the sentence says so."""
+    `objective` is judged in the user's task, not here: the sentence names its best layer (`best`,
+    a Candidate) with its formula and scores, and where to read the rest."""
     if objective:
-        return (f"Searched with the objective {objective}: re-training and reference layers run "
-                f"the built-in proxy task, so compare the top layers in your own task "
-                f"(evonorm.search.load({run!r}).top(k)).")
+        where = f"evonorm.search.load({run!r}).top(k)"
+        if best is None:
+            return (f"No valid layer yet in this search with the objective {objective}; {where} "
+                    f"lists them as they arrive.")
+        scores = ", ".join(f"{k} {v:.4g}" for k, v in (best.scores or {}).items())
+        return (f"Best layer so far: {best.formula or best.graph} (candidate {best.id}, fitness "
+                f"{best.fitness:.4g}: {scores}) by the objective {objective}; the re-training "
+                f"and reference layers are the built-in proxy task's, so compare the top layers in "
+                f"your own task ({where}).")
     stats = [s for s in layer_stats(rows) if len(s.values) >= 2]
     found = [s for s in stats if s.kind == "found"]
     base = [s for s in stats if s.kind != "found"]
