@@ -28,6 +28,7 @@ from evonorm.search.config import SearchConfig, flat_config
 from evonorm.stats import mean_std
 from evonorm.proxy.training import quality_config, search_dataset, train_stages
 from evonorm.search.executors import OK, LocalExecutor
+from evonorm.search.settings import norm_relu
 from evonorm.proxy.objective import evaluate_candidate
 from evonorm.proxy.references import REFERENCES_BY_SPACE
 from evonorm.proxy.rejection import quality, quality_threshold
@@ -35,23 +36,13 @@ from evonorm.proxy.rejection import quality, quality_threshold
 RUNS_NAME = "runs.jsonl"
 SETUP_NAME = "calibration.json"
 
-# BatchNorm-ReLU and GroupNorm-ReLU written as graphs (node ids: 0 x, 1 zero, 2 v0, 3 v1, 4...):
-# max((x - mean(x)) / std(x), 0) over the batch or group axes, then the layer's affine.
-_NORM_RELU = [["{}_mean", 0], ["neg", 4], ["add", 0, 5], ["{}_std", 0], ["div", 6, 7], ["max", 8, 1]]
-
-
-def norm_relu_graph(axes: str) -> dict:
-    """The graph JSON of a textbook normalization + ReLU over `axes` (batch, group, layer...)."""
-    return {"nodes": [[n[0].format(axes), *n[1:]] for n in _NORM_RELU]}
-
-
 def reference_graphs(space: str) -> dict[str, dict]:
     """The layers a preset must rank above random ones (`references.REFERENCES_BY_SPACE`; for
     the B space EvoNorm-B0 and the appendix's top B candidates, b_top1 being EvoNorm-B1):
     name -> graph JSON, BN-ReLU and GN-ReLU written as graphs, as a search would meet them."""
     from evonorm.graph.library import NAMED_GRAPHS
 
-    textbook = {"bn_relu": norm_relu_graph("batch"), "gn_relu": norm_relu_graph("group")}
+    textbook = {"bn_relu": norm_relu("batch"), "gn_relu": norm_relu("group")}
     return {name: textbook[name] if name in textbook else NAMED_GRAPHS[name].to_json()
             for name in REFERENCES_BY_SPACE[space]}
 
