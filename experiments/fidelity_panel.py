@@ -57,10 +57,11 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, die_with_parent, log, refuse  # noqa: E402
+from _common import RESULTS, log, refuse  # noqa: E402
 
 from evonorm.files import update_json  # noqa: E402
 from evonorm.proxy.fidelity import seed_agreement  # noqa: E402
+from evonorm.search.executors import die_with_parent  # noqa: E402
 from evonorm.search.lock import RunLock, RunLocked  # noqa: E402
 from evonorm.search.settings import norm_relu  # noqa: E402
 

@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from _processes import alive
 from _search_fakes import scripted
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, LocalExecutor, threads_per_worker
 
@@ -53,3 +54,41 @@ def test_local_pool_survives_raise_die_and_hang():
         got = _drain(ex, 2)
         assert {got[5].result["value"], got[6].result["value"]} == {5, 6}
         assert got[5].worker and got[5].worker != got[6].worker
+
+
+def test_a_worker_ends_with_the_process_that_started_it():
+    """A killed driver or experiment leaves no worker training on into its files (`die_with_parent`);
+    a worker started from a thread that has ended lives on (a pool starts its replacement workers from a thread that ends
+    when the pool closes: killing them there hung the pool)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import os, time; "
+            "from evonorm.search.executors import die_with_parent; die_with_parent(); "
+            "print('ready', os.getpid(), flush=True); time.sleep(120)")
+    # the thread that starts the worker ends 3 s later, after the worker is ready
+    parent = ("import subprocess, sys, threading, time; "
+              "t = threading.Thread(target=lambda: (subprocess.Popen("
+              "[sys.executable, '-c', sys.argv[1]]), time.sleep(3))); t.start(); "
+              "t.join(); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", parent, code],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        word, pid = proc.stdout.readline().split()
+        assert word == "ready"
+        child = int(pid)
+        time.sleep(4.5)  # the thread has ended; the worker's watch looks every second
+        assert alive(child), "the worker ended with the thread that started it"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if not alive(child):
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the worker outlived the process that started it")

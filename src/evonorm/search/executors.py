@@ -74,17 +74,23 @@ def _format_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}{where}"
 
 
-def _exit_with_parent() -> None:
-    """Leave when the driver is gone (e.g. SIGKILLed), instead of finishing an orphaned task."""
+def die_with_parent() -> None:
+    """In a worker process: end it when the process that started it ends (e.g. SIGKILLed), so that
+    no orphan finishes its task or trains on into files the next start resumes from. A thread
+    watches the parent's pid: Linux's PR_SET_PDEATHSIG fires when the *thread* that started the
+    worker ends, and a pool starts its replacement workers from a thread that ends when the pool
+    closes, which would kill idle workers holding the task queue's lock and hang the pool."""
     import threading
 
-    parent = os.getppid()
+    parent = mp.parent_process()
+    pid = parent.pid if parent is not None else os.getppid()
+    if os.getppid() != pid:  # the parent ended before this started
+        os._exit(1)
 
     def watch() -> None:
-        while True:
+        while os.getppid() == pid:
             time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(1)
+        os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="evonorm-parent-watch").start()
 
@@ -92,7 +98,7 @@ def _exit_with_parent() -> None:
 def _worker_main(conn, fn: Callable[[dict], dict], threads: int) -> None:
     """A pool worker: evaluate payloads from the pipe until told to stop (None)."""
     _set_threads(threads)
-    _exit_with_parent()
+    die_with_parent()
     conn.send(("ready", os.getpid()))  # start-up (imports) does not count against a task's timeout
     while True:
         try:
