@@ -6,7 +6,8 @@ import pytest
 
 from _processes import alive
 from _search_fakes import scripted
-from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, LocalExecutor, threads_per_worker
+from evonorm.search.executors import (DIED, ERROR, OK, TIMEOUT, LocalExecutor, Outcome, run_tasks,
+                                      threads_per_worker)
 
 
 def _drain(ex, n, limit=60.0):
@@ -92,3 +93,39 @@ def test_a_worker_ends_with_the_process_that_started_it():
     else:
         os.kill(child, signal.SIGKILL)
         raise AssertionError("the worker outlived the process that started it")
+
+
+class _Pool:
+    """Two slots, one outcome per wait (none on the first): task 2 raises, task 3's worker dies
+    on its first try, every other try succeeds."""
+
+    def __init__(self):
+        self.running, self.submitted, self.waits = [], [], 0
+
+    def free_slots(self):
+        return 2 - len(self.running)
+
+    def submit(self, task_id, payload):
+        self.running.append(task_id)
+        self.submitted.append((task_id, payload["n"]))
+
+    def wait(self, timeout):
+        self.waits += 1
+        if self.waits == 1:
+            return []
+        t = self.running.pop(0)
+        kind = ERROR if t == 2 else DIED if t == 3 and len(self.submitted) < 4 else OK
+        return [Outcome(t, kind, None, None, None, 0.0)]
+
+
+def test_run_tasks_keeps_the_pool_full_and_retries_lost_workers_only():
+    payloads = {1: {"n": 1}, 2: {"n": 2}, 3: {"n": 3}}
+    pool, retried = _Pool(), []
+    waits = list(run_tasks(pool, payloads, retries=1, on_retry=retried.append))
+    assert waits[0] == []  # a wait that brings nothing is yielded, for progress lines
+    assert {o.task_id: o.kind for arrived in waits for o in arrived} == {1: OK, 2: ERROR, 3: OK}
+    assert [o.task_id for o in retried] == [3] and [o.kind for o in retried] == [DIED]
+    assert pool.submitted == [(1, 1), (2, 2), (3, 3), (3, 3)]  # the raise is the layer's: not again
+    pool = _Pool()
+    final = [o for arrived in run_tasks(pool, payloads) for o in arrived]
+    assert {o.task_id: o.kind for o in final} == {1: OK, 2: ERROR, 3: DIED}

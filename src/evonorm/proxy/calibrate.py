@@ -27,7 +27,7 @@ from evonorm.proxy.config import proxy_config
 from evonorm.search.config import SearchConfig, flat_config
 from evonorm.stats import mean_std
 from evonorm.proxy.training import quality_config, search_dataset, train_stages
-from evonorm.search.executors import OK, LocalExecutor
+from evonorm.search.executors import OK, LocalExecutor, run_tasks
 from evonorm.search.settings import norm_relu
 from evonorm.proxy.objective import evaluate_candidate
 from evonorm.proxy.references import REFERENCES_BY_SPACE
@@ -260,27 +260,21 @@ def run_jobs(jobs: Iterable[Job], cfg: SearchConfig, out: Path, *, workers: int,
     records: list[RunRecord] = []
     if not todo:
         return records
-    queue = list(enumerate(todo))
-    running: dict[int, Job] = {}
+    payloads = {i: {"job": asdict(job), "config": cfg.to_dict()} for i, job in enumerate(todo)}
     with LocalExecutor(fn or measure, min(workers, len(todo)), timeout=timeout,
                        threads=threads) as pool:
-        while queue or running:
-            while queue and pool.free_slots() > 0:
-                i, job = queue.pop(0)
-                pool.submit(i, {"job": asdict(job), "config": cfg.to_dict()})
-                running[i] = job
-            for o in pool.wait(5.0):
-                job = running.pop(o.task_id)
-                if o.kind == OK:
-                    rec = RunRecord(**o.result)
-                else:  # a dead or hung worker: recorded as failed, like the search's failures
-                    rec = RunRecord(job.kind, job.name, job.seed, "failed", o.error,
-                                    seconds=o.seconds, graph=job.graph)
-                append_run(out, rec)
-                records.append(rec)
-                finished += 1
-                if on_done is not None:
-                    on_done(rec, finished, total)
+        for o in (o for arrived in run_tasks(pool, payloads) for o in arrived):
+            job = todo[o.task_id]
+            if o.kind == OK:
+                rec = RunRecord(**o.result)
+            else:  # a dead or hung worker: recorded as failed, like the search's failures
+                rec = RunRecord(job.kind, job.name, job.seed, "failed", o.error,
+                                seconds=o.seconds, graph=job.graph)
+            append_run(out, rec)
+            records.append(rec)
+            finished += 1
+            if on_done is not None:
+                on_done(rec, finished, total)
     return records
 
 

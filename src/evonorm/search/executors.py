@@ -3,7 +3,8 @@
 Both expose the same small interface to the driver: `submit(task_id, payload)` while
 `free_slots() > 0`, `wait(timeout) -> [Outcome]`, `close()`. A worker that raises, dies (os._exit,
 segfault, OOM kill) or runs past its timeout yields an Outcome saying so; the pool replaces the worker
-and carries on, so one bad layer never takes the search down. Retrying is the driver's decision.
+and carries on, so one bad layer never takes the search down. Retrying is the driver's decision;
+`run_tasks` is that loop for a fixed set of tasks (a calibration's runs, a rerank's layers).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait as mp_wait
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Iterator, Literal, Mapping, Protocol
 
 import evonorm
 
@@ -403,3 +404,32 @@ def make_executor(kind: str, fn: Callable[[dict], Any], workers: int, *, timeout
                                         if address or ship else None),
                            num_gpus=gpu_share(device, gpus_per_worker))
     raise ValueError(f"unknown executor {kind!r} (choose from local, ray)")
+
+
+def run_tasks(pool: Executor, payloads: Mapping[int, dict], *, poll: float = 5.0, retries: int = 0,
+              on_retry: Callable[[Outcome], None] | None = None) -> Iterator[list[Outcome]]:
+    """Keep `pool` busy with `payloads` (task id -> payload, submitted in order) and yield what
+    each wait of at most `poll` seconds brought back, until every task has its final Outcome.
+
+    A wait that brings nothing yields [], so a caller can report progress between outcomes. A task
+    whose worker died or ran past its timeout goes again, up to `retries` times (`on_retry` hears
+    of each), since a lost worker is not the task's fault; its last Outcome is yielded then."""
+    queue = list(payloads)
+    attempts = dict.fromkeys(payloads, 0)
+    running = 0
+    while queue or running:
+        while queue and pool.free_slots() > 0:
+            task_id = queue.pop(0)
+            pool.submit(task_id, payloads[task_id])
+            running += 1
+        done = []
+        for o in pool.wait(poll):
+            running -= 1
+            if o.kind in (DIED, TIMEOUT) and attempts[o.task_id] < retries:
+                attempts[o.task_id] += 1
+                queue.append(o.task_id)
+                if on_retry is not None:
+                    on_retry(o)
+            else:
+                done.append(o)
+        yield done
