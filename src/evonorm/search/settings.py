@@ -1,7 +1,7 @@
 """The engine's named settings, from seconds (tests) to the paper's: evolution, hurdles and
 execution per preset name. A preset's task settings are the task's (`evonorm.proxy.presets` adds the
 built-in proxy task's to these, under the same names); an objective of one's own takes these alone.
-Settings are measured on the 2-core reference machine (docs/search.md, docs/calibration.md).
+Settings are sized for the 2-core reference machine (docs/search.md, docs/calibration.md).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _DEMO = SearchConfig(
                         tournament_fraction=0.25, mutations=1, p_random=0.3,
                         seed_layers=tuple(json.dumps(norm_relu(k)) for k in ("group", "layer", "instance"))),
     hurdles=Hurdles(stages=(150,), hurdle_min=4),
-    execution=Execution(timeout=1800.0))  # a loaded machine took > 600 s per seed layer
+    execution=Execution(timeout=1800.0))  # room for a loaded machine, not only an idle one
 
 ENGINE_PRESETS: dict[str, SearchConfig] = {
     # Seconds, for tests.
