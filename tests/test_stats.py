@@ -15,6 +15,7 @@ def test_exact_mann_whitney_one_sided():
     # ties at chance: 36 of the 252 splits reach U = 18 (scipy's tie-blind "exact" says 39/252)
     u, p = mann_whitney_greater([0.1, 0.1, 0.5, 0.6, 0.7], [0.1, 0.1, 0.1, 0.2, 0.3])
     assert u == 18 and p == pytest.approx(36 / 252)
+    assert mann_whitney_greater([1], [0, 2]) == (1.0, pytest.approx(2 / 3))  # a lone run: its rank
 
 
 def test_exact_paired_sign_flip_one_sided():
@@ -26,5 +27,6 @@ def test_exact_paired_sign_flip_one_sided():
     assert paired_sign_flip_greater([1, 1, 1, 0], [0, 0, 0, 3]) == pytest.approx(18 / 32)
     # every one of the 2^12 sign patterns is walked, not sampled
     assert paired_sign_flip_greater(list(range(12)), [0] * 12) == pytest.approx(2 / 4096)
+    assert paired_sign_flip_greater([1], [0]) == 0.5 and paired_sign_flip_greater([0], [0]) == 1.0
     with pytest.raises(ValueError):
         paired_sign_flip_greater([1, 2], [1])

@@ -51,11 +51,12 @@ def mann_whitney_greater(a: Sequence[float], b: Sequence[float]) -> tuple[float,
     """(U, exact one-sided p) for H1: a tends to be larger than b (ties count one half).
 
     scipy's method="exact" assumes no ties, and searches that find nothing tie at chance: the
-    permutation method walks every split of the pooled values instead (252 for 5 vs 5)."""
+    permutation method walks every split of the pooled values instead (252 for 5 vs 5). It
+    needs two values a group; for a lone value "exact" is its rank's uniform null."""
     from scipy import stats
 
-    res = stats.mannwhitneyu(a, b, alternative="greater",
-                             method=stats.PermutationMethod(n_resamples=math.inf))
+    method = stats.PermutationMethod(n_resamples=math.inf) if min(len(a), len(b)) > 1 else "exact"
+    res = stats.mannwhitneyu(a, b, alternative="greater", method=method)
     return float(res.statistic), float(res.pvalue)
 
 
@@ -68,6 +69,8 @@ def paired_sign_flip_greater(a: Sequence[float], b: Sequence[float]) -> float:
     of them (p = 1/32)."""
     if len(a) != len(b) or not a:
         raise ValueError("paired test needs two equal-length non-empty lists")
+    if len(a) == 1:  # scipy needs two pairs; one pair's null distribution is +-d, equally likely
+        return 0.5 if a[0] > b[0] else 1.0
     import numpy as np
     from scipy import stats
 
