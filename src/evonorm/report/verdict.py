@@ -20,7 +20,7 @@ ALPHA = 0.05
 def welch_verdict(found: Sequence[float], other: Sequence[float]) -> tuple[str, float, float]:
     """("beats" | "below" | "cannot be told apart from", p(found > other), p(other > found)):
     one-sided Welch t-tests each way at ALPHA, since layers' seed spreads differ. Two groups with
-    no spread at all give p nan (scipy's convention), which is no evidence either way."""
+    no spread and one mean give p nan (scipy's convention), which is no evidence either way."""
     from scipy.stats import ttest_ind  # seconds to load, which a report without a verdict skips
 
     if len(found) < 2 or len(other) < 2:

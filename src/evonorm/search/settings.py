@@ -27,7 +27,8 @@ _DEMO = SearchConfig(
     preset="demo",
     evolution=Evolution(space="s", budget=75, window=16, initial_population=1,
                         tournament_fraction=0.25, mutations=1, p_random=0.3,
-                        seed_layers=tuple(json.dumps(norm_relu(k)) for k in ("group", "layer", "instance"))),
+                        seed_layers=tuple(json.dumps(norm_relu(k))
+                                          for k in ("group", "layer", "instance"))),
     hurdles=Hurdles(stages=(150,), hurdle_min=4),
     execution=Execution(timeout=1800.0))  # room for a loaded machine, not only an idle one
 
@@ -55,8 +56,8 @@ ENGINE_PRESETS: dict[str, SearchConfig] = {
         space="s", budget=20000, window=2500, initial_population=100)),
     # `demo` for the B space, from BN-ReLU written as a graph; its task trains 150 steps, staged
     # at 75.
-    "demo-b": _DEMO.replace(preset="demo-b", space="b", seed_layers=(json.dumps(norm_relu("batch")),),
-                            stages=(75,)),
+    "demo-b": _DEMO.replace(preset="demo-b", space="b",
+                            seed_layers=(json.dumps(norm_relu("batch")),), stages=(75,)),
 }
 
 
