@@ -204,15 +204,15 @@ def fidelity(preset: str, out: Path, workers: int, top: int = 5) -> None:
     resumable runner, one training seed); Spearman between first-stage and full fitness."""
     from evonorm.graph.library import NAMED_GRAPHS
     from evonorm.stats import spearman
-    from evonorm.proxy.calibrate import (Job, load_runs, norm_relu_graph, prepare_out,
-                                          run_jobs)
+    from evonorm.proxy.calibrate import Job, load_runs, prepare_out, run_jobs
     from evonorm.proxy.training import with_dataset
     from evonorm.proxy.presets import get_preset
+    from evonorm.search.settings import norm_relu
 
     cfg = with_dataset(get_preset(preset, workers=workers))
     if not cfg.stages:
         raise SystemExit(f"preset {preset} has no stages")
-    graphs = {f"{axes}_norm_relu": norm_relu_graph(axes)
+    graphs = {f"{axes}_norm_relu": norm_relu(axes)
               for axes in ("batch", "group", "layer", "instance")}
     graphs.update({name: g.to_json() for name, g in sorted(NAMED_GRAPHS.items())})
     jobs = [Job("reference", name, cfg.seed, g) for name, g in graphs.items()]

@@ -97,26 +97,3 @@ def refuse(script: str, problem: str) -> NoReturn:
     """Bad input: one line on stderr naming the problem, then exit 2 (no traceback)."""
     print(f"{script}: {problem}", file=sys.stderr)
     sys.exit(2)
-
-
-def die_with_parent() -> None:
-    """In a worker process (a pool's initializer): end it when the process that started it ends,
-    so that a killed experiment leaves no worker training on into the files the next start resumes
-    from. A thread of the worker watches its parent's pid. (Linux's PR_SET_PDEATHSIG, used before,
-    fires when the *thread* that started the worker ends: a pool starts its replacement workers from
-    a thread that ends when the pool closes, which then killed idle workers holding the task
-    queue's lock, and the pool hung at its close.)"""
-    import multiprocessing
-    import threading
-
-    parent = multiprocessing.parent_process()
-    pid = parent.pid if parent is not None else os.getppid()
-    if os.getppid() != pid:  # the parent ended before this started
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == pid:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()

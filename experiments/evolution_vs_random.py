@@ -57,9 +57,9 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (ROOT, die_with_parent, for_seed, log, out_dir, parse_sets,  # noqa: E402
-                     save_png)
+from _common import ROOT, for_seed, log, out_dir, parse_sets, save_png  # noqa: E402
 
+from evonorm.search.executors import die_with_parent  # noqa: E402
 from evonorm.stats import mann_whitney_greater, paired_sign_flip_greater  # noqa: E402
 
 ARMS = ("evolution", "random")

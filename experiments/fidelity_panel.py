@@ -57,16 +57,13 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, die_with_parent, log, refuse  # noqa: E402
+from _common import RESULTS, log, refuse  # noqa: E402
 
 from evonorm.files import update_json  # noqa: E402
 from evonorm.proxy.fidelity import seed_agreement  # noqa: E402
+from evonorm.search.executors import die_with_parent  # noqa: E402
 from evonorm.search.lock import RunLock, RunLocked  # noqa: E402
-
-
-def _norm_relu(kind: str) -> dict:
-    return {"nodes": [[f"{kind}_mean", 0], ["neg", 4], ["add", 0, 5], [f"{kind}_std", 0],
-                      ["div", 6, 7], ["max", 8, 1]]}
+from evonorm.search.settings import norm_relu  # noqa: E402
 
 
 # (name, how it is built): a registry name, a named graph, or graph JSON. s_top2 and s_top3 of the
@@ -78,7 +75,7 @@ PANEL: list[tuple[str, str | dict]] = [
     ("evonorm_s2", "evonorm_s2"),
     ("gn_relu", "gn_relu"),
     ("ln_relu", "ln_relu"),
-    ("in_relu", _norm_relu("instance")),
+    ("in_relu", norm_relu("instance")),
     ("gn_swish", "gn_swish"),
     ("frn", "frn"),
     ("pixelnorm_relu", "pixelnorm_relu"),

@@ -33,22 +33,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, for_seed, log, out_dir, parse_sets, write_table  # noqa: E402
 
-ALPHA = 0.05
-
-
-def verdict(found: list[float], other: list[float]) -> tuple[str, float, float]:
-    """("beats" | "below" | "cannot be told apart from", p(found > other), p(other > found))."""
-    from evonorm.stats import welch_greater
-
-    up, down = welch_greater(found, other).p, welch_greater(other, found).p
-    word = "beats" if up < ALPHA else "below" if down < ALPHA else "cannot be told apart from"
-    return word, up, down
-
 
 def table(run: Path, candidates: list) -> tuple[list[dict], list[str]]:
     """One row per re-trained layer, and one sentence per found layer (`candidates`: the run's,
     for the found layers' search fitness)."""
     from evonorm.report.data import formula
+    from evonorm.report.verdict import welch_verdict
     from evonorm.proxy.retrain import read_rows
     from evonorm.stats import mean_std
 
@@ -78,7 +68,7 @@ def table(run: Path, candidates: list) -> tuple[list[dict], list[str]]:
             if other is None or r["n"] < 2:
                 parts.append(f"not tested against {name}")
                 continue
-            word, up, down = verdict(r["_fit"], other["_fit"])
+            word, up, down = welch_verdict(r["_fit"], other["_fit"])
             r[f"p_over_{key}"], r[f"p_under_{key}"] = up, down
             parts.append(f"{word} {name} ({other['layer']}, {100 * other['mean']:.1f}; "
                          f"p={up:.3f} above, {down:.3f} below)")

@@ -163,6 +163,7 @@ def _map(fn, jobs, workers: int):
 
 def summarize(records, archs, chance, d: Path, settings: dict) -> None:
     from evonorm.report import figures as F
+    from evonorm.stats import pearson
 
     near = chance * 1.5  # "at chance": within half a chance level of it (<= 15% for 10 classes)
     quality = chance * 2.0  # the search's quality threshold
@@ -188,7 +189,7 @@ def summarize(records, archs, chance, d: Path, settings: dict) -> None:
     pairs = []
     for i, a in enumerate(archs):
         for b in archs[i + 1:]:
-            pairs.append({"pair": f"{a} vs {b}", "pearson_r": F.pearson(acc[a], acc[b]),
+            pairs.append({"pair": f"{a} vs {b}", "pearson_r": pearson(acc[a], acc[b]),
                           "learns_on_a_only": sum(acc[a][k] >= quality > acc[b][k] for k in range(len(rand))),
                           "learns_on_b_only": sum(acc[b][k] >= quality > acc[a][k] for k in range(len(rand)))})
     meta = {"settings": settings, "chance": chance, "near_chance_threshold": near,

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from evonorm.cli import main
 from evonorm.proxy.calibrate import load_runs
 from evonorm.proxy.fidelity import load_panel, rank_fidelity, seed_agreement
-from evonorm.stats import bootstrap_ci, kendall, spearman
+from evonorm.stats import bootstrap_ci, kendall, pearson, spearman
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")
 
@@ -22,6 +22,8 @@ def test_spearman_and_kendall_known_values():
     assert kendall(x, [5, 6, 7, 8, 7]) == pytest.approx(0.7378647873726218)  # scipy's tau-b
     assert kendall(x, x[::-1]) == pytest.approx(-1.0)
     assert kendall([1, 1, 1], [1, 2, 3]) is None  # a constant sample has no order
+    assert pearson(x, [5, 6, 7, 8, 7]) == pytest.approx(0.8320502943378437)
+    assert pearson(x[:2], x[:2]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
 
 
 @given(st.lists(st.integers(-5, 5), min_size=3, max_size=12), st.randoms(use_true_random=False))

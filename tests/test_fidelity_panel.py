@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from _processes import alive
 from _search_fakes import demo_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
@@ -89,44 +88,6 @@ def test_a_second_panel_on_the_same_folder_is_refused_in_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "in use by another panel process" in proc.stderr
     assert not (tmp_path / "runs.jsonl").exists()
-
-
-def test_a_worker_ends_with_the_process_that_started_it(tmp_path):
-    """A killed panel leaves no worker training on into its checkpoints; a worker started from a
-    thread that has ended lives on (a pool starts its replacement workers from a thread that ends
-    when the pool closes: killing them there hung the pool)."""
-    import os
-    import signal
-    import subprocess
-    import time
-
-    code = ("import os, sys, time; sys.path.insert(0, sys.argv[1]); "
-            "from _common import die_with_parent; die_with_parent(); "
-            "print('ready', os.getpid(), flush=True); time.sleep(120)")
-    # the thread that starts the worker ends 3 s later, after the worker is ready
-    parent = ("import subprocess, sys, threading, time; "
-              "t = threading.Thread(target=lambda: (subprocess.Popen("
-              "[sys.executable, '-c', sys.argv[1], sys.argv[2]]), time.sleep(3))); t.start(); "
-              "t.join(); time.sleep(120)")
-    proc = subprocess.Popen([sys.executable, "-c", parent, code, str(Path(fp.__file__).parent)],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        word, pid = proc.stdout.readline().split()
-        assert word == "ready"
-        child = int(pid)
-        time.sleep(4.5)  # the thread has ended; the worker's watch looks every second
-        assert alive(child), "the worker ended with the thread that started it"
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if not alive(child):
-            break
-        time.sleep(0.2)
-    else:
-        os.kill(child, signal.SIGKILL)
-        raise AssertionError("the worker outlived the process that started it")
 
 
 def test_the_table_ranks_by_reference_and_shows_the_last_fifth():

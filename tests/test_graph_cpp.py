@@ -13,9 +13,9 @@ from evonorm.graph import module as graph_module
 from evonorm.graph import cpp as K
 from evonorm.graph.fast import make_plan
 from evonorm.graph.library import get_graph
+from evonorm.search.settings import norm_relu
 
-GN_RELU = Graph.from_json({"nodes": [["group_mean", 0], ["neg", 4], ["add", 0, 5], ["group_std", 0], ["div", 6, 7],
-                                     ["max", 8, 1]]})
+GN_RELU = Graph.from_json(norm_relu("group"))
 
 
 def _backward_name(layer, x) -> str:

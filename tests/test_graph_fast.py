@@ -14,9 +14,9 @@ from evonorm.graph import OP_NAMES, PRIMITIVES, Graph, random_graph
 from evonorm.graph.fast import make_plan
 from evonorm.graph.library import get_graph
 from evonorm.layers.paths import recording
+from evonorm.search.settings import norm_relu
 
-NORM_RELU = {k: Graph.from_json({"nodes": [[f"{k}_mean", 0], ["neg", 4], ["add", 0, 5], [f"{k}_std", 0],
-                                           ["div", 6, 7], ["max", 8, 1]]}) for k in ("group", "layer", "instance")}
+NORM_RELU = {k: Graph.from_json(norm_relu(k)) for k in ("group", "layer", "instance")}
 
 
 @pytest.fixture(params=["fast", "cpp"])

@@ -99,6 +99,19 @@ def test_the_start_line_says_how_far_the_preset_is_calibrated(tmp_path, capsys):
     assert "evonorm calibrate --preset tiny --space s" in err
 
 
+def test_each_shipped_measurement_names_its_preset_numbers_and_command():
+    import json
+
+    from evonorm.proxy import presets
+
+    data = json.loads((Path(presets.__file__).parent / "measured.json").read_text())
+    for entry in data["calibration"] + data["fidelity"]:
+        assert entry["preset"] in presets.PRESETS and entry["space"] in ("s", "b")
+        assert entry["command"].split()[0] in ("evonorm", "python") and entry["measured"]
+        assert entry["numbers"] and entry["summary"].format(**entry["numbers"])
+    assert "Spearman 0.90 (95% interval 0.68-0.97)" in presets.fidelity_note("demo", "s")
+
+
 def test_a_run_off_its_presets_settings_is_not_lent_the_presets_numbers():
     from evonorm.proxy.config import proxy_config
     from evonorm.proxy.presets import PRESETS, calibration_note, fidelity_note, get_preset, unmeasured

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from _processes import alive
 from _search_fakes import scripted
-from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, LocalExecutor, threads_per_worker
+from evonorm.search.executors import (DIED, ERROR, OK, TIMEOUT, LocalExecutor, Outcome, run_tasks,
+                                      threads_per_worker)
 
 
 def _drain(ex, n, limit=60.0):
@@ -78,3 +80,77 @@ def test_the_search_command_says_in_one_line_that_its_workers_cannot_start(tmp_p
                 "--out", str(tmp_path / "run"), "--budget", "1", "--workers", "1", "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "died while starting" in err[0], err
+
+
+def test_a_worker_ends_with_the_process_that_started_it():
+    """A killed driver or experiment leaves no worker training on into its files (`die_with_parent`);
+    a worker started from a thread that has ended lives on (a pool starts its replacement workers from a thread that ends
+    when the pool closes: killing them there hung the pool)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import os, time; "
+            "from evonorm.search.executors import die_with_parent; die_with_parent(); "
+            "print('ready', os.getpid(), flush=True); time.sleep(120)")
+    # the thread that starts the worker ends 3 s later, after the worker is ready
+    parent = ("import subprocess, sys, threading, time; "
+              "t = threading.Thread(target=lambda: (subprocess.Popen("
+              "[sys.executable, '-c', sys.argv[1]]), time.sleep(3))); t.start(); "
+              "t.join(); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", parent, code],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        word, pid = proc.stdout.readline().split()
+        assert word == "ready"
+        child = int(pid)
+        time.sleep(4.5)  # the thread has ended; the worker's watch looks every second
+        assert alive(child), "the worker ended with the thread that started it"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if not alive(child):
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the worker outlived the process that started it")
+
+
+class _Pool:
+    """Two slots, one outcome per wait (none on the first): task 2 raises, task 3's worker dies
+    on its first try, every other try succeeds."""
+
+    def __init__(self):
+        self.running, self.submitted, self.waits = [], [], 0
+
+    def free_slots(self):
+        return 2 - len(self.running)
+
+    def submit(self, task_id, payload):
+        self.running.append(task_id)
+        self.submitted.append((task_id, payload["n"]))
+
+    def wait(self, timeout):
+        self.waits += 1
+        if self.waits == 1:
+            return []
+        t = self.running.pop(0)
+        kind = ERROR if t == 2 else DIED if t == 3 and len(self.submitted) < 4 else OK
+        return [Outcome(t, kind, None, None, None, 0.0)]
+
+
+def test_run_tasks_keeps_the_pool_full_and_retries_lost_workers_only():
+    payloads = {1: {"n": 1}, 2: {"n": 2}, 3: {"n": 3}}
+    pool, retried = _Pool(), []
+    waits = list(run_tasks(pool, payloads, retries=1, on_retry=retried.append))
+    assert waits[0] == []  # a wait that brings nothing is yielded, for progress lines
+    assert {o.task_id: o.kind for arrived in waits for o in arrived} == {1: OK, 2: ERROR, 3: OK}
+    assert [o.task_id for o in retried] == [3] and [o.kind for o in retried] == [DIED]
+    assert pool.submitted == [(1, 1), (2, 2), (3, 3), (3, 3)]  # the raise is the layer's: not again
+    pool = _Pool()
+    final = [o for arrived in run_tasks(pool, payloads) for o in arrived]
+    assert {o.task_id: o.kind for o in final} == {1: OK, 2: ERROR, 3: DIED}

@@ -1,113 +1,66 @@
-"""Small statistics without scipy (not a dependency): mean and sample standard deviation,
-Welch's unequal-variance t-test, one-sided, for the report's verdict and the calibration's tables,
-two exact tests for the experiments' few runs (Mann-Whitney U, and a paired sign-flip permutation
-test), and rank correlations with a bootstrap interval, for how a proxy ranks layers.
+"""The project's statistics, on scipy.stats: the names its reports and experiments share.
 
-The Student-t tail comes from the regularized incomplete beta function, evaluated with the
-continued fraction of Numerical Recipes (Lentz's method) and `math.lgamma`.
+Correlations are None where they are undefined (fewer than 3 points, a constant sample) rather
+than scipy's nan, so that a caller averaging them over seeds or resamples skips those. The two
+exact tests are for the experiments' few runs (5 seeds a side), where a normal approximation
+would be a guess: both enumerate their whole null distribution, ties included.
+
+scipy is imported in the functions: it takes seconds to load, which reading a store, a report's
+text or `--help` does not need.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-import random
-from dataclasses import dataclass
+import statistics
+import warnings
 from typing import Callable, Sequence
 
 
-def betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
-    if not (a > 0 and b > 0 and 0.0 <= x <= 1.0):
-        raise ValueError(f"betainc needs a, b > 0 and 0 <= x <= 1, got {a}, {b}, {x}")
-    if x in (0.0, 1.0):
-        return x
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x))
-    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast on this side only
-        return 1.0 - betainc(b, a, 1.0 - x)
-    return front * _beta_fraction(a, b, x) / a
-
-
-def _beta_fraction(a: float, b: float, x: float, *, iterations: int = 300, tol: float = 1e-15) -> float:
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, iterations + 1):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < tol:
-            break
-    return h
-
-
-def t_sf(t: float, df: float) -> float:
-    """P(T > t) for Student's t with `df` (> 0, not necessarily whole) degrees of freedom."""
-    if math.isinf(t):
-        return 0.0 if t > 0 else 1.0
-    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
-    return tail if t >= 0 else 1.0 - tail
-
-
-@dataclass(frozen=True)
-class WelchResult:
-    """Welch's t for mean(a) - mean(b), its degrees of freedom and the one-sided p of a > b."""
-
-    diff: float
-    t: float
-    df: float
-    p: float
-
-
 def mean_std(xs: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (n - 1; 0 for a single value)."""
-    m = sum(xs) / len(xs)
-    return m, (math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0)
+    """Mean and sample standard deviation (n - 1; 0 for a single value, so one seed still prints)."""
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
-def welch_greater(a: Sequence[float], b: Sequence[float]) -> WelchResult:
-    """One-sided Welch test of H1 mean(a) > mean(b); both need >= 2 values."""
-    if len(a) < 2 or len(b) < 2:
-        raise ValueError(f"Welch's test needs >= 2 values per group, got {len(a)} and {len(b)}")
-    (ma, sa), (mb, sb) = mean_std(a), mean_std(b)
-    va, vb = sa * sa / len(a), sb * sb / len(b)
-    diff = ma - mb
-    se2 = va + vb
-    if se2 == 0.0:  # no spread at all: the sign of the difference decides
-        return WelchResult(diff, math.copysign(math.inf, diff) if diff else 0.0, math.inf,
-                           0.0 if diff > 0 else (0.5 if diff == 0 else 1.0))
-    t = diff / math.sqrt(se2)
-    df = se2 * se2 / ((va * va / (len(a) - 1) if va else 0.0) + (vb * vb / (len(b) - 1) if vb else 0.0))
-    return WelchResult(diff, t, df, t_sf(t, df))
+def _undefined(xs: Sequence[float], ys: Sequence[float]) -> bool:
+    return len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2
 
 
-def mann_whitney_greater(a: list[float], b: list[float]) -> tuple[float, float]:
+def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Pearson's r; None below 3 points or for a constant sample."""
+    from scipy import stats
+
+    return None if _undefined(xs, ys) else float(stats.pearsonr(xs, ys).statistic)
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (ties share their mean rank); None as for `pearson`."""
+    from scipy import stats
+
+    return None if _undefined(xs, ys) else float(stats.spearmanr(xs, ys).statistic)
+
+
+def kendall(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Kendall's tau-b (ties in either sample corrected for); None as for `pearson`."""
+    from scipy import stats
+
+    return None if _undefined(xs, ys) else float(stats.kendalltau(xs, ys).statistic)
+
+
+def mann_whitney_greater(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
     """(U, exact one-sided p) for H1: a tends to be larger than b (ties count one half).
 
-    The exact null distribution enumerates every split of the pooled values into groups of
-    len(a) and len(b) (252 splits for 5 vs 5)."""
-    def u_stat(x, y):
-        return sum((xi > yi) + 0.5 * (xi == yi) for xi in x for yi in y)
+    scipy's method="exact" assumes no ties, and searches that find nothing tie at chance: the
+    permutation method walks every split of the pooled values instead (252 for 5 vs 5). It
+    needs two values a group; for a lone value "exact" is its rank's uniform null."""
+    from scipy import stats
 
-    u = u_stat(a, b)
-    pooled = list(a) + list(b)
-    splits = list(itertools.combinations(range(len(pooled)), len(a)))
-    count = 0
-    for idx in splits:
-        chosen = set(idx)
-        x = [pooled[i] for i in idx]
-        y = [pooled[i] for i in range(len(pooled)) if i not in chosen]
-        count += u_stat(x, y) >= u - 1e-12
-    return u, count / len(splits)
+    method = stats.PermutationMethod(n_resamples=math.inf) if min(len(a), len(b)) > 1 else "exact"
+    res = stats.mannwhitneyu(a, b, alternative="greater", method=method)
+    return float(res.statistic), float(res.pvalue)
 
 
-def paired_sign_flip_greater(a: list[float], b: list[float]) -> float:
+def paired_sign_flip_greater(a: Sequence[float], b: Sequence[float]) -> float:
     """Exact one-sided p of a paired permutation test, H1: a[i] - b[i] tends to be positive.
 
     Under H0 each pair's difference is as likely negative as positive; the null distribution
@@ -116,78 +69,36 @@ def paired_sign_flip_greater(a: list[float], b: list[float]) -> float:
     of them (p = 1/32)."""
     if len(a) != len(b) or not a:
         raise ValueError("paired test needs two equal-length non-empty lists")
-    diffs = [x - y for x, y in zip(a, b)]
-    observed = sum(diffs)
-    flips = itertools.product((1, -1), repeat=len(diffs))  # walked, not stored: 4096 for 12 pairs
-    return sum(sum(s * d for s, d in zip(f, diffs)) >= observed - 1e-12 for f in flips) / 2 ** len(diffs)
+    if len(a) == 1:  # scipy needs two pairs; one pair's null distribution is +-d, equally likely
+        return 0.5 if a[0] > b[0] else 1.0
+    import numpy as np
+    from scipy import stats
 
-
-def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Pearson's r of two equally long samples; None below 3 points or for a constant sample."""
-    n = len(xs)
-    if n < 3:
-        return None
-    mx, my = sum(xs) / n, sum(ys) / n
-    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
-    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
-    if sx == 0 or sy == 0:
-        return None
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sx * sy)
-
-
-def ranks(v: Sequence[float]) -> list[float]:
-    """Ranks from 1, ties sharing their mean rank."""
-    order = sorted(range(len(v)), key=lambda i: v[i])
-    out = [0.0] * len(v)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            out[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
-
-
-def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Spearman's rank correlation: Pearson's r of the ranks (ties share their mean rank)."""
-    return pearson(ranks(xs), ranks(ys))
-
-
-def kendall(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Kendall's tau-b (ties in either sample handled as in scipy.stats.kendalltau); None below 3
-    points or for a constant sample."""
-    n = len(xs)
-    if n < 3:
-        return None
-    concordant = discordant = ties_x = ties_y = 0
-    for i, j in itertools.combinations(range(n), 2):
-        dx, dy = xs[i] - xs[j], ys[i] - ys[j]
-        if dx == 0 and dy == 0:
-            continue
-        if dx == 0:
-            ties_x += 1
-        elif dy == 0:
-            ties_y += 1
-        elif (dx > 0) == (dy > 0):
-            concordant += 1
-        else:
-            discordant += 1
-    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
-    return None if denom == 0 else (concordant - discordant) / denom
+    res = stats.permutation_test((a, b), lambda x, y, axis: np.mean(x - y, axis=axis),
+                                 vectorized=True, permutation_type="samples",
+                                 alternative="greater", n_resamples=math.inf)
+    return float(res.pvalue)
 
 
 def bootstrap_ci(stat: Callable[[list[int]], float | None], n: int, *, rounds: int = 2000,
                  level: float = 0.95, seed: int = 0) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of `stat` over `n` units: `stat(indices)` is computed on
-    `rounds` resamples of range(n) with replacement (resamples where it is undefined are
-    skipped); None when fewer than half of them give a value."""
-    rng = random.Random(seed)
-    values = sorted(v for v in (stat([rng.randrange(n) for _ in range(n)]) for _ in range(rounds))
-                    if v is not None)
+    """Percentile bootstrap interval of `stat(indices)` over `n` units resampled with replacement.
+
+    A resample where `stat` is undefined (None: e.g. one unit drawn n times has no order) is
+    left out, where scipy's own interval would be nan; None when fewer than half give a value."""
+    import numpy as np
+    from scipy import stats
+
+    def value(idx) -> float:
+        v = stat(idx.tolist())
+        return math.nan if v is None else v
+
+    with warnings.catch_warnings():  # scipy's warning of a nan interval: the values are read below
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        res = stats.bootstrap((np.arange(n),), value, n_resamples=rounds, vectorized=False,
+                              method="percentile", rng=np.random.default_rng(seed))
+    values = res.bootstrap_distribution[~np.isnan(res.bootstrap_distribution)]
     if len(values) < rounds / 2:
         return None
-    lo = values[int((1 - level) / 2 * (len(values) - 1))]
-    hi = values[int(math.ceil((1 + level) / 2 * (len(values) - 1)))]
-    return lo, hi
+    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)

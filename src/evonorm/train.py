@@ -107,12 +107,11 @@ TRAIN_PRESETS: dict[str, TrainConfig] = {
     # the paper's proxy task (appendix C)
     "paper-b": TrainConfig(steps=2000, schedule="constant"),
     "paper-s": TrainConfig(steps=5000, schedule="cosine"),
-    # a minute or two per model on 2 CPU cores: half width, 400 steps of 64, 10k images
+    # a quick real run on a CPU: half width, 400 steps of 64, 10k images
     "small": TrainConfig(width_scale=0.5, steps=400, batch_size=64, schedule="cosine",
                          n_train=10000, n_test=2000),
-    # seconds: for tests and smoke runs. Evaluation in batches of 64: on one CPU thread a
-    # 1/16-width MobileNetV2 scores 1,000 images in 1.6-1.9 s, against 3.5-3.9 s in batches of 256
-    # or 512, whose expanded activations no longer fit in cache (the accuracy is the same)
+    # seconds: for tests and smoke runs. Evaluation in batches of 64, whose activations stay in
+    # cache where larger batches' expanded ones do not (the same accuracy; docs/performance.md)
     "tiny": TrainConfig(width_scale=0.25, steps=60, batch_size=32, schedule="cosine",
                         eval_batch_size=64, n_train=1024, n_test=256),
 }
@@ -194,8 +193,8 @@ class Run:
                                 **cfg.layer_kwargs())
         self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
         self.model = model.to(self.device, memory_format=self.memory_format)
-        # foreach: one call per update for all tensors (on a CPU torch would loop in Python, a
-        # millisecond of a 1/16-width ResNet50's step); the same arithmetic, bit for bit
+        # foreach: one call per update for all tensors, where a CPU step of a small model would
+        # otherwise loop over them in Python; the same arithmetic, bit for bit
         self.opt = torch.optim.SGD(param_groups(self.model, cfg.weight_decay), lr=cfg.lr,
                                    momentum=cfg.momentum, nesterov=cfg.nesterov, foreach=True)
         self.step_model = torch.compile(self.model) if cfg.compile else self.model

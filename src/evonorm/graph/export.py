@@ -1,7 +1,7 @@
 """Graph -> a self-contained Python source file defining an nn.Module (needs only torch).
 
 The file carries the exact source of the primitives it uses (copied with `inspect` from
-`primitives.py` / `batch.py` / `evonorm.stats`), so it computes what `to_module` computes, and its
+`primitives.py` / `batch.py` / `evonorm.layers`), so it computes what `to_module` computes, and its
 parameter and buffer names match `to_module`'s (a state_dict loads into either). Only op names from
 the fixed table and integer node ids are written into the code.
 """

@@ -27,7 +27,8 @@ from evonorm.proxy.config import proxy_config
 from evonorm.search.config import SearchConfig, flat_config
 from evonorm.stats import mean_std
 from evonorm.proxy.training import quality_config, search_dataset, train_stages
-from evonorm.search.executors import OK, LocalExecutor
+from evonorm.search.executors import OK, LocalExecutor, run_tasks
+from evonorm.search.settings import norm_relu
 from evonorm.proxy.objective import evaluate_candidate
 from evonorm.proxy.references import REFERENCES_BY_SPACE
 from evonorm.proxy.rejection import quality, quality_threshold
@@ -35,23 +36,13 @@ from evonorm.proxy.rejection import quality, quality_threshold
 RUNS_NAME = "runs.jsonl"
 SETUP_NAME = "calibration.json"
 
-# BatchNorm-ReLU and GroupNorm-ReLU written as graphs (node ids: 0 x, 1 zero, 2 v0, 3 v1, 4...):
-# max((x - mean(x)) / std(x), 0) over the batch or group axes, then the layer's affine.
-_NORM_RELU = [["{}_mean", 0], ["neg", 4], ["add", 0, 5], ["{}_std", 0], ["div", 6, 7], ["max", 8, 1]]
-
-
-def norm_relu_graph(axes: str) -> dict:
-    """The graph JSON of a textbook normalization + ReLU over `axes` (batch, group, layer...)."""
-    return {"nodes": [[n[0].format(axes), *n[1:]] for n in _NORM_RELU]}
-
-
 def reference_graphs(space: str) -> dict[str, dict]:
     """The layers a preset must rank above random ones (`references.REFERENCES_BY_SPACE`; for
     the B space EvoNorm-B0 and the appendix's top B candidates, b_top1 being EvoNorm-B1):
     name -> graph JSON, BN-ReLU and GN-ReLU written as graphs, as a search would meet them."""
     from evonorm.graph.library import NAMED_GRAPHS
 
-    textbook = {"bn_relu": norm_relu_graph("batch"), "gn_relu": norm_relu_graph("group")}
+    textbook = {"bn_relu": norm_relu("batch"), "gn_relu": norm_relu("group")}
     return {name: textbook[name] if name in textbook else NAMED_GRAPHS[name].to_json()
             for name in REFERENCES_BY_SPACE[space]}
 
@@ -269,27 +260,21 @@ def run_jobs(jobs: Iterable[Job], cfg: SearchConfig, out: Path, *, workers: int,
     records: list[RunRecord] = []
     if not todo:
         return records
-    queue = list(enumerate(todo))
-    running: dict[int, Job] = {}
+    payloads = {i: {"job": asdict(job), "config": cfg.to_dict()} for i, job in enumerate(todo)}
     with LocalExecutor(fn or measure, min(workers, len(todo)), timeout=timeout,
                        threads=threads) as pool:
-        while queue or running:
-            while queue and pool.free_slots() > 0:
-                i, job = queue.pop(0)
-                pool.submit(i, {"job": asdict(job), "config": cfg.to_dict()})
-                running[i] = job
-            for o in pool.wait(5.0):
-                job = running.pop(o.task_id)
-                if o.kind == OK:
-                    rec = RunRecord(**o.result)
-                else:  # a dead or hung worker: recorded as failed, like the search's failures
-                    rec = RunRecord(job.kind, job.name, job.seed, "failed", o.error,
-                                    seconds=o.seconds, graph=job.graph)
-                append_run(out, rec)
-                records.append(rec)
-                finished += 1
-                if on_done is not None:
-                    on_done(rec, finished, total)
+        for o in (o for arrived in run_tasks(pool, payloads) for o in arrived):
+            job = todo[o.task_id]
+            if o.kind == OK:
+                rec = RunRecord(**o.result)
+            else:  # a dead or hung worker: recorded as failed, like the search's failures
+                rec = RunRecord(job.kind, job.name, job.seed, "failed", o.error,
+                                seconds=o.seconds, graph=job.graph)
+            append_run(out, rec)
+            records.append(rec)
+            finished += 1
+            if on_done is not None:
+                on_done(rec, finished, total)
     return records
 
 

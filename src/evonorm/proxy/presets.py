@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any, Mapping
 
 from evonorm.proxy.config import ProxyConfig, proxy_config, with_task
 from evonorm.search.config import SearchConfig, flat_config
 from evonorm.search.settings import ENGINE_PRESETS
 
-# Settings are measured on the 2-core reference machine (docs/search.md).
+# Sized for the 2-core reference machine (docs/search.md).
 TASKS: dict[str, ProxyConfig] = {
     # Seconds: synthetic data, two archs at a sliver of width, a handful of steps. For tests.
     "tiny": ProxyConfig(
@@ -21,19 +22,16 @@ TASKS: dict[str, ProxyConfig] = {
         stability_steps=3, stability_batch=4, quality_steps=2, quality_factor=0.0,
         rerank_preset="tiny", rerank_train={"steps": 6, "batch_size": 16, "width": 0.0625},
         rerank_top=3),
-    # The main job (scripts/main.sh): minutes on 2 cores with Fashion-MNIST. Calibrated with
-    # `evonorm calibrate --preset demo` (docs/calibration.md): 1000 held-out images (a 300-image
-    # score has a 2.9-point standard error); 10 warm-up steps; MobileNetV2 at width 0.0625 at lr
-    # 0.03 (0.02 leaves BN-ReLU at chance, 0.05 leaves GN-ReLU there). Training is staged
+    # The main job (scripts/main.sh): minutes on 2 cores with Fashion-MNIST, set by `evonorm
+    # calibrate --preset demo` (docs/calibration.md; what it measured is in measured.json): enough
+    # held-out images that a score's standard error stays below the gaps between references, and
+    # MobileNetV2 at the lr at which both textbook references learn. Training is staged
     # (multi-fidelity, the engine's `stages`): 150 steps, each architecture scored annealed (a
-    # cosine cycle ends there), the quality bar of 1.2x chance on those scores, then only layers
-    # above the hurdle (the mean stage-1 fitness so far) train to 900 steps from the same weights.
-    # One run of 900 steps, not two of 150, because the order it gives is the order of long
-    # training: against 16 layers trained 2,000 steps on all 60,000 images (3 seeds, 2 archs),
-    # it ranks at Spearman 0.90, where two runs of 150 steps ranked at 0.77 though their scores
-    # spread less over seeds (a short run's order is partly the order of how fast a layer
-    # starts, not where it ends); it costs 1.23x as much per candidate. Every search seed uses
-    # split 0 of the data (data_seed=0), as one's own task has one split.
+    # cosine cycle ends there), the quality bar on those scores, then only layers above the
+    # hurdle (the mean stage-1 fitness so far) train to 900 steps from the same weights. One run
+    # of 900 steps, not two short ones, because its order of layers is that of long training (a
+    # short run's order is partly how fast a layer starts, not where it ends). Every search seed
+    # uses split 0 of the data (data_seed=0), as one's own task has one split.
     "demo": ProxyConfig(
         n_train=4000, holdout=0.25, archs=("resnet50_cifar", "mobilenetv2_cifar"),
         train_preset="tiny", train={"steps": 900, "batch_size": 32, "width": 0.0625, "lr": 0.1,
@@ -50,18 +48,15 @@ TASKS: dict[str, ProxyConfig] = {
                            rerank_train={"steps": 20000}),
 }
 
-# The short training `demo` had before its rank fidelity was measured (150 steps in stages of 75;
-# `demo-b` was calibrated and measured at it, and keeps it).
+# 150 steps (staged at 75): the training `demo-b` was calibrated at, which it keeps.
 _SHORT_TRAIN = {**TASKS["demo"].train, "steps": 150}
 
-# From primitives: `demo`'s proxy (900 steps, split 0 for every search seed), its quality test at
-# the engine's first stage (75 steps), as the earlier 150-step `scratch` proxy was calibrated.
+# From primitives: `demo`'s proxy, with its quality test at the engine's first stage (75 steps).
 TASKS["scratch"] = TASKS["demo"]
 
-# `demo` for the B space: EvoNorm-B0 stays at chance in 2 of 3 seeds on MobileNetV2 at `demo`'s
-# lr 0.03, and the seed spread is larger than the gaps between the B references there; at lr 0.03
-# on ResNet50 and 0.01 on MobileNetV2 it learns in every seed (docs/calibration.md). It starts
-# from BN-ReLU written as a graph (GN-ReLU fails the quality test on ResNet50 at lr 0.03).
+# `demo` for the B space, at lower learning rates: at `demo`'s, EvoNorm-B0 often stays at chance
+# on MobileNetV2 and the seed spread hides the gaps between the B references (docs/calibration.md).
+# It starts from BN-ReLU written as a graph: GN-ReLU fails the quality test on ResNet50 here.
 TASKS["demo-b"] = dataclasses.replace(
     TASKS["demo"], train={**_SHORT_TRAIN, "lr": 0.03},
     arch_train={"mobilenetv2_cifar": {"lr": 0.01}},
@@ -70,23 +65,6 @@ TASKS["demo-b"] = dataclasses.replace(
 
 PRESETS: dict[str, SearchConfig] = {name: with_task(engine, TASKS[name])
                                     for name, engine in ENGINE_PRESETS.items()}
-
-# What `evonorm calibrate` measured for a preset's proxy, per search space (docs/calibration.md);
-# a search prints it when it starts, and says where nothing was measured. (`demo` in the B space
-# did not calibrate at its earlier, 150-step training, hence `demo-b`; at 900 steps it is not
-# measured.)
-CALIBRATION = {
-    ("demo", "s"): "18 of 18 reference quality tests pass (3 seeds on one split, one 900-step "
-                   "training run each), references 14 points above the best random layer trained "
-                   "to the end, seed spread 4.1 points: 1.9x the smallest gap (BN-ReLU - "
-                   "EvoNorm-S0, 2.1 points; ranked right in 3 of 3 seeds) and 0.32 of the "
-                   "largest, so layers about 10 points apart rank right in one evaluation; closer "
-                   "ones need re-training",
-    ("demo-b", "b"): "24 of 24 reference quality tests pass (3 seeds), references 28 points above "
-                     "random layers, EvoNorm-B0/B1/b_top2 15 points above BN-ReLU but within the "
-                     "seed spread (3.4 points) of each other",
-}
-
 
 # What a preset's calibration and rank fidelity depend on: the task's data, architectures,
 # rejection tests and training, and the engine's stages. A run that differs from its preset in
@@ -121,10 +99,20 @@ def _elsewhere(kind: str, preset: str, space: str, off: list[str]) -> str:
             f"so {preset}'s numbers do not apply (docs/calibration.md)")
 
 
+def measurement(kind: str, preset: str, space: str) -> str | None:
+    """The summary of what was measured of `preset`'s proxy in `space` (`kind`: "calibration" or
+    "fidelity"), formatted from its numbers; None where nothing was. A results file the package
+    ships (measured.json), not the source: a measurement is data, kept with the command that
+    made it, and a new one changes no code."""
+    entries = json.loads((Path(__file__).parent / "measured.json").read_text())[kind]
+    found = [e for e in entries if (e["preset"], e["space"]) == (preset, space)]
+    return found[0]["summary"].format(**found[0]["numbers"]) if found else None
+
+
 def calibration_note(preset: str, space: str, config: Mapping[str, Any] | None = None) -> str:
     """One line on how far a preset's proxy task can tell layers apart in a space (at a run's
     `config`, where given)."""
-    found = CALIBRATION.get((preset, space))
+    found = measurement("calibration", preset, space)
     off = unmeasured(preset, config)
     if found and off:
         return _elsewhere("calibration", preset, space, off)
@@ -134,23 +122,10 @@ def calibration_note(preset: str, space: str, config: Mapping[str, Any] | None =
             f"training-seed noise (`evonorm calibrate --preset {preset} --space {space}`)")
 
 
-# How each preset's fitness ranks layers against the reference panel trained long (`evonorm
-# calibrate --panel`, docs/calibration.md): the report prints it beside its verdict, since a
-# found layer's lead means only as much as the proxy's order agrees with longer training.
-FIDELITY: dict[tuple[str, str], str] = {
-    ("demo", "s"): "Spearman 0.90 (95% interval 0.68-0.97) against the reference panel (16 "
-                   "layers, 3 training seeds of 2,000 steps on all 60,000 images), at search "
-                   "seeds other than the one it was chosen at; 4 pairs more than 3 points apart "
-                   "ranked the wrong way (GroupNorm-Swish above s_top1, IN-ReLU above "
-                   "PixelNorm-ReLU, GroupNorm alone and FRN above LayerNorm-ReLU): a found "
-                   "layer's lead of a few points is a reason to re-train it, not a result",
-}
-
-
 def fidelity_note(preset: str, space: str, config: Mapping[str, Any] | None = None) -> str:
     """One line on how far a preset's order of layers agrees with longer training (at a run's
     `config`, where given)."""
-    found = FIDELITY.get((preset, space))
+    found = measurement("fidelity", preset, space)
     off = unmeasured(preset, config)
     if found and off:
         return _elsewhere("rank fidelity", preset, space, off)

@@ -105,8 +105,6 @@ def build_prior(runs: Sequence[str | Path], command: str) -> Prior:
     teaches the surrogate something, with its features at birth (computed now for a run searched
     without the prescreen). ValueError when the runs' settings differ, before any feature is
     computed (that takes a while for a long search)."""
-    from evonorm.proxy.objective import ProxyObjective
-
     read = []
     for run in runs:
         with Store(run, readonly=True) as st:
@@ -121,7 +119,7 @@ def build_prior(runs: Sequence[str | Path], command: str) -> Prior:
     rows: list[dict] = []
     sources: list[dict] = []
     for run, cfg, cands, status in read:
-        found = labelled_rows(cands, Prescreen(cfg, ProxyObjective(cfg).prescreen_features))
+        found = labelled_rows(cands, Prescreen(cfg, task_features_module.task_features))
         rows.extend(found)
         sources.append({"run": Path(run).name, "preset": cfg.preset, "algorithm": cfg.algorithm,
                         "seed": cfg.seed, "space": cfg.space, "candidates": len(cands),

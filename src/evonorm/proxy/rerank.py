@@ -23,14 +23,14 @@ import time
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from evonorm.files import append_line, read_jsonl
 from evonorm.proxy.config import anchor_archs, proxy_config, split_seed
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
 from evonorm.proxy.training import require_builtin, search_dataset, train_config
-from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor
+from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor, run_tasks
 from evonorm.search.store import Store, run_folder
 
 RERANK_FILE = "rerank.jsonl"
@@ -306,24 +306,19 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
     finished, total = len(chosen) - len(todo), len(chosen)
     if todo:
         config = cfg.to_dict()
-        queue = [(c, 0) for c in todo]
-        running: dict[int, tuple[Any, int]] = {}
+        by_id = {c.id: c for c in todo}
         start = last = time.perf_counter()
         with make_executor(cfg.executor, fn or train_layer, n_workers, timeout=plan.timeout,
                            address=cfg.address, device=cfg.device,
                            gpus_per_worker=cfg.gpus_per_worker,
                            data_dir=task.data_root, threads=cfg.threads) as pool:
-            while queue or running:
-                while queue and pool.free_slots() > 0:
-                    c, attempts = queue.pop(0)
-                    pool.submit(c.id, {"graph": c.graph, "config": config})
-                    running[c.id] = (c, attempts)
-                for o in pool.wait(min(5.0, every)):
-                    c, attempts = running.pop(o.task_id)
-                    if o.kind in (DIED, TIMEOUT) and attempts < cfg.retries:
-                        log(f"rerank: candidate {c.id}: {o.error}; retrying")
-                        queue.append((c, attempts + 1))
-                        continue
+            waits = run_tasks(pool, {c.id: {"graph": c.graph, "config": config} for c in todo},
+                              poll=min(5.0, every), retries=cfg.retries,
+                              on_retry=lambda o: log(f"rerank: candidate {o.task_id}: "
+                                                     f"{o.error}; retrying"))
+            for arrived in waits:
+                for o in arrived:
+                    c = by_id[o.task_id]
                     if o.kind == OK:
                         status, reason, accs = (o.result["status"], o.result["reason"],
                                                 o.result["scores"])
@@ -339,6 +334,6 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
                     last = time.perf_counter()
                 if time.perf_counter() - last >= every:
                     last = time.perf_counter()
-                    log(f"rerank: {finished}/{total} done, {len(running)} training, "
-                        f"{last - start:.0f}s elapsed")
+                    log(f"rerank: {finished}/{total} done, {min(n_workers, total - finished)} "
+                        f"training, {last - start:.0f}s elapsed")
     return [r for r in read_reranks(run_dir) if r.setting == plan.label and r.split == plan.split]

@@ -3,7 +3,8 @@
 Both expose the same small interface to the driver: `submit(task_id, payload)` while
 `free_slots() > 0`, `wait(timeout) -> [Outcome]`, `close()`. A worker that raises, dies (os._exit,
 segfault, OOM kill) or runs past its timeout yields an Outcome saying so; the pool replaces the worker
-and carries on, so one bad layer never takes the search down. Retrying is the driver's decision.
+and carries on, so one bad layer never takes the search down. Retrying is the driver's decision;
+`run_tasks` is that loop for a fixed set of tasks (a calibration's runs, a rerank's layers).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait as mp_wait
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Iterator, Literal, Mapping, Protocol
 
 import evonorm
 
@@ -78,17 +79,23 @@ def _format_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}{where}"
 
 
-def _exit_with_parent() -> None:
-    """Leave when the driver is gone (e.g. SIGKILLed), instead of finishing an orphaned task."""
+def die_with_parent() -> None:
+    """In a worker process: end it when the process that started it ends (e.g. SIGKILLed), so that
+    no orphan finishes its task or trains on into files the next start resumes from. A thread
+    watches the parent's pid: Linux's PR_SET_PDEATHSIG fires when the *thread* that started the
+    worker ends, and a pool starts its replacement workers from a thread that ends when the pool
+    closes, which would kill idle workers holding the task queue's lock and hang the pool."""
     import threading
 
-    parent = os.getppid()
+    parent = mp.parent_process()
+    pid = parent.pid if parent is not None else os.getppid()
+    if os.getppid() != pid:  # the parent ended before this started
+        os._exit(1)
 
     def watch() -> None:
-        while True:
+        while os.getppid() == pid:
             time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(1)
+        os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="evonorm-parent-watch").start()
 
@@ -96,7 +103,7 @@ def _exit_with_parent() -> None:
 def _worker_main(conn, fn: Callable[[dict], dict], threads: int) -> None:
     """A pool worker: evaluate payloads from the pipe until told to stop (None)."""
     _set_threads(threads)
-    _exit_with_parent()
+    die_with_parent()
     conn.send(("ready", os.getpid()))  # start-up (imports) does not count against a task's timeout
     while True:
         try:
@@ -412,3 +419,32 @@ def make_executor(kind: str, fn: Callable[[dict], Any], workers: int, *, timeout
                                         if address or ship else None),
                            num_gpus=gpu_share(device, gpus_per_worker))
     raise ValueError(f"unknown executor {kind!r} (choose from local, ray)")
+
+
+def run_tasks(pool: Executor, payloads: Mapping[int, dict], *, poll: float = 5.0, retries: int = 0,
+              on_retry: Callable[[Outcome], None] | None = None) -> Iterator[list[Outcome]]:
+    """Keep `pool` busy with `payloads` (task id -> payload, submitted in order) and yield what
+    each wait of at most `poll` seconds brought back, until every task has its final Outcome.
+
+    A wait that brings nothing yields [], so a caller can report progress between outcomes. A task
+    whose worker died or ran past its timeout goes again, up to `retries` times (`on_retry` hears
+    of each), since a lost worker is not the task's fault; its last Outcome is yielded then."""
+    queue = list(payloads)
+    attempts = dict.fromkeys(payloads, 0)
+    running = 0
+    while queue or running:
+        while queue and pool.free_slots() > 0:
+            task_id = queue.pop(0)
+            pool.submit(task_id, payloads[task_id])
+            running += 1
+        done = []
+        for o in pool.wait(poll):
+            running -= 1
+            if o.kind in (DIED, TIMEOUT) and attempts[o.task_id] < retries:
+                attempts[o.task_id] += 1
+                queue.append(o.task_id)
+                if on_retry is not None:
+                    on_retry(o)
+            else:
+                done.append(o)
+        yield done
