@@ -171,8 +171,9 @@ def check_store(path: str | Path) -> None:
                 side.unlink(missing_ok=True)
     if status != "ok":
         raise StoreError(f"{p} is a damaged store (integrity check: {status})")
-    if not {"meta", "proposals", "candidates"} <= tables:
-        raise StoreError(f"{p} is not a search store (no meta, proposals and candidates tables)")
+    missing = [t for t in ("meta", "proposals", "candidates") if t not in tables]
+    if missing:
+        raise StoreError(f"{p} is not a search store (no {', '.join(missing)} table)")
     found = _version_text(row)
     if found != str(SCHEMA_VERSION):
         raise StoreError(f"{p} has store schema version {found}, expected {SCHEMA_VERSION} "
