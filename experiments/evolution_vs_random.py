@@ -93,7 +93,7 @@ def _one_run(run: str, cfg_dict: dict) -> None:
     with RunLock(run):  # one search per folder, as `evonorm search` and `resume` hold it
         if (run / "store.sqlite").is_file():
             with Store(run, readonly=True) as st:
-                stored = SearchConfig.from_dict(st.config())  # flat or nested, as its version wrote it
+                stored = SearchConfig.from_dict(st.config())
         if stored != cfg:
             init_run(run, cfg, force=True)
         tally = run_search(run, objective=ProxyObjective(cfg), progress=False).tally
@@ -198,18 +198,18 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
             if read is None:
                 continue
             cfg, status, chance, within = read
-            metric = round(run_metric(within, cfg.num_stages, chance), 4)
+            metric = round(run_metric(within, cfg.hurdles.num_stages, chance), 4)
             valid = [c for c in within if c.status == "valid"]
             seeded = [c for c in valid if c.origin == "seed"]
             rows.append({"arm": arm, "seed": seed, "status": status, "candidates": len(within),
                          "valid": len(valid),
-                         "trained_to_end": sum(c.stage >= cfg.num_stages for c in valid),
+                         "trained_to_end": sum(c.stage >= cfg.hurdles.num_stages for c in valid),
                          "near_misses": sum(c.evaluation.near_miss for c in within),
-                         "first_full_at": first_full_at(within, cfg.num_stages),
+                         "first_full_at": first_full_at(within, cfg.hurdles.num_stages),
                          "worker_seconds": round(sum(c.seconds for c in within), 1),
-                         "seed_layers_best": (round(run_metric(seeded, cfg.num_stages, chance), 4)
+                         "seed_layers_best": (round(run_metric(seeded, cfg.hurdles.num_stages, chance), 4)
                                               if seeded else None),
-                         "top10_mean": round(top_mean(within, cfg.num_stages, chance), 4),
+                         "top10_mean": round(top_mean(within, cfg.hurdles.num_stages, chance), 4),
                          "best_fitness": metric})
             if status == "complete":
                 values[arm].append(metric)

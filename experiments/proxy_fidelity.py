@@ -180,7 +180,7 @@ def measure_setting(name: str, panel_path: Path, workers: int, runs_root: Path,
     prepare_out(out, calibration_setup(cfg, len(SEEDS), 0, panel))  # one folder for every seed
     jobs = [j for j in calibration_jobs(cfg, len(SEEDS), 0, panel)
             if j.kind == "panel" and j.seed in seeds]
-    run_jobs(jobs, cfg, out, workers=workers, timeout=3 * cfg.timeout, threads=1,
+    run_jobs(jobs, cfg, out, workers=workers, timeout=3 * cfg.execution.timeout, threads=1,
              on_done=lambda r, i, n: log(f"{name} [{i}/{n}] {r.name} seed {r.seed}: {r.status} "
                                          f"fitness {r.fitness} ({r.seconds:.0f} s)"))
     records = [r for r in load_runs(out) if r.kind == "panel" and r.seed in seeds]
@@ -237,11 +237,11 @@ def measure_derived(name: str, panel_path: Path, runs_root: Path, seeds: tuple[i
         raise SystemExit(f"{name}: the runs of {base} at seeds {list(seeds)} are not all in "
                          f"{runs_root / base}; measure them first (--only {base})")
     end = train_config(cfg, task.archs[0]).steps
-    first = cfg.stages[0] if cfg.stages else end
+    first = cfg.hurdles.stage_steps[0] if cfg.hurdles.stage_steps else end
     share = (task.train_seeds * first) / (task.train_seeds * end
                                           + (task.final_runs - task.train_seeds) * end)
     ref = data["reference"].get("setting", {})
-    ahead_panel = (math.log(ref["steps"] * ref["batch_size"] / (end * cfg.train["batch_size"]))
+    ahead_panel = (math.log(ref["steps"] * ref["batch_size"] / (end * proxy_config(cfg).train["batch_size"]))
                    / math.log(end / first)) if first < end else 0.0
     chance = 1.0 / search_dataset(cfg).num_classes
     proxy: dict[str, dict[int, float]] = {}

@@ -9,6 +9,7 @@ from evonorm.proxy.objective import ProxyObjective
 from evonorm.search import Trial, load, resume, search
 from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
+from evonorm.proxy.config import proxy_config
 
 
 def test_engine_without_an_objective_names_where_the_builtin_task_is(tmp_path):
@@ -34,8 +35,8 @@ def test_proxy_search_then_resume_and_load(tmp_path):
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
         first = store.candidates()[0]
-    assert cfg.objective is None and cfg.dataset == "synthetic"
-    assert first.origin == "seed" and set(first.scores) <= set(cfg.archs)
+    assert cfg.objective is None and proxy_config(cfg).dataset == "synthetic"
+    assert first.origin == "seed" and set(first.scores) <= set(proxy_config(cfg).archs)
     with pytest.raises(ValueError, match=r"evonorm\.proxy\.resume"):
         resume(run)  # the engine does not know the built-in task
     again = proxy.resume(run, progress=False)  # budget spent: opens and finishes

@@ -8,6 +8,7 @@ import evonorm.data
 from evonorm.cli import main
 from evonorm.proxy import presets
 from evonorm.search.store import Store
+from evonorm.proxy.config import configured
 
 
 @pytest.fixture
@@ -38,9 +39,9 @@ def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monke
     # the demo preset (holdout 0.25) cut to a few steps; an explicit --dataset synthetic runs
     # without Fashion-MNIST
     demo = presets.PRESETS["demo"]
-    monkeypatch.setitem(presets.PRESETS, "demo", demo.replace(
+    monkeypatch.setitem(presets.PRESETS, "demo", configured(demo, 
         train={"steps": 2, "batch_size": 8, "width": 0.0625}, arch_train={},
-        quality_steps=0, stages=(1,), stability_steps=1))
+        quality_steps=0, stage_steps=(1,), stability_steps=1))
     run = tmp_path / "run"
     assert main(["search", "--preset", "demo", "--dataset", "synthetic", "--n-train", "200",
                  "--budget", "1", "--workers", "1", "--archs", "resnet50_cifar",

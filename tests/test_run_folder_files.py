@@ -24,6 +24,7 @@ from evonorm.proxy.retrain import RetrainRow, load_rows
 from evonorm.search.store import PendingProposal, Store
 
 from test_hardening import assert_refused, cli, snapshot
+from evonorm.proxy.config import proxy_config
 
 GRAPH = NAMED_GRAPHS["evonorm_s0"].to_json()
 
@@ -37,7 +38,7 @@ def _run(tmp_path: Path) -> Path:
     with Store(run) as s:
         for i, status in enumerate(("valid", "rejected")):
             idx = s.add_proposal(GRAPH, None, "random", rng.getstate())
-            accs = {a: 0.3 for a in cfg.archs}
+            accs = {a: 0.3 for a in proxy_config(cfg).archs}
             ev = (Evaluation.valid(accs) if status == "valid"
                   else Evaluation("rejected", "precheck:constant"))
             s.add_candidate(PendingProposal(idx, GRAPH, None, "random", time.time()), ev, key=f"k{i}",

@@ -9,6 +9,7 @@ import pytest
 
 from evonorm.cli import main
 from evonorm.search.store import Store
+from evonorm.proxy.config import configured, proxy_config
 
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")  # the installed console script
@@ -51,7 +52,7 @@ def test_search_resume_rerank_tiny(tmp_path, capsys):
         cands = s.candidates()
         assert len(cands) == 4 and s.get_meta("status") == "complete"
         cfg = s.search_config()
-        assert cfg.data_seed == 3 and cfg.seed == 0 and cfg.final_train_seeds == 2
+        assert proxy_config(cfg).data_seed == 3 and cfg.seed == 0 and proxy_config(cfg).final_train_seeds == 2
         by_proposal = sorted(cands, key=lambda c: c.proposal)
         assert [c.origin for c in by_proposal] == ["seed", "seed", "random", "random"]
         s0 = next(c for c in cands if c.origin == "seed" and c.status == "valid")
@@ -100,14 +101,12 @@ def test_the_start_line_says_how_far_the_preset_is_calibrated(tmp_path, capsys):
 
 
 def test_a_run_off_its_presets_settings_is_not_lent_the_presets_numbers():
-    from evonorm.proxy.config import proxy_config
     from evonorm.proxy.presets import PRESETS, calibration_note, fidelity_note, get_preset, unmeasured
-    from evonorm.search.config import flat_config
 
     for name, cfg in PRESETS.items():  # every preset, as a run stores it, is what was measured
-        stored = cfg.replace(dataset=proxy_config(cfg).dataset or "fashion_mnist", workers=1, budget=3,
-                             seed=7)
-        assert unmeasured(name, stored.to_dict()) == [] == unmeasured(name, flat_config(stored.to_dict()))
+        stored = configured(cfg, dataset=proxy_config(cfg).dataset or "fashion_mnist", workers=1,
+                            budget=3, seed=7)
+        assert unmeasured(name, stored.to_dict()) == []
     off = get_preset("demo", train_seeds=2, final_train_seeds=4, dataset="fashion_mnist").to_dict()
     assert unmeasured("demo", off) == ["train_seeds", "final_train_seeds"]
     note = calibration_note("demo", "s", off)
@@ -115,9 +114,10 @@ def test_a_run_off_its_presets_settings_is_not_lent_the_presets_numbers():
     assert "train_seeds and final_train_seeds differ" in note and "18 of 18" not in note
     synthetic = get_preset("demo", dataset="synthetic").to_dict()
     assert "its dataset differs" in fidelity_note("demo", "s", synthetic)
-    longer = get_preset("demo", stages=(50,), dataset="fashion_mnist").to_dict()
-    assert unmeasured("demo", longer) == ["stages"]
+    longer = get_preset("demo", stage_steps=(50,), dataset="fashion_mnist").to_dict()
+    assert unmeasured("demo", longer) == ["stage_steps"]
     # a stored config older than a setting is not compared on it; an unknown preset on nothing
-    assert unmeasured("demo", {k: v for k, v in flat_config(off).items()
-                               if k not in ("train_seeds", "final_train_seeds")}) == []
+    older = {**off, "task": {k: v for k, v in off["task"].items()
+                             if k not in ("train_seeds", "final_train_seeds")}}
+    assert unmeasured("demo", older) == []
     assert unmeasured("mine", off) == [] and "not measured;" in calibration_note("mine", "s", off)

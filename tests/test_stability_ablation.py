@@ -77,9 +77,8 @@ def test_a_seed_missing_an_arm_is_left_out_of_the_test(tmp_path, monkeypatch):
 
 @pytest.mark.fashion_mnist
 def test_the_arms_differ_in_the_stability_test_alone():
-    from evonorm.search.config import flat_config
-
-    with_, without = (flat_config(sa.run_config("demo", "evolution", 3, 900.0, extra).to_dict())
+    with_, without = (sa.run_config("demo", "evolution", 3, 900.0, extra).to_dict()
                       for extra in sa.ARMS.values())
-    assert {k for k in with_ if with_[k] != without[k]} == {"stability_steps"}
-    assert with_["stability_steps"] > 0 and without["stability_steps"] == 0
+    assert {k for k in with_ if with_[k] != without[k]} == {"task"}
+    assert {k for k in with_["task"] if with_["task"][k] != without["task"][k]} == {"stability_steps"}
+    assert with_["task"]["stability_steps"] > 0 and without["task"]["stability_steps"] == 0

@@ -41,7 +41,7 @@ def resume(out: str | Path, *, progress: bool = True, executor: Executor | None 
     with Store(out, readonly=True) as store:
         cfg, done = store.search_config(), store.num_candidates()
     check_proxy_run(cfg, out)
-    if done < cfg.budget:  # candidates will train: the data must still be there
+    if done < cfg.evolution.budget:  # candidates will train: the data must still be there
         search_dataset(cfg)
     with RunLock(out):
         return run_search(out, objective=ProxyObjective(cfg), progress=progress,

@@ -8,8 +8,8 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
-from evonorm.proxy.config import ProxyConfig, proxy_config, with_task
-from evonorm.search.config import SearchConfig, flat_config
+from evonorm.proxy.config import ProxyConfig, configured, measured, with_task
+from evonorm.search.config import SearchConfig
 from evonorm.search.settings import ENGINE_PRESETS
 
 # Settings are measured on the 2-core reference machine (docs/search.md).
@@ -88,30 +88,23 @@ CALIBRATION = {
 }
 
 
-# What a preset's calibration and rank fidelity depend on: the task's data, architectures,
-# rejection tests and training, and the engine's stages. A run that differs from its preset in
-# any of them (a `--set` override, or a run of an earlier version of the preset) is not what was
-# measured, and its notes say so rather than lend it the preset's numbers.
-MEASURED = ("dataset", "n_train", "holdout", "data_seed", "archs", "train_preset", "train",
-            "arch_train", "prechecks", "stability_steps", "stability_threshold", "stability_batch",
-            "stability_lr", "stability_archs", "quality_steps", "quality_factor", "train_seeds",
-            "final_train_seeds", "stages")
-
-
 def unmeasured(preset: str, config: Mapping[str, Any] | None) -> list[str]:
-    """The settings of MEASURED in which a run's config (as stored: flat or nested) differs from
-    `preset` as it ships; [] at the preset's settings, for an unknown preset, or without a config.
-    A setting the stored config lacks (a run older than the setting) is not compared."""
+    """The settings a calibration depends on (`evonorm.proxy.config.measured`) in which a run's
+    config (as stored) differs from `preset` as it ships: such a run (a `--set` override, or a run
+    of an earlier version of the preset) is not what was measured, and its notes say so rather
+    than lend it the preset's numbers. [] at the preset's settings, for an unknown preset, or
+    without a config; a setting the stored config lacks (a run older than the setting) is not
+    compared."""
     if preset not in PRESETS or not config:
         return []
-    ours = flat_config(PRESETS[preset].to_dict())
+    ours = measured(PRESETS[preset].to_dict())
     ours["dataset"] = ours.get("dataset") or "fashion_mnist"  # the default, as a run names it
-    theirs = flat_config(config)
+    theirs = measured(config)
 
     def same(a: Any, b: Any) -> bool:  # tuples and lists alike, as JSON stores them
         return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
-    return [k for k in MEASURED if k in theirs and not same(theirs[k], ours.get(k))]
+    return [k for k, v in theirs.items() if not same(v, ours.get(k))]
 
 
 def _elsewhere(kind: str, preset: str, space: str, off: list[str]) -> str:
@@ -167,10 +160,9 @@ def list_presets() -> list[str]:
     return list(PRESETS)
 
 
-def get_preset(name: str, **overrides) -> SearchConfig:
-    """A preset by name with field overrides, engine's and task's by their flat names (None
-    values are ignored); ValueError on bad input."""
+def get_preset(name: str, **settings) -> SearchConfig:
+    """A preset by name with some settings changed by plain keyword, the engine's and the task's
+    (`evonorm.search.config.with_settings`; None values are ignored); ValueError on bad input."""
     if name not in PRESETS:
         raise ValueError(f"unknown search preset {name!r} (choose from {', '.join(PRESETS)})")
-    cfg = PRESETS[name].replace(**{k: v for k, v in overrides.items() if v is not None})
-    return with_task(cfg, proxy_config(cfg))
+    return configured(PRESETS[name], **{k: v for k, v in settings.items() if v is not None})

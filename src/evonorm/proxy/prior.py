@@ -40,7 +40,7 @@ def setting(cfg: SearchConfig) -> dict[str, Any]:
     """What a prior shares with every run it applies to (plain JSON values, compared whole)."""
     task = {k: v for k, v in proxy_config(cfg).to_dict().items() if k not in _IGNORED}
     return json.loads(json.dumps({
-        "task": task, "stages": list(cfg.stages),
+        "task": task, "stages": list(cfg.hurdles.stage_steps),
         "features": {"engine": engine_features_module.FEATURES_VERSION,
                      "task": task_features_module.FEATURES_VERSION}}))
 
@@ -116,8 +116,8 @@ def build_prior(runs: Sequence[str | Path], command: str) -> Prior:
     for run, cfg, cands, status in read:
         found = labelled_rows(cands, Prescreen(cfg, ProxyObjective(cfg).prescreen_features))
         rows.extend(found)
-        sources.append({"run": Path(run).name, "preset": cfg.preset, "algorithm": cfg.algorithm,
-                        "seed": cfg.seed, "space": cfg.space, "candidates": len(cands),
+        sources.append({"run": Path(run).name, "preset": cfg.preset, "algorithm": cfg.evolution.algorithm,
+                        "seed": cfg.seed, "space": cfg.evolution.space, "candidates": len(cands),
                         "status": status, "rows": len(found),
                         "valid": sum(r["valid"] for r in found),
                         "worker_seconds": round(sum(c.seconds for c in cands), 1)})

@@ -68,8 +68,8 @@ def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float],
     each valid arrival. The population is the last `window` valid layers when the run's config
     sets one (aging evolution's sliding window), else every valid layer so far. In a staged run
     only layers trained to the end count (a hurdle-stopped layer's fitness is an earlier one)."""
-    stages = len(run.config.get("stages") or ()) + 1
-    window = run.config.get("window", run.config.get("population_size"))
+    stages = len(run.part("hurdles").get("stage_steps") or ()) + 1
+    window = run.part("evolution").get("window")
     window = int(window) if isinstance(window, (int, float)) and window > 0 else None
     xs, means, stds = [], [], []
     fitness: list[float] = []
@@ -122,7 +122,8 @@ def search_progress(runs: Sequence[RunData], *, top: int = 10, baseline: float |
         ax.legend(fontsize=8, loc="lower right")
         ax.grid(alpha=0.3)
     ax.set_title(f"Search progress (mean ± std of the top-{top} valid layers)")
-    window = next((r.config.get("window") for r in runs if isinstance(r.config.get("window"), int)), None)
+    window = next((r.part("evolution")["window"] for r in runs
+                   if isinstance(r.part("evolution").get("window"), int)), None)
     pool = f"the population window (the last {window} valid layers)" if window else "the population"
     fig.text(0.01, 0.01, f"Line: mean fitness (mean held-out accuracy over the architectures) of the "
                          f"{top} best valid layers in {pool} after each candidate; band: ± their std. "
