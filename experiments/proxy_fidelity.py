@@ -75,19 +75,19 @@ _DEMO_TRAIN = {"steps": 150, "batch_size": 32, "width": 0.0625, "lr": 0.1, "lr_w
 # `demo` as it was measured here: two runs of 150 steps per candidate, four at the last stage. The
 # preset has since shipped this chart's choice (steps900-1run), so every setting below starts from
 # this one, not from the preset as it ships, and a measurement resumes at the settings it began.
-_MEASURED_DEMO = {"train": _DEMO_TRAIN, "stages": (75,), "train_seeds": 2, "final_train_seeds": 4}
+_MEASURED_DEMO = {"train": _DEMO_TRAIN, "stage_steps": (75,), "train_seeds": 2, "final_train_seeds": 4}
 
 # name -> changes of `demo` as measured (SearchConfig fields; `train` replaces demo's whole dict)
 SETTINGS: dict[str, dict] = {name: {**_MEASURED_DEMO, **changes} for name, changes in {
     "demo": {},
     # one run per candidate, trained four times as long (demo's 4 final runs x 150 steps)
-    "steps600-1run": {"train": {**_DEMO_TRAIN, "steps": 600}, "stages": (150,), "train_seeds": 1,
+    "steps600-1run": {"train": {**_DEMO_TRAIN, "steps": 600}, "stage_steps": (150,), "train_seeds": 1,
                       "final_train_seeds": 1},
     # one run trained six times as long: the direction of the two above at the cost cap
-    "steps900-1run": {"train": {**_DEMO_TRAIN, "steps": 900}, "stages": (150,), "train_seeds": 1,
+    "steps900-1run": {"train": {**_DEMO_TRAIN, "steps": 900}, "stage_steps": (150,), "train_seeds": 1,
                       "final_train_seeds": 1},
     # two runs of twice the length
-    "steps300-2runs": {"train": {**_DEMO_TRAIN, "steps": 300}, "stages": (75,), "train_seeds": 2,
+    "steps300-2runs": {"train": {**_DEMO_TRAIN, "steps": 300}, "stage_steps": (75,), "train_seeds": 2,
                        "final_train_seeds": 2},
     # three times the images (9,000 to train, 3,000 held out), as demo otherwise
     "images12k": {"n_train": 12000},
@@ -101,10 +101,10 @@ SETTINGS: dict[str, dict] = {name: {**_MEASURED_DEMO, **changes} for name, chang
     "batch64": {"train": {**_DEMO_TRAIN, "batch_size": 64}, "final_train_seeds": 2},
     # ResNet50 alone, the MobileNetV2 budget spent on longer training
     "resnet-only-450": {"archs": ("resnet50_cifar",), "train": {**_DEMO_TRAIN, "steps": 450},
-                        "stages": (75,)},
+                        "stage_steps": (75,)},
     # MobileNetV2 alone, trained twice as long (1.3x demo's cost: MobileNetV2 is two thirds of it)
     "mobilenet-only-300": {"archs": ("mobilenetv2_cifar",), "train": {**_DEMO_TRAIN, "steps": 300},
-                           "stages": (150,)},
+                           "stage_steps": (150,)},
 }.items()}
 SEEDS = (0, 1, 2)
 SCREEN_SEEDS = (0,)

@@ -167,7 +167,7 @@ def _same_folder(stored: dict, setup: dict) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
-@pytest.mark.parametrize("arch", get_preset("demo").archs)
+@pytest.mark.parametrize("arch", proxy_config(get_preset("demo")).archs)
 @pytest.mark.parametrize("name", ["bn_relu", "gn_relu", "evonorm_s0"])
 def test_demo_references_pass_the_quality_test_on_fashion_mnist(name, arch):
     """The calibrated `demo` preset's quality test (what a search runs: its first training
@@ -220,7 +220,9 @@ def test_a_folder_written_with_search_fields_in_its_setup_still_resumes(tmp_path
     setup = calibration_setup(get_preset("demo"), 3, 20)
     out = tmp_path / "c"
     out.mkdir()
-    old = {**setup, "config": {**setup["config"], "budget": 100, "window": 16}}
+    config = setup["config"]
+    old = {**setup, "config": {**config, "evolution": {**config["evolution"], "budget": 100,
+                                                        "window": 16}}}
     (out / "calibration.json").write_text(json.dumps(old))
     assert prepare_out(out, setup) == []
     with pytest.raises(ValueError, match="other settings"):

@@ -67,7 +67,9 @@ def test_presets_hold_their_settings():
 
 
 def test_the_measured_settings_are_what_a_calibration_depends_on():
-    names = set(measured(PRESETS["demo"].to_dict()))
+    by_part = measured(PRESETS["demo"].to_dict())
+    assert measured(by_part) == by_part  # what it returns reads back the same
+    names = {name for part in by_part.values() for name in part}
     # the task's data, architectures, rejection tests and training; the engine's stage steps,
     # and what the calibration's reference and random layers are drawn from
     assert names == {"dataset", "data_sha256", "n_train", "holdout", "data_seed", "archs",

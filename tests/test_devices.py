@@ -65,7 +65,7 @@ def test_search_stores_the_resolved_device(tmp_path, capsys):
                  "--out", str(run)]) == 0
     assert f"device {HERE}" in capsys.readouterr().err  # the start line
     with Store(run, readonly=True) as store:
-        assert store.search_config().device == HERE
+        assert store.search_config().execution.device == HERE
         assert store.get_meta("device")["type"] == HERE
 
 
@@ -199,8 +199,8 @@ def test_resume_keeps_the_stored_device_unless_told(tmp_path, capsys):
     assert main(["resume", str(tmp_path), "--device", "cpu"]) == 0
     assert "1 local worker(s) on cpu" in capsys.readouterr().err
     with Store(tmp_path, readonly=True) as store:
-        assert store.search_config().device == "cpu" and store.get_meta("device")["type"] == "cpu"
+        assert store.search_config().execution.device == "cpu" and store.get_meta("device")["type"] == "cpu"
         assert store.num_candidates() == 1
     assert main(["resume", str(tmp_path), "--budget", "2", "--quiet"]) == 0  # the stored device
     with Store(tmp_path, readonly=True) as store:
-        assert store.search_config().device == "cpu" and store.num_candidates() == 2
+        assert store.search_config().execution.device == "cpu" and store.num_candidates() == 2

@@ -175,18 +175,43 @@ def test_other_layers_refuse_the_panels_folder_and_bad_input_in_one_line(
     assert not (tmp_path / "runs.jsonl").exists()
 
 
+def _run_with_a_found_and_a_seed_layer(tmp_path) -> Path:
+    """A run folder holding one valid seed layer (GN-ReLU) and, after it, one valid found layer."""
+    import time
+
+    from evonorm.graph.library import NAMED_GRAPHS
+    from evonorm.proxy.presets import get_preset
+    from evonorm.search.driver import init_run
+    from evonorm.search.evaluation import Evaluation
+    from evonorm.search.settings import norm_relu
+    from evonorm.search.store import PendingProposal, Store
+
+    run = tmp_path / "run"
+    init_run(run, get_preset("tiny"))
+    found = {"nodes": [["sigmoid", 0], ["square", 2], ["mul", 0, 4]]}
+    seed = json.loads(norm_relu("group"))
+    assert found != NAMED_GRAPHS["evonorm_s0"].to_json()
+    with Store(run) as s:
+        for i, (graph, origin, fitness) in enumerate(((seed, "seed", 0.4), (found, "mutation", 0.5))):
+            idx = s.add_proposal(graph, None, origin, [3, [i], None])
+            s.add_candidate(PendingProposal(idx, graph, None, origin, time.time()),
+                            Evaluation.valid({"resnet50_cifar": fitness, "mobilenetv2_cifar": fitness}),
+                            key=f"k{i}", fingerprint=f"f{i}")
+    return run
+
+
 def test_a_runs_found_layers_are_those_retrain_picks_named_by_id(tmp_path):
-    run = Path(__file__).parent / "fixtures" / "run_2026_11_27"  # one found layer, one seed layer
+    run = _run_with_a_found_and_a_seed_layer(tmp_path)  # one found layer, one seed layer
     got = fp.found_layers(run, 3)
-    assert [name for name, _ in got] == ["found_75"]
+    assert [name for name, _ in got] == ["found_2"]
     assert got[0][1]["nodes"][1] == ["square", 2]  # the found layer's graph, not the seed's
     for folder, top, problem in ((tmp_path, 3, "not a run folder"), (run, 0, "--top must be")):
         with pytest.raises(ValueError, match=problem):
             fp.found_layers(folder, top)
 
 
-def test_a_runs_layers_refuse_the_panels_folder_in_one_line(monkeypatch, capsys):
-    run = Path(__file__).parent / "fixtures" / "run_2026_11_27"
+def test_a_runs_layers_refuse_the_panels_folder_in_one_line(tmp_path, monkeypatch, capsys):
+    run = _run_with_a_found_and_a_seed_layer(tmp_path)
     assert "folder of their own" in _refused(monkeypatch, capsys, ["--run", str(run), "--top", "1"])
 
 

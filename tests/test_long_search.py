@@ -53,7 +53,7 @@ def test_the_long_search_starts_the_built_in_tasks_search(tmp_path, monkeypatch)
     with pytest.raises(_Started):
         long_search.main(["--run", str(tmp_path / "run"), "--budget-seconds", "60",
                           "--set", "prescreen=true", "--out", str(tmp_path / "out")])
-    assert calls[0].prescreen is True and calls[0].budget_seconds == 60
+    assert calls[0].evolution.prescreen is True and calls[0].evolution.budget_seconds == 60
 
 
 def test_the_seed_layer_noise_searches_start_the_built_in_tasks_search(tmp_path, monkeypatch):
@@ -64,4 +64,4 @@ def test_the_seed_layer_noise_searches_start_the_built_in_tasks_search(tmp_path,
     monkeypatch.setattr(evonorm.proxy, "search", _checked_search(calls))
     with pytest.raises(_Started):
         seed_layer_noise.one_search(tmp_path / "run", "demo", 3, 1, {})
-    assert calls[0].seed == 3 and len(calls[0].seed_layers) == len(seed_layer_noise.LAYERS)
+    assert calls[0].seed == 3 and len(calls[0].evolution.seed_layers) == len(seed_layer_noise.LAYERS)

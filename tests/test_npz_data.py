@@ -233,8 +233,8 @@ def test_train_on_a_npz_runs_and_names_the_file(tmp_path, capsys):
 def test_the_report_takes_the_class_count_the_run_stored():
     from evonorm.report.data import RunData
 
-    assert RunData("r", config={"dataset": "/data/mine.npz"}, classes=4).num_classes == 4
-    assert RunData("r", config={"dataset": "cifar100"}).num_classes == 100  # older runs: by name
+    assert RunData("r", config={"task": {"dataset": "/data/mine.npz"}}, classes=4).num_classes == 4
+    assert RunData("r", config={"task": {"dataset": "cifar100"}}).num_classes == 100  # by name
 
 
 def test_resume_and_rerank_read_the_runs_file_or_stop_in_one_line(tmp_path, monkeypatch, capsys):
@@ -267,7 +267,7 @@ def test_resume_and_rerank_read_the_runs_file_or_stop_in_one_line(tmp_path, monk
     assert "no valid candidate" in capsys.readouterr().err
     assert main(["resume", str(run), "--data", "moved.npz", "--workers", "1", "--quiet"]) == 0
     with Store(run, readonly=True) as store:  # the run now names the file where it is
-        assert store.search_config().dataset == str(tmp_path / "moved.npz")
+        assert proxy_config(store.search_config()).dataset == str(tmp_path / "moved.npz")
         assert store.get_meta("dataset")["name"] == str(tmp_path / "moved.npz")
         assert store.num_candidates() == 6
     capsys.readouterr()

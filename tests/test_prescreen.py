@@ -27,7 +27,7 @@ def test_engine_features_are_deterministic_and_none_for_a_degenerate_layer():
     a, b = layer_features(g), layer_features(g)
     assert a == b and a["graph_op_sigmoid"] == 1 and a["graph_axes_group"] >= 1
     assert json.loads(json.dumps(a)) == a  # stored as JSON, read back the same
-    relu = layer_features(PRESETS["demo"].seed_layers[0])  # GroupNorm-ReLU as a graph
+    relu = layer_features(PRESETS["demo"].evolution.seed_layers[0])  # GroupNorm-ReLU as a graph
     # GroupNorm-ReLU ignores a shift of its input; EvoNorm-S0 (x * sigmoid(v1 x) / std) does not
     assert relu["probe_sens_shift"] < -6 < a["probe_sens_shift"]
     assert layer_features(CONSTANT) is None
@@ -171,25 +171,6 @@ def test_search_cli_refuses_a_bad_prescreen_value(tmp_path):
     assert "--prescreen" in out.stderr and not (tmp_path / "r").exists()
 
 
-def test_a_store_before_features_opens_and_reads_none(tmp_path):
-    from test_store import V1_SCHEMA
-    import sqlite3
-
-    db = sqlite3.connect(tmp_path / "store.sqlite")
-    db.executescript(V1_SCHEMA)
-    db.close()
-    with Store(tmp_path, readonly=True) as r:
-        (c,) = r.candidates()
-        assert c.features is None and c.prediction is None
-    with Store(tmp_path) as s:
-        (prop,) = s.pending_proposals()
-        from evonorm.search.evaluation import Evaluation
-        c2 = s.add_candidate(prop, Evaluation("rejected", "prescreen"), key="k2", fingerprint=None,
-                             features={"a": 1.0}, prediction={"p_valid": 0.01})
-        assert (c2.features, c2.prediction) == ({"a": 1.0}, {"p_valid": 0.01})
-        assert s.find_cached("k2", None) is None  # a prescreen rejection is never a cache answer
-
-
 def test_the_report_shows_predicted_against_measured():
     from evonorm.report.data import RunData
     from evonorm.report.html import prescreen_table
@@ -211,7 +192,7 @@ def test_the_report_shows_predicted_against_measured():
     assert s.rejected == 1 and (s.explored, s.explored_below, s.false_negatives) == (2, 2, 1)
     assert s.bins[0] == ("0.00-0.05", 2, 1) and s.bins[-1] == ("0.50-1.00", 3, 3)
     assert s.fitness_spearman == pytest.approx(1.0) and s.fitness_n == 4
-    page = prescreen_table(RunData("r", cands, config={"prescreen_threshold": 0.05}))
+    page = prescreen_table(RunData("r", cands, config={"evolution": {"prescreen_threshold": 0.05}}))
     assert "predicted against measured" in page and "1 of 2 explored" in page
     assert prescreen_table(RunData("r", [{"id": 1, "status": "valid"}])) == ""
     assert "from this run alone" in page
@@ -223,7 +204,7 @@ def test_with_the_prescreen_off_nothing_is_computed_or_stored(tmp_path):
     run = tmp_path / "run"
     search(_objectives.needs_max, out=run, preset="tiny", budget=5, workers=1, progress=False)
     with Store(run, readonly=True) as st:
-        assert st.search_config().prescreen is False
+        assert st.search_config().evolution.prescreen is False
         assert all(c.features is None and c.prediction is None for c in st.candidates())
 
 

@@ -43,9 +43,9 @@ def embedded_pngs(page: str) -> list[bytes]:
 
 
 def test_page_embeds_every_figure_and_fills_tables(tmp_path):
-    runs = [RunData("evo", fake_candidates(), population=list(range(20, 60)), config={"archs": ARCHS},
+    runs = [RunData("evo", fake_candidates(), population=list(range(20, 60)), config={"scores": ARCHS},
                     references={"bn_relu": {a: 0.8 for a in ARCHS}}),
-            RunData("rs", fake_candidates(seed=1), config={"archs": ARCHS})]
+            RunData("rs", fake_candidates(seed=1), config={"scores": ARCHS})]
     page = build_report(runs, tmp_path)
     html = page.read_text()
     pngs = embedded_pngs(html)
@@ -85,7 +85,7 @@ def test_progress_curve_tracks_top10_of_the_population_window():
              enumerate([0.9, 0.1, 0.2, 0.3])] + [{"id": 9, "status": "rejected"}]
     xs, m, s = progress_curve(RunData("r", cands), top=2)
     assert xs == [1, 2, 3, 4] and m == pytest.approx([0.9, 0.5, 0.55, 0.6])
-    xs, m, _ = progress_curve(RunData("r", cands, config={"window": 2}), top=2)
+    xs, m, _ = progress_curve(RunData("r", cands, config={"evolution": {"window": 2}}), top=2)
     assert m[-1] == pytest.approx(0.25)  # 0.9 aged out of the window
     assert s[0] == 0.0
 
@@ -132,6 +132,6 @@ def test_figures_say_what_they_show():
     assert len(bars) >= 2 and all(a[1] <= b[0] or b[1] <= a[0] for i, a in enumerate(bars) for b in bars[i + 1:])
     fig = calibration(cands, ARCHS[:2])
     assert "above chance: n=30, r=1.00" in fig.axes[0].get_title()
-    run = RunData("evo", cands, config={"archs": ARCHS[:2], "window": 16})
+    run = RunData("evo", cands, config={"scores": ARCHS[:2], "evolution": {"window": 16}})
     texts = " ".join(t.get_text() for t in search_progress([run]).texts)
     assert "10 best valid layers in the population window (the last 16 valid layers)" in texts

@@ -213,8 +213,8 @@ DAMAGE = {  # what is damaged -> (how, the commands that read it, what the line 
     # as this version stores it: the task's settings in their own part
     "config task archs": (lambda r: _task(r, archs=3), ["report", "resume", "retrain", "rerank"],
                           ["store.sqlite", "config: task: archs"]),
-    "config hurdles": (lambda r: _config(r, hurdles={"stages": "75"}), ["report", "resume"],
-                       ["store.sqlite", "config: hurdles", "stages"]),
+    "config hurdles": (lambda r: _config(r, hurdles={"stage_steps": "75"}), ["report", "resume"],
+                       ["store.sqlite", "config: hurdles", "stage_steps"]),
     "config unknown": (lambda r: _config(r, frobs=1), ["resume", "retrain", "rerank"], ["store.sqlite", "config"]),
     "rng_state garbage": (lambda r: _sql(r, "UPDATE proposals SET rng_state = 'x{' WHERE idx = 2"), ["resume"],
                           ["store.sqlite", "proposal 2", "rng_state"]),
@@ -287,7 +287,8 @@ def test_any_row_is_a_retrain_row_of_the_declared_types_or_refused(tmp_path_fact
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(field=st.sampled_from(["archs", "budget", "train", "seed", "holdout", "stages", "device", "space"]),
+@given(field=st.sampled_from(["archs", "budget", "train", "seed", "holdout", "stage_steps", "device",
+                              "space", "evolution", "hurdles", "task"]),
        value=JSON_VALUES)
 def test_any_config_field_is_of_its_type_or_refused_in_one_line(tmp_path_factory, field, value):
     """Fuzz: the stored config with any JSON value in a field reads back as a SearchConfig or is a DamagedFile

@@ -23,7 +23,7 @@ def _add(store, proposal, status="valid", key="k", fp="f", cache_hit=False, wind
 
 def test_round_trip_and_read_api(tmp_path):
     with Store(tmp_path) as s:
-        s.set_config({"budget": 3, "archs": ["a"]})
+        s.set_config({"evolution": {"budget": 3}, "scores": ["a"]})
         rng = random.Random(3)
         i0 = s.add_proposal(G, None, "random", rng.getstate())
         i1 = s.add_proposal(G, 1, "mutation", rng.getstate())
@@ -35,7 +35,7 @@ def test_round_trip_and_read_api(tmp_path):
     db = sqlite3.connect(tmp_path / "store.sqlite")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with Store(tmp_path / "store.sqlite", readonly=True) as r:
-        assert r.config() == {"budget": 3, "archs": ["a"]}
+        assert r.config() == {"evolution": {"budget": 3}, "scores": ["a"]}
         (c,) = r.candidates()
         assert (c.id, c.proposal, c.graph, c.status, c.scores, c.worker) == (
             1, 1, G, "valid", {"a": 0.5}, "w0")
@@ -118,62 +118,6 @@ def test_evaluation_round_trips_whole_through_the_store(tmp_path):
         assert c == stored and c.evaluation == ev
         assert r.find_cached("k", None).evaluation == ev
         assert Evaluation.from_dict(ev.to_dict()) == ev
-
-
-# The schema as version 1 of the code wrote it: no candidates.detail column.
-V1_SCHEMA = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE proposals (idx INTEGER PRIMARY KEY, graph TEXT NOT NULL, parent_id INTEGER,
-    origin TEXT NOT NULL, rng_state TEXT NOT NULL, created_at REAL NOT NULL);
-CREATE TABLE candidates (id INTEGER PRIMARY KEY,
-    proposal INTEGER UNIQUE NOT NULL REFERENCES proposals(idx), graph TEXT NOT NULL,
-    key TEXT NOT NULL, fingerprint TEXT, parent_id INTEGER, origin TEXT NOT NULL,
-    status TEXT NOT NULL, reason TEXT, reason_step INTEGER, accuracies TEXT NOT NULL,
-    fitness REAL, cache_hit INTEGER NOT NULL, seconds REAL NOT NULL, timings TEXT NOT NULL,
-    worker TEXT, created_at REAL NOT NULL, finished_at REAL NOT NULL);
-CREATE INDEX candidates_key ON candidates(key);
-CREATE INDEX candidates_fp ON candidates(fingerprint);
-CREATE TABLE population (pos INTEGER PRIMARY KEY, candidate_id INTEGER NOT NULL);
-CREATE TABLE reranks (id INTEGER PRIMARY KEY, candidate_id INTEGER NOT NULL, preset TEXT NOT NULL,
-    accuracies TEXT NOT NULL, mean REAL, status TEXT NOT NULL, reason TEXT, search_fitness REAL,
-    seconds REAL NOT NULL, created_at REAL NOT NULL, UNIQUE (candidate_id, preset));
-INSERT INTO meta VALUES ('schema_version', '1');
-INSERT INTO meta VALUES ('config', '{"budget": 2}');
-INSERT INTO proposals VALUES (0, '{"nodes": [["sigmoid", 0], ["mul", 0, 4]]}', NULL, 'random',
-    '[3, [0], null]', 1.0);
-INSERT INTO proposals VALUES (1, '{"nodes": [["tanh", 0]]}', 1, 'mutation', '[3, [1], null]', 2.0);
-INSERT INTO candidates VALUES (1, 0, '{"nodes": [["sigmoid", 0], ["mul", 0, 4]]}', 'k1', 'f1',
-    NULL, 'random', 'valid', NULL, NULL, '{"a": 0.5}', 0.5, 0, 3.0, '{"train": 3.0}', 'w0', 1.0, 4.0);
-INSERT INTO population VALUES (0, 1);
-INSERT INTO reranks VALUES (1, 1, 'tiny', '{"a": 0.6}', 0.6, 'ok', NULL, 0.5, 9.0, 5.0);
-"""
-
-
-def test_a_version_1_store_reads_then_migrates_in_place_keeping_its_rows(tmp_path):
-    db = sqlite3.connect(tmp_path / "store.sqlite")
-    db.executescript(V1_SCHEMA)
-    db.close()
-    with Store(tmp_path, readonly=True) as r:  # read-only: no migration, detail reads as None
-        (old,) = r.candidates()
-        assert (old.id, old.status, old.scores, old.fitness, old.detail) == (
-            1, "valid", {"a": 0.5}, 0.5, None)
-        assert r.get_meta("schema_version") == 1
-        assert r.reranks()[0]["split"] is None  # scored on the search's held-out images
-    with Store(tmp_path) as s:  # for writing: migrated to the current schema
-        assert s.get_meta("schema_version") == SCHEMA_VERSION == 8
-        assert s.candidates() == [old] and s.population() == [1]
-        assert s.config()["evolution"]["budget"] == 2  # the flat config, nested by part
-        assert s.search_config().budget == 2 and s.search_config().task == {}
-        (rr,) = s.reranks()
-        assert (rr["candidate_id"], rr["mean"], rr["split"]) == (1, 0.6, None)
-        # an old rerank does not count as done for a rerank scored on the test split
-        assert s.reranked_ids("tiny") == {1} and s.reranked_ids("tiny", "test") == set()
-        (prop,) = s.pending_proposals()
-        ev = Evaluation("rejected", "stability", 4, {"grad_norm": 3e8})
-        assert s.add_candidate(prop, ev, key="k2", fingerprint=None).evaluation == ev
-    with Store(tmp_path) as s:  # opening again changes nothing
-        assert s.get_meta("schema_version") == SCHEMA_VERSION
-        assert [c.detail for c in s.candidates()] == [None, {"grad_norm": 3e8}]
 
 
 def _version_7_store(path) -> list:

@@ -31,17 +31,18 @@ MAX_RAY_WORKERS = 256
 
 def check_workers(cfg) -> None:
     """Bound the worker count: past it a search only thrashes (or waits on slots it never fills)."""
-    if cfg.execution.executor == "local":
+    ex = cfg.execution
+    if ex.executor == "local":
         cores = os.cpu_count() or 1
         limit = LOCAL_WORKERS_PER_CORE * cores
-        if cfg.execution.workers > limit:
+        if ex.workers > limit:
             raise CommandError(
-                f"--workers {cfg.execution.workers} is more than {limit} ({LOCAL_WORKERS_PER_CORE} per core on "
+                f"--workers {ex.workers} is more than {limit} ({LOCAL_WORKERS_PER_CORE} per core on "
                 f"{cores} cores): each local worker is a process training models, so more only "
                 "thrashes memory and CPU; use --executor ray for a cluster")
-    elif cfg.execution.workers > MAX_RAY_WORKERS:
+    elif ex.workers > MAX_RAY_WORKERS:
         raise CommandError(
-            f"--workers {cfg.execution.workers} is more than {MAX_RAY_WORKERS}: that many candidates in flight "
+            f"--workers {ex.workers} is more than {MAX_RAY_WORKERS}: that many candidates in flight "
             "are proposed before their results can steer the evolution")
 
 

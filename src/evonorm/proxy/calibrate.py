@@ -115,7 +115,8 @@ def calibration_jobs(cfg: SearchConfig, seeds: int, n_random: int,
 
     rng = random.Random(cfg.seed)
     randoms = [Job("random", f"random{i}", cfg.seed,
-                   random_graph(rng, allow_batch=cfg.evolution.allow_batch, max_nodes=cfg.evolution.max_nodes).to_json())
+                   random_graph(rng, allow_batch=cfg.evolution.allow_batch,
+                                max_nodes=cfg.evolution.max_nodes).to_json())
                for i in range(n_random)]
     refs = reference_graphs(cfg.evolution.space)
     jobs: list[Job] = []
@@ -154,7 +155,7 @@ def measure(payload: dict) -> dict:
         if res.status == "valid":
             rec.stage_scores = res.stage_scores or [dict(res.scores)]
             rec.run_scores, rec.arch_seconds = res.detail["runs"], res.detail["seconds"]
-    elif cfg.hurdles.stage_steps:  # staged: the quality test is the first stage; train on past it, bar at 0
+    elif cfg.hurdles.stage_steps:  # staged: the quality test is the first stage; train past it, bar 0
         res = evaluate_candidate({"graph": job.graph,
                                   "config": with_task_settings(cfg, quality_factor=0.0).to_dict()})
         rec.reason, rec.accuracies = res.reason, dict(res.scores)

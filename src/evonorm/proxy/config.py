@@ -175,19 +175,21 @@ def with_task_settings(cfg: SearchConfig, **changes) -> SearchConfig:
     return with_task(cfg, proxy_config(cfg).replace(**changes))
 
 
-def measured(config: Mapping[str, Any]) -> dict[str, Any]:
+def measured(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The settings a calibration depends on (`metadata=MEASURED`: the task's data, architectures,
     rejection tests and training, the engine's space, random-layer size and stage steps), by
-    name, from a config as stored; a setting it lacks is left out. What the search proposes and
-    how long and where it runs are not among them, nor the seed (a calibration spans seeds)."""
-    out: dict[str, Any] = {}
+    part, from a config as stored (or as this returns it); a setting it lacks is left out. What
+    the search proposes and how long and where it runs are not among them, nor the seed (a
+    calibration spans seeds)."""
+    out: dict[str, dict[str, Any]] = {}
     for part, cls in (("task", ProxyConfig), *PARTS.items()):
         stored = config.get(part) if isinstance(config, Mapping) else None
         if not isinstance(stored, Mapping):
             continue
-        for f in fields(cls):
-            if f.metadata.get("measured") and f.name in stored:
-                out[f.name] = stored[f.name]
+        got = {f.name: stored[f.name] for f in fields(cls)
+               if f.metadata.get("measured") and f.name in stored}
+        if got:
+            out[part] = got
     return out
 
 

@@ -98,13 +98,14 @@ def unmeasured(preset: str, config: Mapping[str, Any] | None) -> list[str]:
     if preset not in PRESETS or not config:
         return []
     ours = measured(PRESETS[preset].to_dict())
-    ours["dataset"] = ours.get("dataset") or "fashion_mnist"  # the default, as a run names it
-    theirs = measured(config)
+    task = ours["task"]
+    task["dataset"] = task.get("dataset") or "fashion_mnist"  # the default, as a run names it
 
     def same(a: Any, b: Any) -> bool:  # tuples and lists alike, as JSON stores them
         return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
-    return [k for k, v in theirs.items() if not same(v, ours.get(k))]
+    return [k for part, got in measured(config).items() for k, v in got.items()
+            if not same(v, ours.get(part, {}).get(k))]
 
 
 def _elsewhere(kind: str, preset: str, space: str, off: list[str]) -> str:

@@ -116,7 +116,8 @@ def build_prior(runs: Sequence[str | Path], command: str) -> Prior:
     for run, cfg, cands, status in read:
         found = labelled_rows(cands, Prescreen(cfg, ProxyObjective(cfg).prescreen_features))
         rows.extend(found)
-        sources.append({"run": Path(run).name, "preset": cfg.preset, "algorithm": cfg.evolution.algorithm,
+        sources.append({"run": Path(run).name, "preset": cfg.preset,
+                        "algorithm": cfg.evolution.algorithm,
                         "seed": cfg.seed, "space": cfg.evolution.space, "candidates": len(cands),
                         "status": status, "rows": len(found),
                         "valid": sum(r["valid"] for r in found),

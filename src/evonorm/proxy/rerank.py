@@ -98,7 +98,8 @@ class RerankPlan:
                       f"  {arch}: rerank {self.rerank[arch].text()}"]
         searched = proxy_config(self.cfg).training.label
         return [f"rerank setting {self.label} vs the search's {searched}:", *lines,
-                f"  trained on the {proxy_config(self.cfg).dataset} training images the search did not score "
+                f"  trained on the {proxy_config(self.cfg).dataset} training images the search did "
+                f"not score "
                 f"on ({self.available} available); scored on the {self.split}, never seen by "
                 f"the search"]
 
@@ -262,7 +263,8 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
         for line in plan.describe():
             log(line)
         log(f"rerank: top {len(chosen)} layer(s), {len(chosen) - len(todo)} reranked before, "
-            f"{len(todo)} to train on {n_workers} {cfg.execution.executor} worker(s), device {cfg.execution.device}")
+            f"{len(todo)} to train on {n_workers} {cfg.execution.executor} worker(s), device "
+            f"{cfg.execution.device}")
         finished, total = len(chosen) - len(todo), len(chosen)
         if todo:
             config = cfg.to_dict()

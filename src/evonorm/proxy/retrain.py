@@ -79,7 +79,8 @@ def retrain_plan(run: str | Path, top: int) -> tuple[Any, list[tuple[str, str, A
     found = [r.best for r in rows if not is_seed_layer(r.best)][:top]
     seed_layers = [r.best for r in rows if is_seed_layer(r.best)]
     layers = [(f"id {c.id}", "found", c.graph, c.id) for c in found]
-    layers += [(name, "reference", name, None) for name in REFERENCES_BY_SPACE.get(cfg.evolution.space, ())]
+    layers += [(name, "reference", name, None)
+               for name in REFERENCES_BY_SPACE.get(cfg.evolution.space, ())]
     layers += [(f"id {c.id}", "seed", c.graph, c.id) for c in seed_layers]
     return cfg, layers
 

@@ -107,7 +107,8 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
         if cfg.hurdles.stage_steps[-1] >= full:
             raise ValueError(f"stage steps {list(cfg.hurdles.stage_steps)} must end before the "
                              f"full training's {full} steps")
-        over["restarts"] = tuple(cfg.hurdles.stage_steps)  # as the staged evaluation trains it to the end
+        # as the staged evaluation trains it to the end
+        over["restarts"] = tuple(cfg.hurdles.stage_steps)
     if steps is not None:
         over["steps"] = steps
     over.update(extra)

@@ -30,7 +30,8 @@ def search(objective: Objective, *, out: str | Path, preset: str = "demo",
            ship: list[str] | None = None, **settings: Any) -> SearchResult:
     """Search layers for `objective(norm_act, trial)` into the run folder `out`, with a preset's
     engine settings (`evonorm.search.settings`), some changed by plain keyword (each one field
-    of a part: `budget`, `stage_steps`, `window`, ...; `evonorm.search.config.KEYWORDS`). `ship`: what Ray workers need to import the objective
+    of a part: `budget`, `stage_steps`, `window`, ...; `evonorm.search.config.KEYWORDS`).
+    `ship`: what Ray workers need to import the objective
     (default: its top-level package or module file). ValueError / TypeError on bad input,
     before any worker starts."""
     if objective is None:

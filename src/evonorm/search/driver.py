@@ -189,7 +189,8 @@ class _Search:
         self.durations: list[float] = []  # this session's trained candidates' worker-seconds
         self.submitted: dict[int, float] = {}  # when each in-flight candidate went to a worker
         # each hurdle: the stage fitness of the last `window` layers that reached that stage
-        self.reached: list[deque[float]] = [deque(maxlen=cfg.evolution.window) for _ in cfg.hurdles.stage_steps]
+        self.reached: list[deque[float]] = [deque(maxlen=cfg.evolution.window)
+                                            for _ in cfg.hurdles.stage_steps]
         valid: list[Member] = []
         for c in store.candidates():
             self.tally.add(c)
@@ -365,7 +366,8 @@ class _Search:
         self._submit(InFlight(prop, key, fp, attempts))
 
     def _submit(self, job: InFlight) -> None:
-        payload = {"graph": job.proposal.graph, "seed": self.cfg.seed, "device": self.cfg.execution.device,
+        payload = {"graph": job.proposal.graph, "seed": self.cfg.seed,
+                   "device": self.cfg.execution.device,
                    "staged": bool(self.cfg.hurdles.stage_steps)}
         if self.cfg.hurdles.stage_steps:  # a retried or resumed candidate continues from its last stage
             payload["hurdles"] = self.hurdles()
@@ -381,7 +383,8 @@ class _Search:
 
     def out_of_time(self) -> bool:
         """The worker-seconds budget is spent (never, without one)."""
-        return self.cfg.evolution.budget_seconds is not None and self.spent >= self.cfg.evolution.budget_seconds
+        limit = self.cfg.evolution.budget_seconds
+        return limit is not None and self.spent >= limit
 
     def _fill(self) -> None:
         while self.executor.free_slots() > 0:
@@ -457,10 +460,11 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
         fn = partial(run_trial, objective)
         own_executor = executor is None
         if executor is None:
-            executor = make_executor(cfg.execution.executor, fn, cfg.execution.num_workers, timeout=cfg.execution.timeout,
-                                     address=cfg.execution.address, device=cfg.execution.device,
-                                     gpus_per_worker=cfg.execution.gpus_per_worker, data_dir=cfg.execution.data_dir,
-                                     threads=cfg.execution.threads, ship=ship)
+            ex = cfg.execution
+            executor = make_executor(ex.executor, fn, ex.num_workers, timeout=ex.timeout,
+                                     address=ex.address, device=ex.device,
+                                     gpus_per_worker=ex.gpus_per_worker, data_dir=ex.data_dir,
+                                     threads=ex.threads, ship=ship)
         bar = None
         if progress and sys.stderr.isatty():
             from tqdm import tqdm

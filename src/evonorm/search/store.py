@@ -257,9 +257,10 @@ class Store:
         return self.get_meta("config", {})
 
     def checked_config(self, task: type | None = None) -> dict:
-        """The stored config ({} before a search starts), as stored, once every field is checked against
-        its type: the engine's here, the task's settings against `task` (a dataclass the caller knows them
-        by, e.g. the proxy task's; the engine does not). A DamagedFile naming the field otherwise."""
+        """The stored config ({} before a search starts), as stored, once every field is checked
+        against its type: the engine's here, the task's settings against `task` (a dataclass the
+        caller knows them by, e.g. the proxy task's; the engine does not). A DamagedFile naming
+        the field otherwise."""
         raw = self.config()
         if raw == {}:
             return {}
