@@ -1,7 +1,7 @@
 """What the prescreen's features at birth cost, as a share of one `demo` quality test.
 
 The quality test of `demo` is the first stage of its staged training: each anchor architecture
-(ResNet-50 and MobileNetV2 at width 0.0625) trains `stages[0]` steps in each of its `train_seeds`
+(ResNet-50 and MobileNetV2 at width 0.0625) trains `stages[0]` steps in each of its `train_runs`
 runs (150 steps in one run; 75 in each of 2 before 2026-11-28, the same training), and is scored on
 the held-out images; it is what every candidate that
 passes the stability test costs. The features are the engine's (`evonorm.search.features`: the
@@ -43,7 +43,7 @@ def quality_test(graph, ds, cfg) -> float:
 
     accs = []
     for arch in proxy_config(cfg).archs:
-        for i in range(proxy_config(cfg).train_seeds):
+        for i in range(proxy_config(cfg).train_runs):
             run = Run(graph, ds, train_config(cfg, arch, seed=run_seed(cfg, i)))
             run.advance(cfg.hurdles.stage_steps[0])
             accs.append(run.score() or 0.0)
@@ -80,7 +80,7 @@ def main() -> None:
     ds = search_dataset(cfg)
     layers = {"GN-ReLU graph": Graph.from_json(cfg.evolution.seed_layers[0]),
               "EvoNorm-S0 graph": get_graph("evonorm_s0")}
-    print(f"demo quality test ({cfg.hurdles.stage_steps[0]} steps x {proxy_config(cfg).train_seeds} runs x "
+    print(f"demo quality test ({cfg.hurdles.stage_steps[0]} steps x {proxy_config(cfg).train_runs} runs x "
           f"{', '.join(proxy_config(cfg).archs)}) on {proxy_config(cfg).dataset}, {args.threads} thread(s), CPU seconds")
     g0 = next(iter(layers.values()))
     features(g0, cfg)  # warm-up: kernel, data, model code paths

@@ -116,7 +116,7 @@ def extrapolate(presets: list[str], steps: int) -> None:
         for i, arch in enumerate(proxy_config(cfg).archs):
             tcfg = train_config(cfg, arch)
             t_step = _time_steps(layer, ds, tcfg, steps)
-            full += t_step * tcfg.steps * proxy_config(cfg).train_seeds
+            full += t_step * tcfg.steps * proxy_config(cfg).train_runs
             screen += t_step * proxy_config(cfg).quality_steps
             if i < proxy_config(cfg).stability_archs and proxy_config(cfg).stability_steps:
                 t0 = time.perf_counter()
@@ -125,7 +125,7 @@ def extrapolate(presets: list[str], steps: int) -> None:
                 t_stab = (time.perf_counter() - t0) / (steps + 1)
                 screen += t_stab * (proxy_config(cfg).stability_steps + 1)
             parts.append(f"{arch} {t_step:.3f} s/step x {tcfg.steps}"
-                         + (f" x {proxy_config(cfg).train_seeds} seeds" if proxy_config(cfg).train_seeds > 1 else ""))
+                         + (f" x {proxy_config(cfg).train_runs} seeds" if proxy_config(cfg).train_runs > 1 else ""))
         print(f"{name} ({dname}): screened candidate ~{screen:.0f} s, full evaluation "
               f"~{full:.0f} s (+ screening) | " + "; ".join(parts), flush=True)
 
@@ -172,9 +172,9 @@ def staged(preset: str, budget: int, out: Path) -> None:
     from evonorm.proxy.presets import get_preset
     from evonorm.search.store import Store
 
-    # staging alone: one training run per candidate in both (unstaged takes no train_seeds)
+    # staging alone: one training run per candidate in both (unstaged takes no train_runs)
     after = with_dataset(get_preset(preset, budget=budget, workers=1, threads=1, timeout=3600.0,
-                                    train_seeds=1))
+                                    train_runs=1))
     before = configured(after, stages=(), quality_steps=50)
     jobs = [(str(out / name), cfg.to_dict()) for name, cfg in (("before", before), ("after", after))]
     ctx = get_context("spawn")  # plain processes: each search has its own worker pool

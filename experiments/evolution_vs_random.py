@@ -40,10 +40,10 @@ Runs so far: docs/findings.md, each with its protocol, in results/evolution_vs_r
 
     python experiments/evolution_vs_random.py                      # 5 seeds x 2 arms, scratch
     python experiments/evolution_vs_random.py --preset demo --test paired
-    python experiments/evolution_vs_random.py --preset demo --test paired --set final_train_seeds=4
+    python experiments/evolution_vs_random.py --preset demo --test paired --set final_train_runs=4
     python experiments/evolution_vs_random.py --summarize-only     # tables from the runs so far
     python experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
-        --set final_train_seeds=4 --seeds 0 1 2 3 4 5 6 7 8 9 --summarize-only --fresh-seeds 4
+        --set final_train_runs=4 --seeds 0 1 2 3 4 5 6 7 8 9 --summarize-only --fresh-seeds 4
 """
 
 from __future__ import annotations
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the test behind summary.json's p_value, fixed before the runs "
                         "(paired: for presets with seed layers, which both arms evaluate alike)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="SearchConfig overrides for both arms, e.g. final_train_seeds=4")
+                   help="SearchConfig overrides for both arms, e.g. final_train_runs=4")
     p.add_argument("--runs", default=None,
                    help="folder for the run stores (not committed; default "
                         "runs/evolution_vs_random/PRESET_BUDGETs)")

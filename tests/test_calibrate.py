@@ -51,7 +51,7 @@ def test_summary_numbers():
     assert "margin, worst reference - best random layer: 42.0 points" in text
     assert "ratio seed spread / smallest gap: 0.20" in text
     assert "training runs" not in text
-    assert "mean of its 2 training runs, as" in format_summary(s, 0.2, train_seeds=2)
+    assert "mean of its 2 training runs, as" in format_summary(s, 0.2, train_runs=2)
     assert "mean of its 2 training runs (4 at the last stage" in format_summary(s, 0.2, 2, 4)
     assert "training runs" not in format_summary(s, 0.2, 1, 1)
 
@@ -143,7 +143,7 @@ def test_a_calibration_depends_on_the_proxy_not_on_the_search_strategy():
     demo = get_preset("demo")
     same = calibration_setup(configured(demo, budget=7, window=3, workers=1), 3, 20)
     assert calibration_setup(demo, 3, 20) == same
-    assert calibration_setup(configured(demo, train_seeds=2, final_train_seeds=2), 3, 20) != same
+    assert calibration_setup(configured(demo, train_runs=2, final_train_runs=2), 3, 20) != same
     assert calibration_setup(demo, 4, 20) != same
     # the prescreen is how the search proposes: on, tuned, or not yet a field when the folder
     # was written, the same calibration
@@ -171,7 +171,7 @@ def _same_folder(stored: dict, setup: dict) -> bool:
 @pytest.mark.parametrize("name", ["bn_relu", "gn_relu", "evonorm_s0"])
 def test_demo_references_pass_the_quality_test_on_fashion_mnist(name, arch):
     """The calibrated `demo` preset's quality test (what a search runs: its first training
-    stage, the mean of its `train_seeds` runs per architecture, scored against the bar) passes
+    stage, the mean of its `train_runs` runs per architecture, scored against the bar) passes
     every S reference on every architecture, search seed 0 (docs/calibration.md). One test per
     reference and architecture (a run's seeds do not depend on the others), so that two test
     processes share them."""
@@ -186,7 +186,7 @@ def test_demo_references_pass_the_quality_test_on_fashion_mnist(name, arch):
     cfg = get_preset("demo", dataset="fashion_mnist")
     ds = search_dataset(cfg)
     assert len(ds.test_y) == 1000 and cfg.hurdles.stage_steps and proxy_config(cfg).quality_steps == 0
-    assert proxy_config(cfg).train_seeds == 1 and cfg.hurdles.stage_steps == (150,)
+    assert proxy_config(cfg).train_runs == 1 and cfg.hurdles.stage_steps == (150,)
     # a hurdle no layer clears stops each after the first stage, as the quality test does
     res = train_stages(Graph.from_json(reference_graphs("s")[name]), ds, configured(cfg, archs=(arch,)),
                        hurdles=[1.01])
@@ -226,4 +226,4 @@ def test_a_folder_written_with_search_fields_in_its_setup_still_resumes(tmp_path
     (out / "calibration.json").write_text(json.dumps(old))
     assert prepare_out(out, setup) == []
     with pytest.raises(ValueError, match="other settings"):
-        prepare_out(out, calibration_setup(get_preset("demo", train_seeds=2, final_train_seeds=2), 3, 20))
+        prepare_out(out, calibration_setup(get_preset("demo", train_runs=2, final_train_runs=2), 3, 20))

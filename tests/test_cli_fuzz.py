@@ -184,7 +184,7 @@ def _search() -> st.SearchStrategy[Case]:
         option("--workers", st.one_of(bad_count, too_many_workers)),
         option("--timeout", bad_float), option("--window", bad_int),
         option("--show", bad_count), option("--seed", not_a_number),
-        option("--data-seed", not_a_number), option("--final-train-seeds", bad_int),
+        option("--data-seed", not_a_number), option("--final-train-runs", bad_int),
         option("--archs", bad_archs), option("--dataset", not_in(DATASETS)),
         option("--seed-layers", bad_seeds), option("--address", junk),
         option("--seed-layers", st.integers(1000, 60_000).map(lambda n: '{"nodes": ' + "[" * n)),

@@ -55,7 +55,7 @@ def test_presets_hold_their_settings():
     assert demo.evolution.seed_layers and demo.hurdles == Hurdles(stage_steps=(150,), hurdle_min=4)
     assert demo.execution.timeout == 1800.0 and demo.evolution.budget == 75
     task = proxy_config(demo)
-    assert task.train["steps"] == 900 and task.train_seeds == 1 and task.final_runs == 1
+    assert task.train["steps"] == 900 and task.train_runs == 1 and task.final_runs == 1
     assert (task.n_train, task.holdout, task.data_seed) == (4000, 0.25, 0)
     # `demo-b` keeps the training it was calibrated at; `scratch` trains as `demo` does, its
     # quality test at 75 steps as `demo-b`'s
@@ -75,7 +75,7 @@ def test_the_measured_settings_are_what_a_calibration_depends_on():
     assert names == {"dataset", "data_sha256", "n_train", "holdout", "data_seed", "archs",
                      "train_preset", "train", "arch_train", "prechecks", "stability_steps",
                      "stability_threshold", "stability_batch", "stability_lr", "stability_archs",
-                     "quality_steps", "quality_factor", "train_seeds", "final_train_seeds",
+                     "quality_steps", "quality_factor", "train_runs", "final_train_runs",
                      "stage_steps", "space", "max_nodes"}
     # how the search proposes, how long and where it runs, how it reranks: not measured
     for name in ("budget", "window", "workers", "timeout", "prescreen", "seed_layers",

@@ -79,12 +79,12 @@ def test_overrides_reach_both_arms_and_progress_reads_a_run(tmp_path):
     from evonorm.proxy.config import split_seed
     from evonorm.search.driver import init_run
 
-    evo, rnd = (run_config("demo", a, 0, 900.0, {"final_train_seeds": 4}) for a in ("evolution", "random"))
-    assert proxy_config(evo).final_train_seeds == proxy_config(rnd).final_train_seeds == 4
+    evo, rnd = (run_config("demo", a, 0, 900.0, {"final_train_runs": 4}) for a in ("evolution", "random"))
+    assert proxy_config(evo).final_train_runs == proxy_config(rnd).final_train_runs == 4
     # demo puts every search seed on split 0; `data_seed=seed` gives each its own, as before
     assert proxy_config(evo).data_seed == 0 and split_seed(evo) == 0
-    own = run_config("demo", "random", 3, 900.0, {"data_seed": "seed", "final_train_seeds": 4})
-    assert proxy_config(own).data_seed == split_seed(own) == 3 and proxy_config(own).final_train_seeds == 4
+    own = run_config("demo", "random", 3, 900.0, {"data_seed": "seed", "final_train_runs": 4})
+    assert proxy_config(own).data_seed == split_seed(own) == 3 and proxy_config(own).final_train_runs == 4
     assert progress_line(tmp_path / "absent", "random", 900.0) == "random starting"
     init_run(tmp_path / "run", evo)
     assert progress_line(tmp_path / "run", "evolution", 900.0) == "evolution 0 candidates, 0/900 worker-s, best -"

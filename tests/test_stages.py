@@ -126,17 +126,17 @@ def test_config_checks_stages():
         _staged_cfg(quality_steps=5)
     with pytest.raises(ValueError, match="increasing"):
         _staged_cfg(stage_steps=(4, 2))
-    with pytest.raises(ValueError, match="train_seeds must be >= 1"):
-        _staged_cfg(train_seeds=0)
-    with pytest.raises(ValueError, match="train_seeds > 1 needs stage steps"):
-        _staged_cfg(stage_steps=(), train_seeds=2)
+    with pytest.raises(ValueError, match="train_runs must be >= 1"):
+        _staged_cfg(train_runs=0)
+    with pytest.raises(ValueError, match="train_runs > 1 needs stage steps"):
+        _staged_cfg(stage_steps=(), train_runs=2)
 
 
-def test_final_train_seeds_add_runs_only_for_a_layer_that_reaches_the_end(monkeypatch):
-    cfg = _staged_cfg(final_train_seeds=2)
+def test_final_train_runs_add_runs_only_for_a_layer_that_reaches_the_end(monkeypatch):
+    cfg = _staged_cfg(final_train_runs=2)
     ds = search_dataset(cfg)
     g = NAMED_GRAPHS["evonorm_s0"]
-    one = train_stages(g, ds, configured(cfg, final_train_seeds=None))
+    one = train_stages(g, ds, configured(cfg, final_train_runs=None))
     arch = proxy_config(cfg).archs[0]
     other = train(g, ds, train_config(cfg, arch, seed=cfg.seed + 100)).accuracy
     steps = []
@@ -144,38 +144,38 @@ def test_final_train_seeds_add_runs_only_for_a_layer_that_reaches_the_end(monkey
     monkeypatch.setattr(Run, "advance", lambda self, to_step=None, **kw: (
         steps.append((self.cfg.arch, self.cfg.seed, to_step)), real(self, to_step, **kw))[1])
     more = train_stages(g, ds, cfg)
-    assert more.stage_scores[0] == one.stage_scores[0]  # the first stage is scored on train_seeds runs
+    assert more.stage_scores[0] == one.stage_scores[0]  # the first stage is scored on train_runs runs
     assert more.stage_scores[-1][arch] == pytest.approx((one.stage_scores[-1][arch] + other) / 2)
     assert more.scores == more.stage_scores[-1]
     assert [s for s in steps if s[1] == cfg.seed + 100] == [(a, cfg.seed + 100, 6) for a in proxy_config(cfg).archs]
     steps.clear()  # stopped by a hurdle: no extra run
     stopped = train_stages(g, ds, cfg, hurdles=[1.0])
     assert len(stopped.stage_scores) == 1 and all(s[1] == cfg.seed for s in steps)
-    with pytest.raises(ValueError, match="final_train_seeds must be >= train_seeds"):
-        _staged_cfg(train_seeds=2, final_train_seeds=1)
+    with pytest.raises(ValueError, match="final_train_runs must be >= train_runs"):
+        _staged_cfg(train_runs=2, final_train_runs=1)
 
 
-def test_train_seeds_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(tmp_path,
+def test_train_runs_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(tmp_path,
                                                                                 monkeypatch):
-    cfg = _staged_cfg(train_seeds=2)
+    cfg = _staged_cfg(train_runs=2)
     ds = search_dataset(cfg)
     g = NAMED_GRAPHS["evonorm_s0"]
     both = train_stages(g, ds, cfg)
-    one = train_stages(g, ds, configured(cfg, train_seeds=1))
+    one = train_stages(g, ds, configured(cfg, train_runs=1))
     arch = proxy_config(cfg).archs[0]
     other = train(g, ds, train_config(cfg, arch, seed=cfg.seed + 100)).accuracy
     assert both.stage_scores[-1][arch] == pytest.approx((one.stage_scores[-1][arch] + other) / 2)
     assert both.scores == both.stage_scores[-1] and len(both.stage_scores) == 2
     # the quality bar judges the mean: a bar above one seed's first stage but below the mean
     # rejects that seed alone and passes the pair (where the two seeds differ on `arch`)
-    firsts = {s: train_stages(g, ds, configured(cfg, seed=s, train_seeds=1, archs=(arch,)))
+    firsts = {s: train_stages(g, ds, configured(cfg, seed=s, train_runs=1, archs=(arch,)))
               .stage_scores[0][arch] for s in (cfg.seed, cfg.seed + 100)}
     low = min(firsts, key=firsts.get)
     mean = sum(firsts.values()) / 2
     assert both.stage_scores[0][arch] == pytest.approx(mean)
     if firsts[low] < mean:
         factor = (firsts[low] + mean) / 2 * ds.num_classes
-        alone = train_stages(g, ds, configured(cfg, seed=low, train_seeds=1, quality_factor=factor))
+        alone = train_stages(g, ds, configured(cfg, seed=low, train_runs=1, quality_factor=factor))
         pair = train_stages(g, ds, configured(cfg, quality_factor=factor))
         assert alone.status == "rejected" and pair.status == "valid"
     # killed in the second stage, it continues both seeds' runs from the checkpoint
@@ -274,4 +274,4 @@ def test_search_flags_set_stages_and_budget_seconds():
     args = build_parser().parse_args(["--preset", "demo", "--stages", "none", "--out", "x"])
     unstaged = config_from_args(args)
     task = proxy_config(unstaged)
-    assert unstaged.hurdles.stage_steps == () and task.quality_steps == 50 and task.train_seeds == 1
+    assert unstaged.hurdles.stage_steps == () and task.quality_steps == 50 and task.train_runs == 1

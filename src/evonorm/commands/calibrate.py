@@ -33,7 +33,8 @@ def build_parser() -> ArgumentParser:
         "95%% intervals, the cost per candidate)."))
     p.add_argument("--preset", default="demo", choices=list(PRESETS), help="search preset")
     p.add_argument("--space", choices=SPACES, default=None, help="default: the preset's")
-    p.add_argument("--seeds", type=int, default=3, help="training seeds per reference (>= 1)")
+    p.add_argument("--seeds", type=int, default=3, metavar="N",
+                   help="how many training seeds per reference (>= 1)")
     p.add_argument("--random", type=int, default=20, metavar="N", help="random graphs (>= 0)")
     p.add_argument("--dataset", default=None, help="default: the preset's, else fashion_mnist "
                    "(must be installed; as in `evonorm search`)")
@@ -94,7 +95,7 @@ def main(argv: list[str]) -> int:
     records = [r for r in load_runs(out) if r.key in keys]
     ds = search_dataset(cfg)  # cached
     threshold = quality_threshold(ds.num_classes, task.quality_factor)
-    table = format_summary(summarize(records, list(task.archs)), threshold, task.train_seeds,
+    table = format_summary(summarize(records, list(task.archs)), threshold, task.train_runs,
                            task.final_runs)
     if layers is not None:
         table += "\n\n" + rank_fidelity_section(records, layers, cfg.preset, out, args.panel, argv,

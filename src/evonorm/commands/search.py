@@ -70,9 +70,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seed-layers", default=None, metavar="NAMES",
                    help="comma-separated named graphs (e.g. evonorm_s0) evaluated first, as seeds")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--final-train-seeds", type=int, default=None, metavar="N",
+    p.add_argument("--final-train-runs", type=int, default=None, metavar="N",
                    help="training runs per architecture for a layer that clears every earlier stage "
-                        "(default: the preset's train_seeds); its fitness is their mean")
+                        "(default: the preset's train_runs); its fitness is their mean")
     p.add_argument("--data-seed", type=int, default=None,
                    help="seed of the training subset and held-out split (default: the preset's, "
                    "else --seed), so that several search seeds can share one task")
@@ -113,13 +113,13 @@ def config_from_args(args):
                                f"{args.stages!r}") from None
         # none: the unstaged proxy, a separate 50-step quality test and one training run each
         staged = ({"stage_steps": stages, "quality_steps": 0} if stages
-                  else {"stage_steps": (), "quality_steps": 50, "train_seeds": 1})
+                  else {"stage_steps": (), "quality_steps": 50, "train_runs": 1})
     try:
         return get_preset(args.preset, space=args.space, algorithm=args.algorithm,
                           budget=args.budget, budget_seconds=args.budget_seconds, **staged,
                           dataset=dataset_arg(args.dataset, args.data), data_root=args.data_root,
                           n_train=args.n_train, data_seed=args.data_seed, archs=archs, workers=args.workers,
-                          final_train_seeds=args.final_train_seeds,
+                          final_train_runs=args.final_train_runs,
                           executor=args.executor, address=args.address, timeout=args.timeout,
                           window=args.window, criterion=args.criterion, seed=args.seed,
                           seed_layers=seed_layers, device=device, gpus_per_worker=args.gpus_per_worker,
@@ -261,8 +261,8 @@ def main(argv: list[str]) -> int:
             data, device, task = facts["dataset"], facts["device"], proxy_config(cfg)
             runs = ""
             if task.final_runs > 1:  # e.g. " (2 training runs each, 4 at the last stage, scored by their mean)"
-                last = f", {task.final_runs} at the last stage" if task.final_runs != task.train_seeds else ""
-                runs = (f" ({task.train_seeds} training run{'s' if task.train_seeds > 1 else ''} each{last}, "
+                last = f", {task.final_runs} at the last stage" if task.final_runs != task.train_runs else ""
+                runs = (f" ({task.train_runs} training run{'s' if task.train_runs > 1 else ''} each{last}, "
                         "scored by their mean)")
             print(f"search: preset {cfg.preset}, space {evo.space}, {evo.algorithm}, dataset "
                   f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "

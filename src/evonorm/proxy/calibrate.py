@@ -343,13 +343,13 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}"
 
 
-def format_summary(s: Summary, bar: float, train_seeds: int = 1, final_runs: int | None = None) -> str:
+def format_summary(s: Summary, bar: float, train_runs: int = 1, final_runs: int | None = None) -> str:
     """A markdown table per reference and architecture, then the random layers and the ratios."""
-    final_runs = final_runs or train_seeds
-    last = (f" ({final_runs} at the last stage: final_train_seeds)" if final_runs != train_seeds
+    final_runs = final_runs or train_runs
+    last = (f" ({final_runs} at the last stage: final_train_runs)" if final_runs != train_runs
             else "")
-    runs = (f"; each seed's accuracies are the mean of its {train_seeds} training runs{last}, as a "
-            f"candidate's in the search (train_seeds)" if final_runs > 1 else "")
+    runs = (f"; each seed's accuracies are the mean of its {train_runs} training runs{last}, as a "
+            f"candidate's in the search (train_runs)" if final_runs > 1 else "")
     lines = [f"quality bar {100 * bar:.1f}%; accuracies in %, held-out; P/F = quality test "
              f"passed/failed per seed (quality accuracy); references are fully trained even "
              f"where the quality test fails{runs}", "",

@@ -78,12 +78,12 @@ class ProxyConfig:
     # score, the quality test's included, is their mean: at 2, half the variance from training
     # (not from the data split) at twice the training cost (needs the hurdles' `stages`, where
     # the quality test is the first stage)
-    train_seeds: int = field(default=1, metadata=MEASURED)
-    # training runs per architecture at the last stage (None: train_seeds): the runs beyond
-    # train_seeds train only for a layer that clears every earlier stage, and its fitness is the
+    train_runs: int = field(default=1, metadata=MEASURED)
+    # training runs per architecture at the last stage (None: train_runs): the runs beyond
+    # train_runs train only for a layer that clears every earlier stage, and its fitness is the
     # mean of all of them, so the noise falls where layers are ranked while the many layers the
     # quality test or a hurdle stops cost what they did
-    final_train_seeds: int | None = field(default=None, metadata=MEASURED)
+    final_train_runs: int | None = field(default=None, metadata=MEASURED)
     # reranking (Sec. 5.2): a larger training setting on the same architectures
     rerank_preset: str = "small"
     rerank_train: dict = field(default_factory=dict)
@@ -96,11 +96,11 @@ class ProxyConfig:
             errors.append("need at least one anchor architecture")
         if not 0.0 < self.holdout < 1.0:
             errors.append(f"holdout must be in (0, 1), got {self.holdout}")
-        if self.train_seeds < 1:
-            errors.append(f"train_seeds must be >= 1, got {self.train_seeds}")
-        if self.final_train_seeds is not None and self.final_train_seeds < self.train_seeds:
-            errors.append(f"final_train_seeds must be >= train_seeds ({self.train_seeds}), got "
-                          f"{self.final_train_seeds}")
+        if self.train_runs < 1:
+            errors.append(f"train_runs must be >= 1, got {self.train_runs}")
+        if self.final_train_runs is not None and self.final_train_runs < self.train_runs:
+            errors.append(f"final_train_runs must be >= train_runs ({self.train_runs}), got "
+                          f"{self.final_train_runs}")
         if errors:
             raise ValueError("; ".join(errors))
 
@@ -117,7 +117,7 @@ class ProxyConfig:
     @property
     def final_runs(self) -> int:
         """Training runs per architecture behind a fully trained layer's fitness."""
-        return self.train_seeds if self.final_train_seeds is None else self.final_train_seeds
+        return self.train_runs if self.final_train_runs is None else self.final_train_runs
 
     def replace(self, **changes) -> "ProxyConfig":
         return dataclasses.replace(self, **changes)
@@ -146,8 +146,8 @@ def proxy_config(cfg: SearchConfig) -> ProxyConfig:
     stages = cfg.hurdles.stage_steps
     if stages and p.quality_steps:
         errors.append("with stage steps the first stage is the quality test: set quality_steps 0")
-    if p.train_seeds > 1 and not stages:
-        errors.append("train_seeds > 1 needs stage steps (the quality test is then the first "
+    if p.train_runs > 1 and not stages:
+        errors.append("train_runs > 1 needs stage steps (the quality test is then the first "
                       "stage, scored over the same seeds)")
     if errors:
         raise ValueError("; ".join(errors))

@@ -2,7 +2,7 @@
 `ProxyObjective` holds the run's settings and is handed to the search engine like any objective.
 
 Per candidate: pre-checks, the stability stress test and the quality test, then the full training
-on every anchor architecture of the run's config (in stages, with hurdles, over `train_seeds`
+on every anchor architecture of the run's config (in stages, with hurdles, over `train_runs`
 training runs; `evaluator.train_stages`). The checks need the layer itself, not only its module:
 they read `trial.graph`; the anchor architectures build the layer from that graph. The fitness is
 the held-out accuracy per architecture (a dict: the architectures are the objectives).

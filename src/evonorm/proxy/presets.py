@@ -40,7 +40,7 @@ TASKS: dict[str, ProxyConfig] = {
                                     "lr_warmup": 10},
         arch_train={"mobilenetv2_cifar": {"lr": 0.03}},
         stability_steps=10, stability_batch=8, quality_steps=0, quality_factor=1.2,
-        train_seeds=1, final_train_seeds=1, data_seed=0, rerank_preset="tiny",
+        train_runs=1, final_train_runs=1, data_seed=0, rerank_preset="tiny",
         rerank_train={"steps": 300, "batch_size": 64, "width": 0.0625, "n_train": 10000,
                       "n_test": None, "lr_warmup": 10}, rerank_top=3),  # the whole test split
     # The paper's settings (Sec. 5.1): CIFAR-10, 3 archs, 2000 steps constant lr / 5000 cosine.
@@ -65,7 +65,7 @@ TASKS["scratch"] = TASKS["demo"]
 TASKS["demo-b"] = dataclasses.replace(
     TASKS["demo"], train={**_SHORT_TRAIN, "lr": 0.03},
     arch_train={"mobilenetv2_cifar": {"lr": 0.01}},
-    train_seeds=1, final_train_seeds=None, data_seed=None,  # as calibrated: one run, split per seed
+    train_runs=1, final_train_runs=None, data_seed=None,  # as calibrated: one run, split per seed
     rerank_train={**TASKS["demo"].rerank_train, "lr": 0.03})
 
 PRESETS: dict[str, SearchConfig] = {name: with_task(engine, TASKS[name])

@@ -40,7 +40,7 @@ def setting(cfg: SearchConfig) -> dict[str, Any]:
     """What a prior shares with every run it applies to (plain JSON values, compared whole)."""
     task = {k: v for k, v in proxy_config(cfg).to_dict().items() if k not in _IGNORED}
     return json.loads(json.dumps({
-        "task": task, "stages": list(cfg.hurdles.stage_steps),
+        "task": task, "stage_steps": list(cfg.hurdles.stage_steps),
         "features": {"engine": engine_features_module.FEATURES_VERSION,
                      "task": task_features_module.FEATURES_VERSION}}))
 

@@ -142,9 +142,9 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     its saved stages first), and its `should_stop()` decides the hurdles; without a trial, one
     that holds `hurdles`.
 
-    With the task's `train_seeds` > 1 each architecture trains that many runs (`run_seed`) and each stage
+    With the task's `train_runs` > 1 each architecture trains that many runs (`run_seed`) and each stage
     scores their mean accuracy; a non-finite loss in any of them rejects the layer. The last stage
-    scores the task's `final_runs` runs: those beyond `train_seeds` train from scratch only for a layer
+    scores the task's `final_runs` runs: those beyond `train_runs` train from scratch only for a layer
     that got that far.
     """
     task = proxy_config(cfg)
@@ -160,7 +160,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
 
     ends = [*cfg.hurdles.stage_steps, train_config(cfg, task.archs[0]).steps]
     keys = {(arch, i): arch if i == 0 else f"{arch}#{i}"  # the checkpoint's names for the runs
-            for arch in task.archs for i in range(task.train_seeds)}
+            for arch in task.archs for i in range(task.train_runs)}
 
     def new_run(arch: str, i: int) -> Run:
         return Run(graph, ds, train_config(cfg, arch, seed=run_seed(cfg, i)))
@@ -206,7 +206,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
             for arch in task.archs:
                 t0 = time.perf_counter()
                 scores = []
-                for i in range(task.final_runs if k == len(ends) - 1 else task.train_seeds):
+                for i in range(task.final_runs if k == len(ends) - 1 else task.train_runs):
                     run = runs.get((arch, i))
                     if run is None:
                         run = runs[arch, i] = new_run(arch, i)
@@ -245,5 +245,5 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
 
 def run_seed(cfg: SearchConfig, i: int) -> int:
     """The training seed of a candidate's i-th run on each architecture (the task's
-    `train_seeds` runs)."""
+    `train_runs` runs)."""
     return cfg.seed + 100 * i

@@ -57,9 +57,9 @@ class RunData:
     @property
     def train_seeds(self) -> int:
         """Training runs behind a fully trained layer's search fitness (the task's
-        `final_train_seeds`, else `train_seeds`; 1 without a task)."""
+        `final_train_runs`, else `train_runs`; 1 without a task)."""
         task = self.part("task")
-        return int(task.get("final_train_seeds") or task.get("train_seeds", 1))
+        return int(task.get("final_train_runs") or task.get("train_runs", 1))
 
     @property
     def fidelity(self) -> str:
