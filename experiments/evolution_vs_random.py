@@ -285,7 +285,7 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
         if any(r is None or r[1] != "complete" for r in reads):
             continue
         cfg, _, chance, _ = reads[0]  # the arms share all but the algorithm, which training does not read
-        best = {arm: best_full(within, c.num_stages) for arm, (c, _, _, within) in zip(ARMS, reads)}
+        best = {arm: best_full(within, c.hurdles.num_stages) for arm, (c, _, _, within) in zip(ARMS, reads)}
         keys = {arm: None if c is None else c.key for arm, c in best.items()}
         same = keys["evolution"] == keys["random"]
         seeds = [cfg.seed + SEED_OFFSET + i for i in range(n)]

@@ -36,9 +36,9 @@ def _checked_search(calls: list):
     def search(*args, **kwargs):
         bound = real.bind(*args, **kwargs).arguments
         settings = {k: v for k, v in bound.items() if k not in ("out", "force", "progress",
-                                                                 "overrides")}
+                                                                 "settings")}
         calls.append(get_preset(settings.pop("preset", "demo"), **settings,
-                                **bound.get("overrides", {})))
+                                **bound.get("settings", {})))
         raise _Started
 
     return search

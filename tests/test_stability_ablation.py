@@ -30,7 +30,7 @@ def test_summary_curves_rejections_and_the_two_sided_test(tmp_path, monkeypatch)
         else:
             cands = [_cand(1, 400, "rejected", None, "quality: 0.1 < 0.3"),
                      _cand(2, 500, fitness=0.4)]  # finishes past half of the budget
-        return SimpleNamespace(num_stages=2), "complete", 0.1, cands
+        return SimpleNamespace(hurdles=SimpleNamespace(num_stages=2)), "complete", 0.1, cands
 
     monkeypatch.setattr(sa, "read_run", fake_read)
     s = sa.summarize(tmp_path, [0, 1, 2], 900.0, "cmd", tmp_path)
@@ -68,7 +68,7 @@ def test_a_seed_missing_an_arm_is_left_out_of_the_test(tmp_path, monkeypatch):
     def fake_read(run, budget):
         if run.name == "without_s1":
             return None
-        return SimpleNamespace(num_stages=2), "complete", 0.1, [_cand(1, 10)]
+        return SimpleNamespace(hurdles=SimpleNamespace(num_stages=2)), "complete", 0.1, [_cand(1, 10)]
 
     monkeypatch.setattr(sa, "read_run", fake_read)
     s = sa.summarize(tmp_path, [0, 1], 900.0, "cmd", tmp_path)
