@@ -134,7 +134,7 @@ def measure(payload: dict) -> dict:
     run, no hurdle and no quality bar): its fitness is the search's, for every layer of the panel.
     A random graph runs the evaluator unchanged. A reference runs it with the quality test off
     (pre-checks, stability, full training), then the quality test alone on every architecture.
-    In a staged config (`stages`) the quality test is the first stage of the full run, so every
+    In a staged config (`stage_steps`) the quality test is the first stage of the full run, so every
     layer, random ones too, is trained to the end past a failed bar (its fitness is kept, and
     the quality test is judged on the first stage's accuracies): the random layers' fitness is
     then known even where the search would reject them.

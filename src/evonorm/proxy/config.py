@@ -76,7 +76,7 @@ class ProxyConfig:
     quality_factor: float = field(default=2.0, metadata=MEASURED)
     # training runs per candidate and architecture (seeds seed, seed + 100, ...): every stage's
     # score, the quality test's included, is their mean: at 2, half the variance from training
-    # (not from the data split) at twice the training cost (needs the hurdles' `stages`, where
+    # (not from the data split) at twice the training cost (needs the hurdles' `stage_steps`, where
     # the quality test is the first stage)
     train_runs: int = field(default=1, metadata=MEASURED)
     # training runs per architecture at the last stage (None: train_runs): the runs beyond

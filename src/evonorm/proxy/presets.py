@@ -25,7 +25,7 @@ TASKS: dict[str, ProxyConfig] = {
     # `evonorm calibrate --preset demo` (docs/calibration.md): 1000 held-out images (a 300-image
     # score has a 2.9-point standard error); 10 warm-up steps; MobileNetV2 at width 0.0625 at lr
     # 0.03 (0.02 leaves BN-ReLU at chance, 0.05 leaves GN-ReLU there). Training is staged
-    # (multi-fidelity, the engine's `stages`): 150 steps, each architecture scored annealed (a
+    # (multi-fidelity, the engine's `stage_steps`): 150 steps, each architecture scored annealed (a
     # cosine cycle ends there), the quality bar of 1.2x chance on those scores, then only layers
     # above the hurdle (the mean stage-1 fitness so far) train to 900 steps from the same weights.
     # One run of 900 steps, not two of 150, because the order it gives is the order of long
