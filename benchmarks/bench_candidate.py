@@ -41,7 +41,7 @@ NATIVE = ("bn_relu", "gn_relu", "evonorm_s0")
 
 def _graphs(names: list[str]) -> dict[str, Graph]:
     """The graphs by short name: GN/LN/IN-ReLU (the `demo` seed layers) or a named graph of the library."""
-    seeds = dict(zip(("GN-ReLU", "LN-ReLU", "IN-ReLU"), (Graph.from_json(s) for s in PRESETS["demo"].seed_layers)))
+    seeds = dict(zip(("GN-ReLU", "LN-ReLU", "IN-ReLU"), (Graph.from_json(s) for s in PRESETS["demo"].evolution.seed_layers)))
     return {f"{n} graph": seeds[n] if n in seeds else get_graph(n) for n in names}
 
 

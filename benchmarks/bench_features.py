@@ -1,7 +1,7 @@
 """What the prescreen's features at birth cost, as a share of one `demo` quality test.
 
 The quality test of `demo` is the first stage of its staged training: each anchor architecture
-(ResNet-50 and MobileNetV2 at width 0.0625) trains `stages[0]` steps in each of its `train_seeds`
+(ResNet-50 and MobileNetV2 at width 0.0625) trains `stages[0]` steps in each of its `train_runs`
 runs (150 steps in one run; 75 in each of 2 before 2026-11-28, the same training), and is scored on
 the held-out images; it is what every candidate that
 passes the stability test costs. The features are the engine's (`evonorm.search.features`: the
@@ -32,6 +32,7 @@ import torch
 from evonorm.graph import Graph
 from evonorm.graph.library import get_graph
 from evonorm.proxy.presets import PRESETS
+from evonorm.proxy.config import configured, proxy_config
 
 
 def quality_test(graph, ds, cfg) -> float:
@@ -41,10 +42,10 @@ def quality_test(graph, ds, cfg) -> float:
     from evonorm.train import Run
 
     accs = []
-    for arch in cfg.archs:
-        for i in range(cfg.train_seeds):
+    for arch in proxy_config(cfg).archs:
+        for i in range(proxy_config(cfg).train_runs):
             run = Run(graph, ds, train_config(cfg, arch, seed=run_seed(cfg, i)))
-            run.advance(cfg.stages[0])
+            run.advance(cfg.hurdles.stage_steps[0])
             accs.append(run.score() or 0.0)
     return sum(accs) / len(accs)
 
@@ -75,15 +76,15 @@ def main() -> None:
     from evonorm.data import default_dataset_name
     from evonorm.proxy.training import search_dataset
 
-    cfg = PRESETS["demo"].replace(dataset=default_dataset_name(fallback=True))
+    cfg = configured(PRESETS["demo"], dataset=default_dataset_name(fallback=True))
     ds = search_dataset(cfg)
-    layers = {"GN-ReLU graph": Graph.from_json(cfg.seed_layers[0]),
+    layers = {"GN-ReLU graph": Graph.from_json(cfg.evolution.seed_layers[0]),
               "EvoNorm-S0 graph": get_graph("evonorm_s0")}
-    print(f"demo quality test ({cfg.stages[0]} steps x {cfg.train_seeds} runs x "
-          f"{', '.join(cfg.archs)}) on {cfg.dataset}, {args.threads} thread(s), CPU seconds")
+    print(f"demo quality test ({cfg.hurdles.stage_steps[0]} steps x {proxy_config(cfg).train_runs} runs x "
+          f"{', '.join(proxy_config(cfg).archs)}) on {proxy_config(cfg).dataset}, {args.threads} thread(s), CPU seconds")
     g0 = next(iter(layers.values()))
     features(g0, cfg)  # warm-up: kernel, data, model code paths
-    cpu(quality_test, g0, ds, cfg.replace(stages=(2,)))
+    cpu(quality_test, g0, ds, configured(cfg, stages=(2,)))
     raw: dict[str, list[dict]] = {name: [] for name in layers}
     for r in range(args.rounds):
         for name, g in layers.items():
@@ -102,7 +103,7 @@ def main() -> None:
               f"{100 * max(ratios):.2f}] |")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"dataset": cfg.dataset, "threads": args.threads, "rounds": raw}, fh, indent=1)
+            json.dump({"dataset": proxy_config(cfg).dataset, "threads": args.threads, "rounds": raw}, fh, indent=1)
 
 
 if __name__ == "__main__":

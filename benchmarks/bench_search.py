@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from evonorm.proxy.config import configured, proxy_config
 
 
 def costs(run: Path) -> None:
@@ -104,27 +105,27 @@ def extrapolate(presets: list[str], steps: int) -> None:
     for name in presets:
         cfg = get_preset(name)
         try:
-            ds = load_dataset(cfg.dataset or "fashion_mnist", cfg.data_root, n_train=cfg.n_train)
+            ds = load_dataset(proxy_config(cfg).dataset or "fashion_mnist", proxy_config(cfg).data_root, n_train=proxy_config(cfg).n_train)
             dname = ds.name
         except (FileNotFoundError, ValueError):
-            ds = synthetic_dataset(n_train=cfg.n_train or 4096, n_test=512)
-            dname = f"synthetic stand-in for {cfg.dataset}"
-        ds = holdout_split(ds, cfg.holdout)
+            ds = synthetic_dataset(n_train=proxy_config(cfg).n_train or 4096, n_test=512)
+            dname = f"synthetic stand-in for {proxy_config(cfg).dataset}"
+        ds = holdout_split(ds, proxy_config(cfg).holdout)
         screen = full = 0.0
         parts = []
-        for i, arch in enumerate(cfg.archs):
+        for i, arch in enumerate(proxy_config(cfg).archs):
             tcfg = train_config(cfg, arch)
             t_step = _time_steps(layer, ds, tcfg, steps)
-            full += t_step * tcfg.steps * cfg.train_seeds
-            screen += t_step * cfg.quality_steps
-            if i < cfg.stability_archs and cfg.stability_steps:
+            full += t_step * tcfg.steps * proxy_config(cfg).train_runs
+            screen += t_step * proxy_config(cfg).quality_steps
+            if i < proxy_config(cfg).stability_archs and proxy_config(cfg).stability_steps:
                 t0 = time.perf_counter()
                 stability(layer, ds, arch=arch, width=tcfg.resolved_width(), steps=steps,
-                          batch=cfg.stability_batch)
+                          batch=proxy_config(cfg).stability_batch)
                 t_stab = (time.perf_counter() - t0) / (steps + 1)
-                screen += t_stab * (cfg.stability_steps + 1)
+                screen += t_stab * (proxy_config(cfg).stability_steps + 1)
             parts.append(f"{arch} {t_step:.3f} s/step x {tcfg.steps}"
-                         + (f" x {cfg.train_seeds} seeds" if cfg.train_seeds > 1 else ""))
+                         + (f" x {proxy_config(cfg).train_runs} seeds" if proxy_config(cfg).train_runs > 1 else ""))
         print(f"{name} ({dname}): screened candidate ~{screen:.0f} s, full evaluation "
               f"~{full:.0f} s (+ screening) | " + "; ".join(parts), flush=True)
 
@@ -171,10 +172,10 @@ def staged(preset: str, budget: int, out: Path) -> None:
     from evonorm.proxy.presets import get_preset
     from evonorm.search.store import Store
 
-    # staging alone: one training run per candidate in both (unstaged takes no train_seeds)
+    # staging alone: one training run per candidate in both (unstaged takes no train_runs)
     after = with_dataset(get_preset(preset, budget=budget, workers=1, threads=1, timeout=3600.0,
-                                    train_seeds=1))
-    before = after.replace(stages=(), quality_steps=50)
+                                    train_runs=1))
+    before = configured(after, stages=(), quality_steps=50)
     jobs = [(str(out / name), cfg.to_dict()) for name, cfg in (("before", before), ("after", after))]
     ctx = get_context("spawn")  # plain processes: each search has its own worker pool
     with ctx.Manager() as manager:
@@ -210,25 +211,25 @@ def fidelity(preset: str, out: Path, workers: int, top: int = 5) -> None:
     from evonorm.search.settings import norm_relu
 
     cfg = with_dataset(get_preset(preset, workers=workers))
-    if not cfg.stages:
+    if not cfg.hurdles.stage_steps:
         raise SystemExit(f"preset {preset} has no stages")
     graphs = {f"{axes}_norm_relu": norm_relu(axes)
               for axes in ("batch", "group", "layer", "instance")}
     graphs.update({name: g.to_json() for name, g in sorted(NAMED_GRAPHS.items())})
     jobs = [Job("reference", name, cfg.seed, g) for name, g in graphs.items()]
     prepare_out(out, {"fidelity": preset, "layers": sorted(graphs)})
-    run_jobs(jobs, cfg, out, workers=cfg.num_workers, timeout=3 * cfg.timeout, threads=1,
+    run_jobs(jobs, cfg, out, workers=cfg.execution.num_workers, timeout=3 * cfg.execution.timeout, threads=1,
              on_done=lambda r, i, n: print(f"[{i}/{n}] {r.name}: first stage "
                                            f"{r.quality} full {r.fitness}", flush=True))
-    recs = [r for r in load_runs(out) if r.fitness is not None and len(r.quality) == len(cfg.archs)]
+    recs = [r for r in load_runs(out) if r.fitness is not None and len(r.quality) == len(proxy_config(cfg).archs)]
     first = [sum(r.quality.values()) / len(r.quality) for r in recs]
     full = [r.fitness for r in recs]
     rho = spearman(first, full)
     hurdle = sum(first) / len(first)
     best = sorted(range(len(recs)), key=lambda i: -full[i])[:top]
     by_first = set(sorted(range(len(recs)), key=lambda i: -first[i])[:top])
-    print(f"{len(recs)} layers trained to the end on {', '.join(cfg.archs)} ({preset}, stage "
-          f"ends {list(cfg.stages)} and {cfg.train.get('steps')})")
+    print(f"{len(recs)} layers trained to the end on {', '.join(proxy_config(cfg).archs)} ({preset}, stage "
+          f"ends {list(cfg.hurdles.stage_steps)} and {proxy_config(cfg).train.get('steps')})")
     print(f"Spearman(first-stage fitness, full fitness) = {rho:.3f}" if rho is not None
           else "Spearman: fewer than 3 layers")
     print(f"full top {top}: {sum(first[i] >= hurdle for i in best)} clear a hurdle at the mean "
@@ -251,11 +252,11 @@ def early(preset: str, seeds: int, checks: list[int]) -> None:
     from evonorm.train import Run
 
     cfg = with_dataset(get_preset(preset))
-    if not cfg.stages:
+    if not cfg.hurdles.stage_steps:
         raise SystemExit(f"preset {preset} has no stages")
     ds = search_dataset(cfg)
-    arch, end = cfg.archs[0], cfg.stages[0]
-    bar = quality_threshold(ds.num_classes, cfg.quality_factor)
+    arch, end = proxy_config(cfg).archs[0], cfg.hurdles.stage_steps[0]
+    bar = quality_threshold(ds.num_classes, proxy_config(cfg).quality_factor)
     print(f"{preset}, {arch}, first stage {end} steps; chance loss ln({ds.num_classes}) = "
           f"{math.log(ds.num_classes):.3f}, quality bar {bar:.1%} at step {end}")
     print("| layer | seed | " + " | ".join(f"step {k}: loss / acc" for k in checks)
@@ -300,26 +301,26 @@ def _evaluate_before_objectives(payload: dict):
     lap("data")
     try:
         graph = Graph.from_json(payload["graph"])
-        screen = cfg.algorithm != "random-norej"
-        if screen and cfg.prechecks:
+        screen = cfg.evolution.algorithm != "random-norej"
+        if screen and proxy_config(cfg).prechecks:
             rej = precheck(graph, seed=cfg.seed)
             lap("precheck")
             if rej:
                 return Evaluation.rejected(rej, timings=timings)
-        if screen and cfg.stability_steps > 0:
-            for arch in cfg.archs[:cfg.stability_archs]:
+        if screen and proxy_config(cfg).stability_steps > 0:
+            for arch in proxy_config(cfg).archs[:proxy_config(cfg).stability_archs]:
                 tcfg = train_config(cfg, arch)
                 rej = stability(graph, ds, arch=arch, width=tcfg.resolved_width(),
-                                steps=cfg.stability_steps, threshold=cfg.stability_threshold,
-                                batch=cfg.stability_batch, lr=cfg.stability_lr, seed=cfg.seed,
+                                steps=proxy_config(cfg).stability_steps, threshold=proxy_config(cfg).stability_threshold,
+                                batch=proxy_config(cfg).stability_batch, lr=proxy_config(cfg).stability_lr, seed=cfg.seed,
                                 model_kwargs=tcfg.layer_kwargs())
                 if rej:
                     lap("stability")
                     return Evaluation.rejected(rej, timings=timings)
             lap("stability")
-        if screen and cfg.quality_steps > 0:
-            rej, accs = quality(graph, ds, cfg.archs, lambda a: quality_config(cfg, a),
-                                factor=cfg.quality_factor)
+        if screen and proxy_config(cfg).quality_steps > 0:
+            rej, accs = quality(graph, ds, proxy_config(cfg).archs, lambda a: quality_config(cfg, a),
+                                factor=proxy_config(cfg).quality_factor)
             lap("quality")
             if rej:
                 return Evaluation.rejected(rej, accs, timings)
@@ -349,15 +350,15 @@ def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) ->
     cfg = with_dataset(get_preset(preset))
     if not full:  # the same pipeline (pre-checks, stability, staged training), shortened; no
         # quality bar, so that every layer the pre-checks pass trains to the end
-        cfg = cfg.replace(n_train=500, stability_steps=3, quality_factor=0.0,
-                          train={**cfg.train, "steps": 8, "lr_warmup": 2},
-                          stages=tuple(s for s in (4,) if cfg.stages))
+        cfg = configured(cfg, n_train=500, stability_steps=3, quality_factor=0.0,
+                          train={**proxy_config(cfg).train, "steps": 8, "lr_warmup": 2},
+                          stages=tuple(s for s in (4,) if cfg.hurdles.stage_steps))
     rng = random.Random(0)
-    graphs = [resolve_graph(g).to_json() for g in cfg.seed_layers][:candidates]
+    graphs = [resolve_graph(g).to_json() for g in cfg.evolution.seed_layers][:candidates]
     while len(graphs) < candidates:
-        g = random_graph(rng, allow_batch=cfg.allow_batch, max_nodes=cfg.max_nodes)
+        g = random_graph(rng, allow_batch=cfg.evolution.allow_batch, max_nodes=cfg.evolution.max_nodes)
         graphs.append(g.to_json())
-    payloads = [{"graph": g, "config": cfg.to_dict(), "hurdles": [None] * len(cfg.stages)}
+    payloads = [{"graph": g, "config": cfg.to_dict(), "hurdles": [None] * len(cfg.hurdles.stage_steps)}
                 for g in graphs]
     search_dataset(cfg)  # loaded once, outside the timings (cached per process)
     paths = {"before": _evaluate_before_objectives, "objective": evaluate_candidate}

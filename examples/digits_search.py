@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None):
     import digits_search
 
     result = search(digits_search.objective, out=args.out, budget=args.budget,
-                    workers=args.workers, force=args.force, stages=(STEPS // 2,))
+                    workers=args.workers, force=args.force, stage_steps=(STEPS // 2,))
     for c in result.top(5):
         print(f"{c.fitness:.3f}  {Graph.from_json(c.graph).to_text()}")
     return result

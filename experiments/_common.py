@@ -63,7 +63,8 @@ def _unstamped(table: dict) -> dict:
 
 
 def parse_sets(items: list[str]) -> dict:
-    """`key=value` pairs as SearchConfig overrides (values read as JSON, else kept as text)."""
+    """`key=value` pairs as settings by plain keyword (`evonorm.proxy.presets.get_preset`; values
+    read as JSON, else kept as text)."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")

@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import log, out_dir  # noqa: E402
+from evonorm.proxy.config import configured
 
 SEED_BASE = 2000  # training seeds: apart from the search's (cfg.seed) and retrain's (1000 + ...)
 
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     d = out_dir("confirm_layer", args.out)
     labels = ["layer", *args.against]
     seeds = [SEED_BASE + i for i in range(args.seeds)]
-    cfgs = {ds: with_dataset(PRESETS[args.preset].replace(data_seed=ds)) for ds in args.data_seeds}
+    cfgs = {ds: with_dataset(configured(PRESETS[args.preset], data_seed=ds)) for ds in args.data_seeds}
     if not args.analyze_only:
         jobs = [(cfgs[ds].to_dict(), (label, "found" if label == "layer" else "reference",
                                       spec if label == "layer" else label, None),

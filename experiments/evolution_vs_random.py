@@ -40,10 +40,10 @@ Runs so far: docs/findings.md, each with its protocol, in results/evolution_vs_r
 
     python experiments/evolution_vs_random.py                      # 5 seeds x 2 arms, scratch
     python experiments/evolution_vs_random.py --preset demo --test paired
-    python experiments/evolution_vs_random.py --preset demo --test paired --set final_train_seeds=4
+    python experiments/evolution_vs_random.py --preset demo --test paired --set final_train_runs=4
     python experiments/evolution_vs_random.py --summarize-only     # tables from the runs so far
     python experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
-        --set final_train_seeds=4 --seeds 0 1 2 3 4 5 6 7 8 9 --summarize-only --fresh-seeds 4
+        --set final_train_runs=4 --seeds 0 1 2 3 4 5 6 7 8 9 --summarize-only --fresh-seeds 4
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _one_run(run: str, cfg_dict: dict) -> None:
     with RunLock(run):  # one search per folder, as `evonorm search` and `resume` hold it
         if (run / "store.sqlite").is_file():
             with Store(run, readonly=True) as st:
-                stored = SearchConfig.from_dict(st.config())  # flat or nested, as its version wrote it
+                stored = SearchConfig.from_dict(st.config())
         if stored != cfg:
             init_run(run, cfg, force=True)
         tally = run_search(run, objective=ProxyObjective(cfg), progress=False).tally
@@ -198,18 +198,18 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
             if read is None:
                 continue
             cfg, status, chance, within = read
-            metric = round(run_metric(within, cfg.num_stages, chance), 4)
+            metric = round(run_metric(within, cfg.hurdles.num_stages, chance), 4)
             valid = [c for c in within if c.status == "valid"]
             seeded = [c for c in valid if c.origin == "seed"]
             rows.append({"arm": arm, "seed": seed, "status": status, "candidates": len(within),
                          "valid": len(valid),
-                         "trained_to_end": sum(c.stage >= cfg.num_stages for c in valid),
+                         "trained_to_end": sum(c.stage >= cfg.hurdles.num_stages for c in valid),
                          "near_misses": sum(c.evaluation.near_miss for c in within),
-                         "first_full_at": first_full_at(within, cfg.num_stages),
+                         "first_full_at": first_full_at(within, cfg.hurdles.num_stages),
                          "worker_seconds": round(sum(c.seconds for c in within), 1),
-                         "seed_layers_best": (round(run_metric(seeded, cfg.num_stages, chance), 4)
+                         "seed_layers_best": (round(run_metric(seeded, cfg.hurdles.num_stages, chance), 4)
                                               if seeded else None),
-                         "top10_mean": round(top_mean(within, cfg.num_stages, chance), 4),
+                         "top10_mean": round(top_mean(within, cfg.hurdles.num_stages, chance), 4),
                          "best_fitness": metric})
             if status == "complete":
                 values[arm].append(metric)
@@ -285,7 +285,7 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
         if any(r is None or r[1] != "complete" for r in reads):
             continue
         cfg, _, chance, _ = reads[0]  # the arms share all but the algorithm, which training does not read
-        best = {arm: best_full(within, c.num_stages) for arm, (c, _, _, within) in zip(ARMS, reads)}
+        best = {arm: best_full(within, c.hurdles.num_stages) for arm, (c, _, _, within) in zip(ARMS, reads)}
         keys = {arm: None if c is None else c.key for arm, c in best.items()}
         same = keys["evolution"] == keys["random"]
         seeds = [cfg.seed + SEED_OFFSET + i for i in range(n)]
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the test behind summary.json's p_value, fixed before the runs "
                         "(paired: for presets with seed layers, which both arms evaluate alike)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="SearchConfig overrides for both arms, e.g. final_train_seeds=4")
+                   help="SearchConfig overrides for both arms, e.g. final_train_runs=4")
     p.add_argument("--runs", default=None,
                    help="folder for the run stores (not committed; default "
                         "runs/evolution_vs_random/PRESET_BUDGETs)")

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="SearchConfig overrides, e.g. final_train_seeds=2 (as the one-hour run had)")
+                   help="SearchConfig overrides, e.g. final_train_runs=2 (as the one-hour run had)")
     p.add_argument("--seeds", type=int, default=5, help="re-training seeds per layer")
     p.add_argument("--top", type=int, default=3, help="found layers to re-train")
     p.add_argument("--run", type=Path, default=ROOT / "runs" / "long_search")

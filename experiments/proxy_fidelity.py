@@ -75,20 +75,20 @@ _DEMO_TRAIN = {"steps": 150, "batch_size": 32, "width": 0.0625, "lr": 0.1, "lr_w
 # `demo` as it was measured here: two runs of 150 steps per candidate, four at the last stage. The
 # preset has since shipped this chart's choice (steps900-1run), so every setting below starts from
 # this one, not from the preset as it ships, and a measurement resumes at the settings it began.
-_MEASURED_DEMO = {"train": _DEMO_TRAIN, "stages": (75,), "train_seeds": 2, "final_train_seeds": 4}
+_MEASURED_DEMO = {"train": _DEMO_TRAIN, "stage_steps": (75,), "train_runs": 2, "final_train_runs": 4}
 
 # name -> changes of `demo` as measured (SearchConfig fields; `train` replaces demo's whole dict)
 SETTINGS: dict[str, dict] = {name: {**_MEASURED_DEMO, **changes} for name, changes in {
     "demo": {},
     # one run per candidate, trained four times as long (demo's 4 final runs x 150 steps)
-    "steps600-1run": {"train": {**_DEMO_TRAIN, "steps": 600}, "stages": (150,), "train_seeds": 1,
-                      "final_train_seeds": 1},
+    "steps600-1run": {"train": {**_DEMO_TRAIN, "steps": 600}, "stage_steps": (150,), "train_runs": 1,
+                      "final_train_runs": 1},
     # one run trained six times as long: the direction of the two above at the cost cap
-    "steps900-1run": {"train": {**_DEMO_TRAIN, "steps": 900}, "stages": (150,), "train_seeds": 1,
-                      "final_train_seeds": 1},
+    "steps900-1run": {"train": {**_DEMO_TRAIN, "steps": 900}, "stage_steps": (150,), "train_runs": 1,
+                      "final_train_runs": 1},
     # two runs of twice the length
-    "steps300-2runs": {"train": {**_DEMO_TRAIN, "steps": 300}, "stages": (75,), "train_seeds": 2,
-                       "final_train_seeds": 2},
+    "steps300-2runs": {"train": {**_DEMO_TRAIN, "steps": 300}, "stage_steps": (75,), "train_runs": 2,
+                       "final_train_runs": 2},
     # three times the images (9,000 to train, 3,000 held out), as demo otherwise
     "images12k": {"n_train": 12000},
     # the whole 32x32 (padded) image, no random crop
@@ -96,15 +96,15 @@ SETTINGS: dict[str, dict] = {name: {**_MEASURED_DEMO, **changes} for name, chang
     # a lower learning rate on ResNet50 (MobileNetV2 keeps 0.03)
     "lr0.05": {"train": {**_DEMO_TRAIN, "lr": 0.05}},
     # twice the width, two runs at the end instead of four
-    "width0.125": {"train": {**_DEMO_TRAIN, "width": 0.125}, "final_train_seeds": 2},
+    "width0.125": {"train": {**_DEMO_TRAIN, "width": 0.125}, "final_train_runs": 2},
     # batch 64, two runs at the end
-    "batch64": {"train": {**_DEMO_TRAIN, "batch_size": 64}, "final_train_seeds": 2},
+    "batch64": {"train": {**_DEMO_TRAIN, "batch_size": 64}, "final_train_runs": 2},
     # ResNet50 alone, the MobileNetV2 budget spent on longer training
     "resnet-only-450": {"archs": ("resnet50_cifar",), "train": {**_DEMO_TRAIN, "steps": 450},
-                        "stages": (75,)},
+                        "stage_steps": (75,)},
     # MobileNetV2 alone, trained twice as long (1.3x demo's cost: MobileNetV2 is two thirds of it)
     "mobilenet-only-300": {"archs": ("mobilenetv2_cifar",), "train": {**_DEMO_TRAIN, "steps": 300},
-                           "stages": (150,)},
+                           "stage_steps": (150,)},
 }.items()}
 SEEDS = (0, 1, 2)
 SCREEN_SEEDS = (0,)
@@ -132,7 +132,7 @@ DERIVED: dict[str, tuple[str, str]] = {
 }
 
 
-def rescore(rec, rule: str, *, train_seeds: int, stage_share: float,
+def rescore(rec, rule: str, *, train_runs: int, stage_share: float,
             ahead_panel: float, chance: float) -> tuple[float, float]:
     """A panel record's fitness and cost (worker-seconds) under `rule` (see DERIVED). Costs of
     fewer steps or runs are the record's cost times the share of run-steps they train, of one
@@ -159,7 +159,7 @@ def rescore(rec, rule: str, *, train_seeds: int, stage_share: float,
         return mean([statistics.median(runs[a]) for a in archs]), rec.cost
     if kind == "ahead":
         k = ahead_panel if arg == "panel" else float(arg)
-        gain = {a: mean(runs[a][:train_seeds]) - rec.stage_scores[0][a] for a in archs}
+        gain = {a: mean(runs[a][:train_runs]) - rec.stage_scores[0][a] for a in archs}
         return mean([mean(runs[a]) + k * gain[a] for a in archs]), rec.cost
     raise ValueError(f"unknown rule {rule!r}")
 
@@ -180,7 +180,7 @@ def measure_setting(name: str, panel_path: Path, workers: int, runs_root: Path,
     prepare_out(out, calibration_setup(cfg, len(SEEDS), 0, panel))  # one folder for every seed
     jobs = [j for j in calibration_jobs(cfg, len(SEEDS), 0, panel)
             if j.kind == "panel" and j.seed in seeds]
-    run_jobs(jobs, cfg, out, workers=workers, timeout=3 * cfg.timeout, threads=1,
+    run_jobs(jobs, cfg, out, workers=workers, timeout=3 * cfg.execution.timeout, threads=1,
              on_done=lambda r, i, n: log(f"{name} [{i}/{n}] {r.name} seed {r.seed}: {r.status} "
                                          f"fitness {r.fitness} ({r.seconds:.0f} s)"))
     records = [r for r in load_runs(out) if r.kind == "panel" and r.seed in seeds]
@@ -237,17 +237,17 @@ def measure_derived(name: str, panel_path: Path, runs_root: Path, seeds: tuple[i
         raise SystemExit(f"{name}: the runs of {base} at seeds {list(seeds)} are not all in "
                          f"{runs_root / base}; measure them first (--only {base})")
     end = train_config(cfg, task.archs[0]).steps
-    first = cfg.stages[0] if cfg.stages else end
-    share = (task.train_seeds * first) / (task.train_seeds * end
-                                          + (task.final_runs - task.train_seeds) * end)
+    first = cfg.hurdles.stage_steps[0] if cfg.hurdles.stage_steps else end
+    share = (task.train_runs * first) / (task.train_runs * end
+                                          + (task.final_runs - task.train_runs) * end)
     ref = data["reference"].get("setting", {})
-    ahead_panel = (math.log(ref["steps"] * ref["batch_size"] / (end * cfg.train["batch_size"]))
+    ahead_panel = (math.log(ref["steps"] * ref["batch_size"] / (end * proxy_config(cfg).train["batch_size"]))
                    / math.log(end / first)) if first < end else 0.0
     chance = 1.0 / search_dataset(cfg).num_classes
     proxy: dict[str, dict[int, float]] = {}
     costs = []
     for r in records:
-        fitness, cost = rescore(r, rule, train_seeds=task.train_seeds, stage_share=share,
+        fitness, cost = rescore(r, rule, train_runs=task.train_runs, stage_share=share,
                                 ahead_panel=ahead_panel, chance=chance)
         proxy.setdefault(r.name, {})[r.seed] = fitness
         costs.append(cost)

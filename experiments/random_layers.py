@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import log, out_dir, save_png, write_table  # noqa: E402
+from evonorm.proxy.config import proxy_config
 
 ARCHS = ["resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar"]
 REFERENCES = ["bn_relu", "evonorm_b0", "evonorm_s0"]
@@ -32,7 +33,7 @@ REFERENCES = ["bn_relu", "evonorm_b0", "evonorm_s0"]
 
 def cfg_schedule(cfg) -> str:
     """The quality run's lr schedule: the search's ("constant") unless --schedule said otherwise."""
-    return cfg.train.get("schedule", "constant")
+    return proxy_config(cfg).train.get("schedule", "constant")
 
 
 def quality_accuracy(norm_act, ds, cfg, arch: str) -> tuple[float | None, str]:
@@ -42,7 +43,7 @@ def quality_accuracy(norm_act, ds, cfg, arch: str) -> tuple[float | None, str]:
 
     try:
         rej, accs = quality(norm_act, ds, [arch], lambda a: quality_config(cfg, a, cfg_schedule(cfg)),
-                            factor=cfg.quality_factor)
+                            factor=proxy_config(cfg).quality_factor)
     except Exception as err:  # a random layer may fail to compile or run
         return None, f"error: {type(err).__name__}"
     if arch not in accs:
@@ -139,7 +140,7 @@ def evaluate_layer(job) -> dict:
     rec = {"name": label, "graph": graph, "formula": g.to_text() if g is not None else label,
            "key": g.key() if g is not None else None, "accuracies": {}, "outcomes": {}}
     ts = time.time()
-    for a in cfg.archs:
+    for a in proxy_config(cfg).archs:
         acc, outcome = quality_accuracy(g if g is not None else label, ds, cfg, a)
         rec["accuracies"][a] = acc
         rec["outcomes"][a] = outcome

@@ -7,13 +7,13 @@ Protocol, fixed before the runs:
   search does with a candidate: pre-checks, stability, the staged training with its quality bar.
 - Per layer: is it valid in every seed, and the mean and sample standard deviation (n - 1) of its
   search fitness over the seeds. The bar: valid in every seed and a std <= 0.03 for each layer.
-- A configuration is the preset plus field overrides (`--set train_seeds=4`; `data_seed=seed` puts
+- A configuration is the preset plus field overrides (`--set train_runs=4`; `data_seed=seed` puts
   each search on its own seed's split); each configuration's runs go to their own folder under
   `--runs`, so an interrupted experiment resumes and a finished search is read back, not trained
   again. Every run is reported in `<name>.json`.
 
     python experiments/seed_layer_noise.py                                 # demo as shipped
-    python experiments/seed_layer_noise.py --set train_seeds=4 --name demo-4runs
+    python experiments/seed_layer_noise.py --set train_runs=4 --name demo-4runs
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="demo")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="SearchConfig overrides, e.g. train_seeds=4")
+                   help="SearchConfig overrides, e.g. train_runs=4")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--name", default=None, help="the configuration's name (default: the preset)")
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "seed_layer_noise")

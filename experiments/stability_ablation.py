@@ -97,11 +97,11 @@ def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: 
                 "valid": sum(c.status == "valid" for c in within),
                 "valid_per_worker_hour": round(sum(c.status == "valid" and not c.cache_hit
                                                    for c in within) / (budget_seconds / 3600), 3),
-                "top10_mean": round(top_mean(within, cfg.num_stages, chance), 4),
-                "best_fitness": round(run_metric(within, cfg.num_stages, chance), 4),
+                "top10_mean": round(top_mean(within, cfg.hurdles.num_stages, chance), 4),
+                "best_fitness": round(run_metric(within, cfg.hurdles.num_stages, chance), 4),
                 "rejected": dict(sorted(kinds.items())),
                 "rejected_worker_seconds": {k: round(v, 1) for k, v in sorted(cost.items())}})
-            curves[arm].append(curve(within, cfg.num_stages, chance, budget_seconds))
+            curves[arm].append(curve(within, cfg.hurdles.num_stages, chance, budget_seconds))
             kept[arm, seed] = within
     by = {(r["arm"], r["seed"]): r for r in rows}
     both = [s for s in seeds if all((arm, s) in by for arm in ARMS)]

@@ -42,6 +42,7 @@ from evonorm.search.store import Store
 from evonorm.search.surrogate import Prescreen, Surrogate
 from evonorm.search.surrogate import label as candidate_label
 from evonorm.stats import spearman
+from evonorm.proxy.config import proxy_config
 
 OUT = Path("results/prescreen")
 
@@ -79,7 +80,7 @@ def labelled(run: Path, drop: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
     counts = {"candidates": len(cands), "status": status, "evaluated": len(evaluated),
               "degenerate": degenerate, "kept": len(rows),
               "valid": sum(r["valid"] for r in rows), "stable": sum(r["stable"] for r in rows),
-              "preset": cfg.preset, "space": cfg.space, "dataset": cfg.dataset}
+              "preset": cfg.preset, "space": cfg.evolution.space, "dataset": proxy_config(cfg).dataset}
     return rows, counts
 
 

@@ -10,10 +10,11 @@ import signal
 import time
 
 from evonorm.search.config import SearchConfig
+from evonorm.proxy.config import proxy_config
 
 
 def _archs(payload: dict) -> tuple[str, ...]:
-    return SearchConfig.from_dict(payload["config"]).archs
+    return proxy_config(SearchConfig.from_dict(payload["config"])).archs
 
 
 def _record(payload: dict) -> int:

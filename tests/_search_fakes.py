@@ -162,7 +162,7 @@ def demo_run(folder):
         for i, (graph, origin, fit) in enumerate(((SEED_GRAPH, "seed", 0.34), (FOUND_GRAPH, "mutation", 0.28))):
             store.add_proposal(graph, None if i == 0 else 1, origin, [3, [i], None])
             key, fp = layer_identity(graph)
-            store.add_candidate(store.pending_proposals()[0], Evaluation.valid({a: fit for a in cfg.archs}),
-                                key=key, fingerprint=fp, join_population=cfg.window)
+            store.add_candidate(store.pending_proposals()[0], Evaluation.valid({a: fit for a in cfg.scores}),
+                                key=key, fingerprint=fp, join_population=cfg.evolution.window)
         store.set_meta("status", "complete")
     return folder

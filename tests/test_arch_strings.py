@@ -17,6 +17,7 @@ from torch import nn
 from _timm import load_timm
 from evonorm.models import build_model, check_arch
 from evonorm.search.driver import init_run
+from evonorm.proxy.config import proxy_config
 from evonorm.proxy.presets import get_preset
 from evonorm.train import TrainConfig
 from test_cli_fuzz import check_refused
@@ -236,7 +237,7 @@ def test_a_run_folder_never_makes_a_command_import_its_code(user_modules, capsys
     run = user_modules / "run"
     init_run(run, get_preset("tiny", archs=("archplanted:build", "resnet50_cifar")))
     with Store(run) as store:
-        assert store.search_config().archs[0] == "archplanted:build"
+        assert proxy_config(store.search_config()).archs[0] == "archplanted:build"
     for argv in (["resume", str(run)], ["rerank", str(run)], ["retrain", str(run), "--seeds", "2"],
                  ["resume", str(run), "--arch", "archmods:build"]):
         assert main(argv) == 2

@@ -13,6 +13,7 @@ from evonorm.proxy.calibrate import (RUNS_NAME, RunRecord, format_summary, load_
                                       prepare_out, run_jobs, summarize)
 from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.proxy.presets import get_preset
+from evonorm.proxy.config import configured, proxy_config
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")
 ARCHS = ["a1", "a2"]
@@ -50,7 +51,7 @@ def test_summary_numbers():
     assert "margin, worst reference - best random layer: 42.0 points" in text
     assert "ratio seed spread / smallest gap: 0.20" in text
     assert "training runs" not in text
-    assert "mean of its 2 training runs, as" in format_summary(s, 0.2, train_seeds=2)
+    assert "mean of its 2 training runs, as" in format_summary(s, 0.2, train_runs=2)
     assert "mean of its 2 training runs (4 at the last stage" in format_summary(s, 0.2, 2, 4)
     assert "training runs" not in format_summary(s, 0.2, 1, 1)
 
@@ -86,7 +87,7 @@ def test_run_jobs_saves_each_run_and_resumes(tmp_path):
     assert died.status == "failed" and "died" in died.reason
     assert len(load_runs(tmp_path / "c")) == 9
     assert run_jobs(jobs, cfg, tmp_path / "c", workers=2, timeout=60, fn=fake_measure) == []
-    s = summarize(load_runs(tmp_path / "c"), list(cfg.archs))
+    s = summarize(load_runs(tmp_path / "c"), list(proxy_config(cfg).archs))
     assert s.all_pass and s.random_rejected == {"stability": 2, "worker died (exit code 3)": 1}
     # another setup in the same folder is refused
     with pytest.raises(ValueError, match="other settings"):
@@ -140,13 +141,13 @@ def test_a_calibration_depends_on_the_proxy_not_on_the_search_strategy():
     from evonorm.proxy.calibrate import calibration_setup
 
     demo = get_preset("demo")
-    same = calibration_setup(demo.replace(budget=7, window=3, workers=1), 3, 20)
+    same = calibration_setup(configured(demo, budget=7, window=3, workers=1), 3, 20)
     assert calibration_setup(demo, 3, 20) == same
-    assert calibration_setup(demo.replace(train_seeds=2, final_train_seeds=2), 3, 20) != same
+    assert calibration_setup(configured(demo, train_runs=2, final_train_runs=2), 3, 20) != same
     assert calibration_setup(demo, 4, 20) != same
     # the prescreen is how the search proposes: on, tuned, or not yet a field when the folder
     # was written, the same calibration
-    assert calibration_setup(demo.replace(prescreen=True, prescreen_pool=8), 3, 20) == same
+    assert calibration_setup(configured(demo, prescreen=True, prescreen_pool=8), 3, 20) == same
     older = {"config": demo.to_dict(), "seeds": 3, "random": 20}
     del older["config"]["evolution"]["prescreen_prior"]
     assert "prescreen_prior" in json.dumps(demo.to_dict())
@@ -166,11 +167,11 @@ def _same_folder(stored: dict, setup: dict) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
-@pytest.mark.parametrize("arch", get_preset("demo").archs)
+@pytest.mark.parametrize("arch", proxy_config(get_preset("demo")).archs)
 @pytest.mark.parametrize("name", ["bn_relu", "gn_relu", "evonorm_s0"])
 def test_demo_references_pass_the_quality_test_on_fashion_mnist(name, arch):
     """The calibrated `demo` preset's quality test (what a search runs: its first training
-    stage, the mean of its `train_seeds` runs per architecture, scored against the bar) passes
+    stage, the mean of its `train_runs` runs per architecture, scored against the bar) passes
     every S reference on every architecture, search seed 0 (docs/calibration.md). One test per
     reference and architecture (a run's seeds do not depend on the others), so that two test
     processes share them."""
@@ -184,10 +185,10 @@ def test_demo_references_pass_the_quality_test_on_fashion_mnist(name, arch):
     assert sorted(reference_graphs("s")) == sorted(["bn_relu", "gn_relu", "evonorm_s0"])
     cfg = get_preset("demo", dataset="fashion_mnist")
     ds = search_dataset(cfg)
-    assert len(ds.test_y) == 1000 and cfg.stages and cfg.quality_steps == 0
-    assert cfg.train_seeds == 1 and cfg.stages == (150,)
+    assert len(ds.test_y) == 1000 and cfg.hurdles.stage_steps and proxy_config(cfg).quality_steps == 0
+    assert proxy_config(cfg).train_runs == 1 and cfg.hurdles.stage_steps == (150,)
     # a hurdle no layer clears stops each after the first stage, as the quality test does
-    res = train_stages(Graph.from_json(reference_graphs("s")[name]), ds, cfg.replace(archs=(arch,)),
+    res = train_stages(Graph.from_json(reference_graphs("s")[name]), ds, configured(cfg, archs=(arch,)),
                        hurdles=[1.01])
     assert res.status == "valid" and res.stage == 1, (res.reason, res.scores)
 
@@ -197,18 +198,18 @@ def test_staged_calibration_trains_random_layers_past_the_bar():
     test (the first stage) is rejected but keeps its fitness, so the table has a margin."""
     from evonorm.proxy.calibrate import measure, summarize
 
-    cfg = get_preset("tiny", dataset="synthetic", n_train=96, quality_steps=0, stages=(2,),
+    cfg = get_preset("tiny", dataset="synthetic", n_train=96, quality_steps=0, stage_steps=(2,),
                      quality_factor=100.0, stability_steps=0, prechecks=False,
                      train={"steps": 4, "batch_size": 8, "width": 0.0625})
     graph = NAMED_GRAPHS["evonorm_s0"].to_json()
     rec = RunRecord(**measure({"job": {"kind": "random", "name": "random0", "seed": 0,
                                        "graph": graph}, "config": cfg.to_dict()}))
-    assert rec.status == "rejected" and rec.reason == f"quality:{cfg.archs[0]}"
-    assert rec.fitness is not None and set(rec.accuracies) == set(cfg.archs)
-    assert rec.quality_pass == {a: False for a in cfg.archs}
+    assert rec.status == "rejected" and rec.reason == f"quality:{proxy_config(cfg).archs[0]}"
+    assert rec.fitness is not None and set(rec.accuracies) == set(proxy_config(cfg).archs)
+    assert rec.quality_pass == {a: False for a in proxy_config(cfg).archs}
     ref = RunRecord(**measure({"job": {"kind": "reference", "name": "s0", "seed": 0,
                                        "graph": graph}, "config": cfg.to_dict()}))
-    s = summarize([rec, ref], list(cfg.archs))
+    s = summarize([rec, ref], list(proxy_config(cfg).archs))
     assert s.random_valid == [] and s.random_trained == [rec.fitness]
     assert s.margin is None and s.margin_trained == pytest.approx(ref.fitness - rec.fitness)
 
@@ -219,8 +220,10 @@ def test_a_folder_written_with_search_fields_in_its_setup_still_resumes(tmp_path
     setup = calibration_setup(get_preset("demo"), 3, 20)
     out = tmp_path / "c"
     out.mkdir()
-    old = {**setup, "config": {**setup["config"], "budget": 100, "window": 16}}
+    config = setup["config"]
+    old = {**setup, "config": {**config, "evolution": {**config["evolution"], "budget": 100,
+                                                        "window": 16}}}
     (out / "calibration.json").write_text(json.dumps(old))
     assert prepare_out(out, setup) == []
     with pytest.raises(ValueError, match="other settings"):
-        prepare_out(out, calibration_setup(get_preset("demo", train_seeds=2, final_train_seeds=2), 3, 20))
+        prepare_out(out, calibration_setup(get_preset("demo", train_runs=2, final_train_runs=2), 3, 20))

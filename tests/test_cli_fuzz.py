@@ -183,8 +183,8 @@ def _search() -> st.SearchStrategy[Case]:
         option("--n-train", st.one_of(bad_int, st.integers(50_001, 10**15).map(str))),
         option("--workers", st.one_of(bad_count, too_many_workers)),
         option("--timeout", bad_float), option("--window", bad_int),
-        option("--top", bad_count), option("--seed", not_a_number),
-        option("--data-seed", not_a_number), option("--final-train-seeds", bad_int),
+        option("--show", bad_count), option("--seed", not_a_number),
+        option("--data-seed", not_a_number), option("--final-train-runs", bad_int),
         option("--archs", bad_archs), option("--dataset", not_in(DATASETS)),
         option("--seed-layers", bad_seeds), option("--address", junk),
         option("--seed-layers", st.integers(1000, 60_000).map(lambda n: '{"nodes": ' + "[" * n)),
@@ -208,7 +208,7 @@ def _resume() -> st.SearchStrategy[Case]:
         option("--budget", st.one_of(bad_int, st.integers(1, 5).map(str))),  # tiny's is 6
         option("--workers", st.one_of(bad_count, too_many_workers)),
         option("--executor", not_in(EXECUTORS)), option("--address", junk),
-        option("--top", bad_count), unknown_flag)
+        option("--show", bad_count), unknown_flag)
     return st.one_of(
         cases.map(lambda c: lambda ws: ["resume", str(ws / RUN), "--quiet", *c(ws)]),
         damaged_store.map(lambda d: lambda ws: [d(ws / RUN / "store.sqlite"), "resume",

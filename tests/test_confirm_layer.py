@@ -11,6 +11,7 @@ from confirm_layer import analyze, main  # noqa: E402
 
 from evonorm.proxy.retrain import pending  # noqa: E402
 from evonorm.stats import paired_sign_flip_greater  # noqa: E402
+from evonorm.proxy.config import configured, proxy_config
 
 
 def _rows(path: Path, label: str, fits: dict[int, float | None]) -> None:
@@ -83,11 +84,11 @@ def test_train_layers_in_the_rerank_setting_uses_its_data_and_steps(tmp_path, mo
         return type("R", (), {"status": "ok", "accuracy": 0.5, "failed_step": None})()
 
     monkeypatch.setattr(evonorm.train, "train", fake_train)
-    cfg = with_dataset(PRESETS["tiny"].replace(archs=("resnet50_cifar",), data_seed=3))
+    cfg = with_dataset(configured(PRESETS["tiny"], archs=("resnet50_cifar",), data_seed=3))
     rows = train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "r.jsonl", log=lambda s: None,
                         rerank=True)
     rd, sd = rerank_dataset(cfg), search_dataset(cfg)
-    assert seen == [(len(rd.train_y), len(rd.test_y), cfg.rerank_train["steps"], 7)] and rows[0].fitness == 0.5
-    assert len(rd.test_y) > len(sd.test_y) and cfg.rerank_train["steps"] != cfg.train["steps"]
+    assert seen == [(len(rd.train_y), len(rd.test_y), proxy_config(cfg).rerank_train["steps"], 7)] and rows[0].fitness == 0.5
+    assert len(rd.test_y) > len(sd.test_y) and proxy_config(cfg).rerank_train["steps"] != proxy_config(cfg).train["steps"]
     train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "s.jsonl", log=lambda s: None)
-    assert seen[1] == (len(sd.train_y), len(sd.test_y), cfg.train["steps"], 7)
+    assert seen[1] == (len(sd.train_y), len(sd.test_y), proxy_config(cfg).train["steps"], 7)

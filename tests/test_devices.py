@@ -10,7 +10,7 @@ from evonorm.cli import main
 from evonorm.commands._common import check_device
 from evonorm.data import synthetic_dataset, to_device, train_batches
 from evonorm.proxy.config import proxy_config
-from evonorm.search.config import SearchConfig, flat_config
+from evonorm.search.config import SearchConfig
 from evonorm.proxy.training import quality_config, search_dataset, train_config
 from evonorm.search.executors import make_executor
 from evonorm.proxy.presets import get_preset
@@ -65,7 +65,7 @@ def test_search_stores_the_resolved_device(tmp_path, capsys):
                  "--out", str(run)]) == 0
     assert f"device {HERE}" in capsys.readouterr().err  # the start line
     with Store(run, readonly=True) as store:
-        assert store.search_config().device == HERE
+        assert store.search_config().execution.device == HERE
         assert store.get_meta("device")["type"] == HERE
 
 
@@ -75,10 +75,11 @@ def test_device_round_trips_through_the_store_and_old_configs_load_as_cpu(tmp_pa
         store.set_config(cfg.to_dict())
     with Store(tmp_path, readonly=True) as store:
         assert store.search_config() == cfg
-    old = {k: v for k, v in flat_config(cfg.to_dict()).items()  # a v1/v2 store's flat config
-           if k not in ("device", "gpus_per_worker")}
-    assert SearchConfig.from_dict(old).device == "cpu"  # a v1/v2 store's config
-    assert SearchConfig.from_dict(old).gpus_per_worker is None
+    old = cfg.to_dict()  # a config stored before the devices were settings
+    for name in ("device", "gpus_per_worker"):
+        del old["execution"][name]
+    assert SearchConfig.from_dict(old).execution.device == "cpu"
+    assert SearchConfig.from_dict(old).execution.gpus_per_worker is None
     for bad in (dict(device="tpu"), dict(device="auto"), dict(gpus_per_worker=0.0),
                 dict(gpus_per_worker=2.0)):
         with pytest.raises(ValueError):
@@ -87,7 +88,7 @@ def test_device_round_trips_through_the_store_and_old_configs_load_as_cpu(tmp_pa
 
 def test_every_training_run_goes_to_the_configs_device():
     cfg = get_preset("tiny", device="cuda:1")  # only the settings: nothing runs here
-    arch = cfg.archs[0]
+    arch = proxy_config(cfg).archs[0]
     assert train_config(cfg, arch).device == "cuda:1"
     assert train_config(cfg, arch, proxy_config(cfg).rerank_training).device == "cuda:1"
     assert quality_config(cfg, arch).device == "cuda:1"
@@ -198,8 +199,8 @@ def test_resume_keeps_the_stored_device_unless_told(tmp_path, capsys):
     assert main(["resume", str(tmp_path), "--device", "cpu"]) == 0
     assert "1 local worker(s) on cpu" in capsys.readouterr().err
     with Store(tmp_path, readonly=True) as store:
-        assert store.search_config().device == "cpu" and store.get_meta("device")["type"] == "cpu"
+        assert store.search_config().execution.device == "cpu" and store.get_meta("device")["type"] == "cpu"
         assert store.num_candidates() == 1
     assert main(["resume", str(tmp_path), "--budget", "2", "--quiet"]) == 0  # the stored device
     with Store(tmp_path, readonly=True) as store:
-        assert store.search_config().device == "cpu" and store.num_candidates() == 2
+        assert store.search_config().execution.device == "cpu" and store.num_candidates() == 2

@@ -11,6 +11,7 @@ from evolution_vs_random import (first_full_at, fresh_seeds, main, progress_line
                                  run_config, run_metric, summarize, top_mean, within_budget)
 
 from evonorm.search.candidates import Candidate  # noqa: E402
+from evonorm.proxy.config import configured, proxy_config
 
 
 def _cand(i, seconds, status="valid", fitness=0.5, stages=2):
@@ -42,7 +43,7 @@ def test_the_prescreened_runs_are_read_as_the_evolution_arm_with_the_top10_metri
 
     def fake_read(run, budget):
         seen.append(run.name)
-        cfg = SimpleNamespace(num_stages=2)
+        cfg = SimpleNamespace(hurdles=SimpleNamespace(num_stages=2))
         fit = {"prescreen": 0.5, "evolution": 0.2, "random": 0.3}[run.name.split("_s")[0]]
         return cfg, "complete", 0.1, [_cand(1, 10, fitness=fit), _cand(2, 10, fitness=fit - 0.1)]
 
@@ -63,13 +64,14 @@ def test_the_prescreened_runs_are_read_as_the_evolution_arm_with_the_top10_metri
 
 @pytest.mark.fashion_mnist
 def test_both_arms_share_everything_but_the_algorithm():
-    from evonorm.search.config import flat_config
-
-    evo, rnd = (flat_config(run_config("scratch", a, 3, 600.0).to_dict())
-                for a in ("evolution", "random"))
-    assert {k for k in evo if evo[k] != rnd[k]} == {"algorithm"}
-    assert evo["seed_layers"] == [] and evo["budget_seconds"] == 600.0 and evo["workers"] == 1
-    assert evo["near_misses"] is True  # parents before the first valid layer (random ignores it)
+    evo, rnd = (run_config("scratch", a, 3, 600.0).to_dict() for a in ("evolution", "random"))
+    assert {(p, k) for p in ("evolution", "hurdles", "execution", "task") for k in evo[p]
+            if evo[p][k] != rnd[p][k]} == {("evolution", "algorithm")}
+    assert {k for k in evo if k not in ("evolution", "hurdles", "execution", "task")
+            and evo[k] != rnd[k]} == set()
+    e = evo["evolution"]
+    assert e["seed_layers"] == [] and e["budget_seconds"] == 600.0 and evo["execution"]["workers"] == 1
+    assert e["near_misses"] is True  # parents before the first valid layer (random ignores it)
 
 
 @pytest.mark.fashion_mnist
@@ -77,12 +79,12 @@ def test_overrides_reach_both_arms_and_progress_reads_a_run(tmp_path):
     from evonorm.proxy.config import split_seed
     from evonorm.search.driver import init_run
 
-    evo, rnd = (run_config("demo", a, 0, 900.0, {"final_train_seeds": 4}) for a in ("evolution", "random"))
-    assert evo.final_train_seeds == rnd.final_train_seeds == 4
+    evo, rnd = (run_config("demo", a, 0, 900.0, {"final_train_runs": 4}) for a in ("evolution", "random"))
+    assert proxy_config(evo).final_train_runs == proxy_config(rnd).final_train_runs == 4
     # demo puts every search seed on split 0; `data_seed=seed` gives each its own, as before
-    assert evo.data_seed == 0 and split_seed(evo) == 0
-    own = run_config("demo", "random", 3, 900.0, {"data_seed": "seed", "final_train_seeds": 4})
-    assert own.data_seed == split_seed(own) == 3 and own.final_train_seeds == 4
+    assert proxy_config(evo).data_seed == 0 and split_seed(evo) == 0
+    own = run_config("demo", "random", 3, 900.0, {"data_seed": "seed", "final_train_runs": 4})
+    assert proxy_config(own).data_seed == split_seed(own) == 3 and proxy_config(own).final_train_runs == 4
     assert progress_line(tmp_path / "absent", "random", 900.0) == "random starting"
     init_run(tmp_path / "run", evo)
     assert progress_line(tmp_path / "run", "evolution", 900.0) == "evolution 0 candidates, 0/900 worker-s, best -"
@@ -94,7 +96,7 @@ def _tiny_run(path, algorithm: str, seed_layer: str):
     from evonorm.search.driver import init_run, run_search
     from evonorm.proxy.presets import PRESETS
 
-    cfg = PRESETS["tiny"].replace(algorithm=algorithm, budget=1, seed_layers=(PRESETS["demo"].seed_layers[
+    cfg = configured(PRESETS["tiny"], algorithm=algorithm, budget=1, seed_layers=(PRESETS["demo"].evolution.seed_layers[
         {"group": 0, "layer": 1}[seed_layer]],))
     init_run(path, cfg)
     run_search(path, objective=ProxyObjective(cfg), progress=False)
@@ -151,7 +153,7 @@ def test_the_arms_of_a_seed_run_side_by_side_into_their_folders(tmp_path, capsys
     run_seed(tmp_path, 0, configs, 2.0, 0.0)
     for arm in configs:
         cfg, status, _, within = read_run(tmp_path / f"{arm}_s0", 2.0)
-        assert status == "complete" and cfg.algorithm == arm and within
+        assert status == "complete" and cfg.evolution.algorithm == arm and within
     assert "seed 0 done" in capsys.readouterr().out
 
 

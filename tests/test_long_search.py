@@ -27,9 +27,9 @@ def _checked_search(calls: list):
     def search(*args, **kwargs):
         bound = real.bind(*args, **kwargs).arguments
         settings = {k: v for k, v in bound.items() if k not in ("out", "force", "progress",
-                                                                 "overrides")}
+                                                                 "settings")}
         calls.append(get_preset(settings.pop("preset", "demo"), **settings,
-                                **bound.get("overrides", {})))
+                                **bound.get("settings", {})))
         raise _Started
 
     return search
@@ -44,7 +44,7 @@ def test_the_long_search_starts_the_built_in_tasks_search(tmp_path, monkeypatch)
     with pytest.raises(_Started):
         long_search.main(["--run", str(tmp_path / "run"), "--budget-seconds", "60",
                           "--set", "prescreen=true", "--out", str(tmp_path / "out")])
-    assert calls[0].prescreen is True and calls[0].budget_seconds == 60
+    assert calls[0].evolution.prescreen is True and calls[0].evolution.budget_seconds == 60
 
 
 def test_the_seed_layer_noise_searches_start_the_built_in_tasks_search(tmp_path, monkeypatch):
@@ -55,4 +55,4 @@ def test_the_seed_layer_noise_searches_start_the_built_in_tasks_search(tmp_path,
     monkeypatch.setattr(evonorm.proxy, "search", _checked_search(calls))
     with pytest.raises(_Started):
         seed_layer_noise.one_search(tmp_path / "run", "demo", 3, 1, {})
-    assert calls[0].seed == 3 and len(calls[0].seed_layers) == len(seed_layer_noise.LAYERS)
+    assert calls[0].seed == 3 and len(calls[0].evolution.seed_layers) == len(seed_layer_noise.LAYERS)

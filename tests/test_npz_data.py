@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from evonorm.data import NPZ_TEST_FRACTION, load_dataset, load_npz
 from evonorm.proxy.presets import get_preset
 from test_cli_fuzz import check_refused
+from evonorm.proxy.config import configured, proxy_config
 
 
 def _images(n=40, shape=(8, 8), classes=4, dtype=np.uint8, seed=0):
@@ -73,16 +74,16 @@ def test_the_run_reads_the_file_it_started_with(tmp_path, monkeypatch):
     x, y = _images(n=60)
     path = _save(tmp_path / "d.npz", x=x, y=y)
     monkeypatch.chdir(tmp_path)
-    cfg = with_dataset(get_preset("tiny", dataset="d.npz").replace(n_train=None))
-    assert cfg.dataset == str(path) and len(cfg.data_sha256) == 64
+    cfg = with_dataset(configured(get_preset("tiny", dataset="d.npz"), n_train=None))
+    assert proxy_config(cfg).dataset == str(path) and len(proxy_config(cfg).data_sha256) == 64
     assert search_dataset(cfg).num_classes == 4
     x[0, 0, 0] ^= 1
     _save(path, x=x, y=y)
     with pytest.raises(ValueError, match="not the file the run started with"):
-        load_dataset(cfg.dataset, sha256=cfg.data_sha256)
+        load_dataset(proxy_config(cfg).dataset, sha256=proxy_config(cfg).data_sha256)
     path.unlink()
     with pytest.raises(ValueError, match="no such data file"):
-        load_dataset(cfg.dataset, sha256=cfg.data_sha256)
+        load_dataset(proxy_config(cfg).dataset, sha256=proxy_config(cfg).data_sha256)
 
 
 # ------------------------------------------------------------------------------ bad files
@@ -232,8 +233,8 @@ def test_train_on_a_npz_runs_and_names_the_file(tmp_path, capsys):
 def test_the_report_takes_the_class_count_the_run_stored():
     from evonorm.report.data import RunData
 
-    assert RunData("r", config={"dataset": "/data/mine.npz"}, classes=4).num_classes == 4
-    assert RunData("r", config={"dataset": "cifar100"}).num_classes == 100  # older runs: by name
+    assert RunData("r", config={"task": {"dataset": "/data/mine.npz"}}, classes=4).num_classes == 4
+    assert RunData("r", config={"task": {"dataset": "cifar100"}}).num_classes == 100  # by name
 
 
 def test_resume_and_rerank_read_the_runs_file_or_stop_in_one_line(tmp_path, monkeypatch, capsys):
@@ -249,7 +250,7 @@ def test_resume_and_rerank_read_the_runs_file_or_stop_in_one_line(tmp_path, monk
     init_run(run, with_dataset(get_preset("tiny", dataset="mine.npz")))  # named as a run starts
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
-    assert cfg.dataset == str(tmp_path / "mine.npz") and cfg.data_sha256
+    assert proxy_config(cfg).dataset == str(tmp_path / "mine.npz") and proxy_config(cfg).data_sha256
 
     def refused(argv, words):
         assert main(argv) == 2
@@ -266,7 +267,7 @@ def test_resume_and_rerank_read_the_runs_file_or_stop_in_one_line(tmp_path, monk
     assert "no valid candidate" in capsys.readouterr().err
     assert main(["resume", str(run), "--data", "moved.npz", "--workers", "1", "--quiet"]) == 0
     with Store(run, readonly=True) as store:  # the run now names the file where it is
-        assert store.search_config().dataset == str(tmp_path / "moved.npz")
+        assert proxy_config(store.search_config()).dataset == str(tmp_path / "moved.npz")
         assert store.get_meta("dataset")["name"] == str(tmp_path / "moved.npz")
         assert store.num_candidates() == 6
     capsys.readouterr()

@@ -23,8 +23,8 @@ TESTS = Path(__file__).resolve().parent
 def _payload(graph="evonorm_s0", **cfg):
     """What the driver sends a worker for one candidate: the trial's values, not the run's config."""
     c = get_preset("tiny", **cfg)
-    return {"graph": NAMED_GRAPHS[graph].to_json(), "seed": c.seed, "device": c.device,
-            "staged": bool(c.stages)}
+    return {"graph": NAMED_GRAPHS[graph].to_json(), "seed": c.seed, "device": c.execution.device,
+            "staged": bool(c.hurdles.stage_steps)}
 
 
 def test_run_trial_turns_each_kind_of_answer_into_an_evaluation():
@@ -84,7 +84,7 @@ def test_trial_hurdles_and_nonfinite_reports():
         trial.report(float("nan"), step=1)
         return 0.9
 
-    ev = run_trial(reports_nan, _payload(stages=(2,), quality_steps=0))
+    ev = run_trial(reports_nan, _payload(stage_steps=(2,), quality_steps=0))
     assert (ev.status, ev.reason, ev.reason_step) == ("rejected", "nonfinite", 1)
 
     def two_stages(norm_act, trial):
@@ -92,16 +92,16 @@ def test_trial_hurdles_and_nonfinite_reports():
         trial.report(0.6, step=2)
         return 0.6
 
-    staged = run_trial(two_stages, _payload(stages=(2,), quality_steps=0))
+    staged = run_trial(two_stages, _payload(stage_steps=(2,), quality_steps=0))
     assert staged.stage_scores == [{"objective": 0.3}, {"objective": 0.6}] and staged.stage == 2
 
     def reports_then_returns(norm_act, trial):
         trial.report(0.3, step=1)
         return 0.7 if not trial.should_stop() else 0.3
 
-    on = run_trial(reports_then_returns, _payload(stages=(2,), quality_steps=0))
+    on = run_trial(reports_then_returns, _payload(stage_steps=(2,), quality_steps=0))
     assert on.stage_scores == [{"objective": 0.3}, {"objective": 0.7}] and on.fitness == 0.7
-    payload = {**_payload(stages=(2,), quality_steps=0), "hurdles": [0.5]}
+    payload = {**_payload(stage_steps=(2,), quality_steps=0), "hurdles": [0.5]}
     stopped = run_trial(reports_then_returns, payload)
     assert stopped.stage_scores == [{"objective": 0.3}] and stopped.stage == 1
 
@@ -146,7 +146,7 @@ def test_dict_objective_names_the_scores_of_the_pareto_tournament(tmp_path):
 
 def test_own_objective_search_honours_hurdles(tmp_path):
     search(_objectives.staged, out=tmp_path / "run", preset="tiny", budget=12, workers=1,
-           stages=(1,), hurdle_min=2, progress=False)
+           stage_steps=(1,), hurdle_min=2, progress=False)
     with Store(tmp_path / "run", readonly=True) as store:
         cands = [c for c in store.candidates() if c.status == "valid"]
     assert {c.stage for c in cands} == {1, 2}  # some stopped below the hurdle, some went on

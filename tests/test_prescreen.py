@@ -10,10 +10,11 @@ import pytest
 
 from evonorm.graph.library import resolve_graph
 from evonorm.search import search
-from evonorm.search.config import SearchConfig
+from evonorm.search.config import Evolution, SearchConfig
 from evonorm.search.evolution import Proposal
 from evonorm.search.features import layer_features
 from evonorm.proxy.presets import PRESETS
+from evonorm.proxy.config import configured, proxy_config
 from evonorm.search.store import SCHEMA_VERSION, Store
 from evonorm.search.surrogate import Prediction, Prescreen, Surrogate
 import _objectives
@@ -26,7 +27,7 @@ def test_engine_features_are_deterministic_and_none_for_a_degenerate_layer():
     a, b = layer_features(g), layer_features(g)
     assert a == b and a["graph_op_sigmoid"] == 1 and a["graph_axes_group"] >= 1
     assert json.loads(json.dumps(a)) == a  # stored as JSON, read back the same
-    relu = layer_features(PRESETS["demo"].seed_layers[0])  # GroupNorm-ReLU as a graph
+    relu = layer_features(PRESETS["demo"].evolution.seed_layers[0])  # GroupNorm-ReLU as a graph
     # GroupNorm-ReLU ignores a shift of its input; EvoNorm-S0 (x * sigmoid(v1 x) / std) does not
     assert relu["probe_sens_shift"] < -6 < a["probe_sens_shift"]
     assert layer_features(CONSTANT) is None
@@ -52,7 +53,7 @@ def test_task_features_are_the_proxy_objectives_and_deterministic():
     a = ProxyObjective(cfg).prescreen_features(g, cfg)
     assert a == task_features(g, cfg)
     assert a == task_features(g, cfg)
-    for arch in cfg.archs:
+    for arch in proxy_config(cfg).archs:
         assert a[f"{arch}_error"] == 0.0 and a[f"{arch}_fisher_trace"] is not None
         assert a[f"{arch}_grad_first"] is not None
         # EvoNorm-S0 lets a few optimiser steps bring one batch's loss down
@@ -103,7 +104,7 @@ def _draws():
 
 
 def test_a_pool_rejects_the_hopeless_and_trains_the_best_and_explore_trains_regardless():
-    cfg = SearchConfig().replace(prescreen=True, prescreen_pool=4, prescreen_explore=0.0)
+    cfg = SearchConfig(evolution=Evolution(prescreen=True, prescreen_pool=4, prescreen_explore=0.0))
     screen = Prescreen(cfg, surrogate=_Oracle())
     out = screen.choose(_draws(), random.Random(0))
     trained = [s for s in out if s.train]
@@ -112,7 +113,7 @@ def test_a_pool_rejects_the_hopeless_and_trains_the_best_and_explore_trains_rega
     assert len(trained) == 1 and trained[0].born.features["graph_op_max"] == 1
     # the feature cost of the pool's dropped child is charged to the trained one
     assert trained[0].born.seconds > 0
-    explorer = Prescreen(cfg.replace(prescreen_explore=1.0), surrogate=_Oracle())
+    explorer = Prescreen(cfg.replace(evolution=cfg.evolution.replace(prescreen_explore=1.0)), surrogate=_Oracle())
     (only,) = explorer.choose(_draws(), random.Random(0))  # the hopeless first draw, trained
     assert only.train and only.born.explore and only.born.prediction.p_valid == 0.01
     assert only.born.record()["explore"] is True
@@ -191,7 +192,7 @@ def test_the_report_shows_predicted_against_measured():
     assert s.rejected == 1 and (s.explored, s.explored_below, s.false_negatives) == (2, 2, 1)
     assert s.bins[0] == ("0.00-0.05", 2, 1) and s.bins[-1] == ("0.50-1.00", 3, 3)
     assert s.fitness_spearman == pytest.approx(1.0) and s.fitness_n == 4
-    page = prescreen_table(RunData("r", cands, config={"prescreen_threshold": 0.05}))
+    page = prescreen_table(RunData("r", cands, config={"evolution": {"prescreen_threshold": 0.05}}))
     assert "predicted against measured" in page and "1 of 2 explored" in page
     assert prescreen_table(RunData("r", [{"id": 1, "status": "valid"}])) == ""
     assert "from this run alone" in page
@@ -203,7 +204,7 @@ def test_with_the_prescreen_off_nothing_is_computed_or_stored(tmp_path):
     run = tmp_path / "run"
     search(_objectives.needs_max, out=run, preset="tiny", budget=5, workers=1, progress=False)
     with Store(run, readonly=True) as st:
-        assert st.search_config().prescreen is False
+        assert st.search_config().evolution.prescreen is False
         assert all(c.features is None and c.prediction is None for c in st.candidates())
 
 
@@ -239,12 +240,12 @@ def test_a_search_predicts_from_its_first_candidate_with_the_objectives_prior(tm
 def test_the_prior_is_said_on_the_log_and_a_malformed_one_is_refused():
     from evonorm.search.driver import prescreen_prior
 
-    cfg = SearchConfig().replace(prescreen=True)
+    cfg = SearchConfig(evolution=Evolution(prescreen=True))
     lines = []
     rows = prescreen_prior(_objectives.NeedsMaxWithPrior(), cfg, lines.append)
     assert len(rows) == 12 and lines == ["prescreen: starts from a prior of 12 labelled "
                                          "candidates (6 valid)"]
-    assert prescreen_prior(_objectives.NeedsMaxWithPrior(), cfg.replace(prescreen_prior=False),
+    assert prescreen_prior(_objectives.NeedsMaxWithPrior(), cfg.replace(evolution=cfg.evolution.replace(prescreen_prior=False)),
                            lines.append) == []
     assert prescreen_prior(_objectives.needs_max, cfg, None) == []  # an objective without one
     assert "no prior" in lines[-1]
@@ -298,7 +299,7 @@ def test_a_prior_built_from_runs_applies_to_their_setting_only(tmp_path, monkeyp
     write_atomic(folder / "tiny.json", json.dumps(prior.to_dict()).encode())
     assert read_prior(folder / "tiny.json") == prior
     assert prior_for(cfg, folder).rows == prior.rows
-    assert prior_for(cfg.replace(n_train=123), folder) is None  # another setting: not this prior
+    assert prior_for(configured(cfg, n_train=123), folder) is None  # another setting: not this prior
     assert prior_for(get_preset("demo"), folder) is None
     other = _proxy_run(tmp_path / "c", n_train=123, budget=2)
     # runs of two settings are refused before any feature is computed (hours for long searches)
@@ -333,7 +334,7 @@ def test_every_shipped_prior_holds_for_its_preset_as_it_ships():
     for path in files:
         preset, space = path.stem.rsplit("-", 1)
         cfg = get_preset(preset, space=space)
-        cfg = cfg.replace(dataset=proxy_config(cfg).dataset or "fashion_mnist")  # as a run names it
+        cfg = configured(cfg, dataset=proxy_config(cfg).dataset or "fashion_mnist")  # as a run names it
         prior = read_prior(path)
         assert prior.setting == setting(cfg), path.name
         assert {r["run"] for r in prior.provenance["runs"]} and prior.provenance["valid"] > 0

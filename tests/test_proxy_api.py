@@ -9,6 +9,7 @@ from evonorm.proxy.objective import ProxyObjective
 from evonorm.search import Trial, load, resume, search
 from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
+from evonorm.proxy.config import proxy_config
 
 
 def test_engine_without_an_objective_names_where_the_builtin_task_is(tmp_path):
@@ -34,8 +35,8 @@ def test_proxy_search_then_resume_and_load(tmp_path):
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
         first = store.candidates()[0]
-    assert cfg.objective is None and cfg.dataset == "synthetic"
-    assert first.origin == "seed" and set(first.scores) <= set(cfg.archs)
+    assert cfg.objective is None and proxy_config(cfg).dataset == "synthetic"
+    assert first.origin == "seed" and set(first.scores) <= set(proxy_config(cfg).archs)
     with pytest.raises(ValueError, match=r"evonorm\.proxy\.resume"):
         resume(run)  # the engine does not know the built-in task
     again = proxy.resume(run, progress=False)  # budget spent: opens and finishes
@@ -46,6 +47,7 @@ def test_proxy_search_then_resume_and_load(tmp_path):
 def test_a_proxy_setting_for_an_own_objective_is_refused_in_one_line(tmp_path):
     import _objectives
 
-    with pytest.raises(ValueError, match="quality_steps .not the engine's"):
+    with pytest.raises(ValueError, match="^unknown setting 'quality_steps' .an objective of one's own "
+                                         "holds its settings.$"):
         search(_objectives.two, out=tmp_path / "run", preset="tiny", quality_steps=0)
     assert not (tmp_path / "run").exists()

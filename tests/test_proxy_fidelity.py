@@ -27,7 +27,7 @@ def _record(name: str, seed: int, stage1: float, runs: list[float], mobile: floa
 
 def test_each_rule_scores_the_runs_and_costs_what_it_trains():
     rec = _record("a", 0, stage1=0.4, runs=[0.6, 0.8, 0.5, 0.9])
-    kw = {"train_seeds": 2, "stage_share": 0.25, "ahead_panel": 4.0, "chance": 0.1}
+    kw = {"train_runs": 2, "stage_share": 0.25, "ahead_panel": 4.0, "chance": 0.1}
     assert pf.rescore(rec, "arch:resnet50_cifar", **kw) == pytest.approx((0.7, 30.0))
     assert pf.rescore(rec, "stage1", **kw) == pytest.approx((0.45, 25.0))
     assert pf.rescore(rec, "runs:2", **kw) == pytest.approx(((0.7 + 0.5) / 2, 50.0))
@@ -161,4 +161,4 @@ def test_demo_ships_the_setting_the_chart_chose_and_the_chart_keeps_demo_as_meas
                         .read_text())["meta"]["choice"]
     assert unmeasured("demo", pf.setting_config(chosen).to_dict()) == []
     assert unmeasured("demo", pf.setting_config("demo").to_dict()) == [
-        "train", "train_seeds", "final_train_seeds", "stages"]
+        "train", "train_runs", "final_train_runs", "stage_steps"]

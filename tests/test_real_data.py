@@ -8,6 +8,7 @@ import evonorm.data
 from evonorm.cli import main
 from evonorm.proxy import presets
 from evonorm.search.store import Store
+from evonorm.proxy.config import configured, proxy_config
 
 
 @pytest.fixture
@@ -38,9 +39,9 @@ def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monke
     # the demo preset (holdout 0.25) cut to a few steps; an explicit --dataset synthetic runs
     # without Fashion-MNIST
     demo = presets.PRESETS["demo"]
-    monkeypatch.setitem(presets.PRESETS, "demo", demo.replace(
+    monkeypatch.setitem(presets.PRESETS, "demo", configured(demo,
         train={"steps": 2, "batch_size": 8, "width": 0.0625}, arch_train={},
-        quality_steps=0, stages=(1,), stability_steps=1))
+        quality_steps=0, stage_steps=(1,), stability_steps=1))
     run = tmp_path / "run"
     assert main(["search", "--preset", "demo", "--dataset", "synthetic", "--n-train", "200",
                  "--budget", "1", "--workers", "1", "--archs", "resnet50_cifar",
@@ -54,7 +55,7 @@ def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monke
         assert s.get_meta("dataset") == {"name": "synthetic", "train": 150, "held_out": 50,
                                          "classes": 10, "image_size": 32}
         assert s.get_meta("device") == {"type": "cpu", "workers": 1, "executor": "local"}
-        assert s.search_config().dataset == "synthetic"
+        assert proxy_config(s.search_config()).dataset == "synthetic"
     # the end-of-search table and the report page name them under their first sentence
     setup = "preset demo, dataset synthetic (150 train / 50 held-out images), device cpu, 1 local worker(s)"
     # after the verdict and the proxy's rank fidelity

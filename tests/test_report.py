@@ -43,9 +43,9 @@ def embedded_pngs(page: str) -> list[bytes]:
 
 
 def test_page_embeds_every_figure_and_fills_tables(tmp_path):
-    runs = [RunData("evo", fake_candidates(), population=list(range(20, 60)), config={"archs": ARCHS},
+    runs = [RunData("evo", fake_candidates(), population=list(range(20, 60)), config={"scores": ARCHS},
                     references={"bn_relu": {a: 0.8 for a in ARCHS}}),
-            RunData("rs", fake_candidates(seed=1), config={"archs": ARCHS})]
+            RunData("rs", fake_candidates(seed=1), config={"scores": ARCHS})]
     page = build_report(runs, tmp_path)
     html = page.read_text()
     pngs = embedded_pngs(html)
@@ -89,7 +89,7 @@ def test_progress_curve_is_the_best_so_far_and_never_falls():
     # out; the best so far does not fall): not 0.5 for 0.9 and 0.1 at first, then more
     assert m == pytest.approx([None, 0.5, 0.55, 0.925, 0.925])
     assert s[1] == pytest.approx(0.4) and s[0] is None
-    same = progress_curve(RunData("r", cands, config={"window": 2}), top=2)
+    same = progress_curve(RunData("r", cands, config={"evolution": {"window": 2}}), top=2)
     assert same[2] == m
     assert all(a <= b for a, b in zip(m[1:], m[2:])) and all(a <= b for a, b in zip(b, b[1:]))
 
@@ -136,7 +136,7 @@ def test_figures_say_what_they_show():
     assert len(bars) >= 2 and all(a[1] <= b[0] or b[1] <= a[0] for i, a in enumerate(bars) for b in bars[i + 1:])
     fig = calibration(cands, ARCHS[:2])
     assert "above chance: n=30, r=1.00" in fig.axes[0].get_title()
-    run = RunData("evo", cands, config={"archs": ARCHS[:2], "window": 16})
+    run = RunData("evo", cands, config={"scores": ARCHS[:2], "evolution": {"window": 16}})
     texts = " ".join(t.get_text() for t in search_progress([run]).texts)
     assert "line: mean fitness of the 10 best so far (once there are 10)" in texts
     assert "mean held-out accuracy over the architectures" in texts

@@ -18,6 +18,7 @@ from evonorm.proxy.presets import get_preset
 from evonorm.proxy.rerank import (RERANK_FILE, RerankRow, add_rerank, outside_holdout, prepare, read_reranks,
                                   rerank, rerank_dataset, reranked_ids)
 from evonorm.search.store import Store
+from evonorm.proxy.config import configured, proxy_config
 
 TESTS = Path(__file__).parent
 
@@ -58,7 +59,7 @@ def test_rerank_trains_on_everything_but_the_searchs_held_out_images(n_train, ho
 
 
 def test_rerank_dataset_against_the_real_search_dataset():
-    cfg = get_preset("tiny", holdout=0.2, seed=1).replace(n_train=None)  # synthetic, generated whole
+    cfg = configured(get_preset("tiny", holdout=0.2, seed=1), n_train=None)  # synthetic, generated whole
     held = {bytes(x.flatten().tolist()) for x in search_dataset(cfg).test_x}
     data = rerank_dataset(cfg)
     trained = {bytes(x.flatten().tolist()) for x in data.train_x}
@@ -71,14 +72,15 @@ def test_data_seed_fixes_the_split_across_search_seeds():
     def held(cfg):
         return {bytes(x.flatten().tolist()) for x in search_dataset(cfg).test_x}
 
-    base = get_preset("tiny", holdout=0.2).replace(n_train=None)
+    base = configured(get_preset("tiny", holdout=0.2), n_train=None)
     assert held(base.replace(seed=1)) != held(base.replace(seed=2))  # None: the split follows seed
-    fixed = base.replace(data_seed=5)
+    fixed = configured(base, data_seed=5)
     assert held(fixed.replace(seed=1)) == held(fixed.replace(seed=2)) == held(base.replace(seed=5))
     assert torch.equal(rerank_dataset(fixed.replace(seed=1)).train_x,
                        rerank_dataset(base.replace(seed=5)).train_x)
-    assert SearchConfig.from_dict({k: v for k, v in base.to_dict().items()
-                                   if k != "data_seed"}).data_seed is None  # runs stored before it
+    stored = base.to_dict()
+    del stored["task"]["data_seed"]  # runs stored before it
+    assert proxy_config(SearchConfig.from_dict(stored)).data_seed is None
 
 
 def test_a_setting_not_larger_than_the_searchs_is_refused_unless_allowed():
@@ -98,7 +100,7 @@ def test_a_setting_not_larger_than_the_searchs_is_refused_unless_allowed():
 
 
 def test_equal_images_pass_only_when_the_search_used_every_image_the_rerank_may():
-    cfg = get_preset("tiny").replace(n_train=None)  # the search trains on all 1843 images it does not score
+    cfg = configured(get_preset("tiny"), n_train=None)  # the search trains on all 1843 images it does not score
     plan = prepare(cfg, overrides={"n_train": None})
     assert plan.search["resnet50_cifar"].images == plan.rerank["resnet50_cifar"].images == 1843
     assert not plan.smaller()
@@ -113,7 +115,7 @@ def make_run(run: Path, cfg: SearchConfig) -> list[int]:
             store.add_proposal(g, None, "random", [3, [i], None])
             prop = store.pending_proposals()[0]
             key, fp = layer_identity(g)
-            accs = {a: 0.4 - 0.1 * i for a in cfg.archs}
+            accs = {a: 0.4 - 0.1 * i for a in proxy_config(cfg).archs}
             ids_.append(store.add_candidate(prop, Evaluation.valid(accs), key=key,
                                             fingerprint=fp).id)
     return ids_

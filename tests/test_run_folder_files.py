@@ -24,6 +24,7 @@ from evonorm.proxy.retrain import RetrainRow, load_rows
 from evonorm.search.store import PendingProposal, Store
 
 from test_hardening import assert_refused, cli, snapshot
+from evonorm.proxy.config import proxy_config
 
 GRAPH = NAMED_GRAPHS["evonorm_s0"].to_json()
 
@@ -37,7 +38,7 @@ def _run(tmp_path: Path) -> Path:
     with Store(run) as s:
         for i, status in enumerate(("valid", "rejected")):
             idx = s.add_proposal(GRAPH, None, "random", rng.getstate())
-            accs = {a: 0.3 for a in cfg.archs}
+            accs = {a: 0.3 for a in proxy_config(cfg).archs}
             ev = (Evaluation.valid(accs) if status == "valid"
                   else Evaluation("rejected", "precheck:constant"))
             s.add_candidate(PendingProposal(idx, GRAPH, None, "random", time.time()), ev, key=f"k{i}",
@@ -219,8 +220,8 @@ DAMAGE = {  # what is damaged -> (how, the commands that read it, what the line 
     # as this version stores it: the task's settings in their own part
     "config task archs": (lambda r: _task(r, archs=3), ["report", "resume", "retrain", "rerank"],
                           ["store.sqlite", "config: task: archs"]),
-    "config hurdles": (lambda r: _config(r, hurdles={"stages": "75"}), ["report", "resume"],
-                       ["store.sqlite", "config: hurdles", "stages"]),
+    "config hurdles": (lambda r: _config(r, hurdles={"stage_steps": "75"}), ["report", "resume"],
+                       ["store.sqlite", "config: hurdles", "stage_steps"]),
     "config unknown": (lambda r: _config(r, frobs=1), ["resume", "retrain", "rerank"], ["store.sqlite", "config"]),
     "rng_state garbage": (lambda r: _sql(r, "UPDATE proposals SET rng_state = 'x{' WHERE idx = 2"), ["resume"],
                           ["store.sqlite", "proposal 2", "rng_state"]),
@@ -293,7 +294,8 @@ def test_any_row_is_a_retrain_row_of_the_declared_types_or_refused(tmp_path_fact
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(field=st.sampled_from(["archs", "budget", "train", "seed", "holdout", "stages", "device", "space"]),
+@given(field=st.sampled_from(["archs", "budget", "train", "seed", "holdout", "stage_steps", "device",
+                              "space", "evolution", "hurdles", "task"]),
        value=JSON_VALUES)
 def test_any_config_field_is_of_its_type_or_refused_in_one_line(tmp_path_factory, field, value):
     """Fuzz: the stored config with any JSON value in a field reads back as a SearchConfig or is a DamagedFile

@@ -11,10 +11,11 @@ from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.proxy.training import search_dataset, train_stages
 from evonorm.proxy.presets import get_preset
 from evonorm.train import Run
+from evonorm.proxy.config import proxy_config
 
 
 def _staged_cfg(**kw):
-    base = dict(dataset="synthetic", n_train=96, quality_steps=0, stages=(3,), quality_factor=0.0,
+    base = dict(dataset="synthetic", n_train=96, quality_steps=0, stage_steps=(3,), quality_factor=0.0,
                 train={"steps": 6, "batch_size": 8, "width": 0.0625, "eval_batch_size": 64})
     base.update(kw)
     return get_preset("tiny", **base)
@@ -63,7 +64,7 @@ def test_a_stage_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
     except KeyboardInterrupt:
         pass
     saved = torch.load(ckpt, weights_only=True)  # raises on anything but tensors and plain data
-    assert len(saved["stages"]) == 1 and set(saved["runs"]) == set(cfg.archs)
+    assert len(saved["stages"]) == 1 and set(saved["runs"]) == set(proxy_config(cfg).archs)
 
 
 def test_a_planted_pickle_is_not_run_and_the_candidate_trains_again(tmp_path, monkeypatch, capfd):
@@ -79,7 +80,7 @@ def test_a_planted_pickle_is_not_run_and_the_candidate_trains_again(tmp_path, mo
     calls = _count_advances(monkeypatch)
     again = train_stages(g, ds, cfg, checkpoint=str(ckpt))
     assert not marker.exists()
-    assert calls[:len(cfg.archs)] == [3] * len(cfg.archs)  # from the first stage
+    assert calls[:len(proxy_config(cfg).archs)] == [3] * len(proxy_config(cfg).archs)  # from the first stage
     assert again.stage_scores == whole.stage_scores and not ckpt.exists()
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "dropped stage checkpoint" in err[0] and str(ckpt) in err[0]
@@ -105,7 +106,7 @@ def test_corrupt_or_foreign_checkpoints_are_dropped(tmp_path, monkeypatch, capfd
         assert len(capfd.readouterr().err.strip().splitlines()) == 1
     # plain data, but not this candidate's: stages of other architectures, or no runs
     for saved in ({"stages": [{"other_arch": 0.5}], "runs": {}},
-                  {"stages": [{a: 0.5 for a in cfg.archs}], "runs": {}},
+                  {"stages": [{a: 0.5 for a in proxy_config(cfg).archs}], "runs": {}},
                   {"stages": [], "runs": {}}, [1, 2, 3]):
         torch.save(saved, ckpt)
         calls = _count_advances(monkeypatch)

@@ -12,6 +12,7 @@ from _search_fakes import (crashy_fake, detailed_fake, fake_config, fake_objecti
                            slow_fake)
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.store import Store
+from evonorm.proxy.config import configured
 
 TESTS = Path(__file__).parent
 
@@ -143,7 +144,7 @@ def test_resume_continues_the_random_stream(tmp_path):
     cfg = fake_config(budget=16, workers=1)
     init_run(tmp_path / "whole", cfg)
     run_search(tmp_path / "whole", objective=fake_objective, progress=False)
-    init_run(tmp_path / "parts", cfg.replace(budget=7))
+    init_run(tmp_path / "parts", configured(cfg, budget=7))
     run_search(tmp_path / "parts", objective=fake_objective, progress=False)
     with Store(tmp_path / "parts") as s:
         s.set_config(cfg.to_dict())

@@ -10,6 +10,7 @@ import pytest
 from evonorm.cli import main
 from evonorm.proxy.rerank import read_reranks
 from evonorm.search.store import Store
+from evonorm.proxy.config import configured, proxy_config
 
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")  # the installed console script
@@ -44,7 +45,7 @@ def test_bad_arguments_are_one_line_exit_2(tmp_path, monkeypatch, argv, message)
 def test_search_resume_rerank_tiny(tmp_path, capsys):
     run = tmp_path / "run"
     argv = ["search", "--preset", "tiny", "--out", str(run), "--budget", "4", "--workers", "2",
-            "--seed-layers", "evonorm_s0,zero", "--data-seed", "3", "--final-train-seeds", "2", "--quiet"]
+            "--seed-layers", "evonorm_s0,zero", "--data-seed", "3", "--final-train-runs", "2", "--quiet"]
     assert _run(argv) == 0
     out = capsys.readouterr().out
     assert "search complete: 4/4" in out and "rank" in out and "sigma(v1*x)" in out
@@ -52,7 +53,7 @@ def test_search_resume_rerank_tiny(tmp_path, capsys):
         cands = s.candidates()
         assert len(cands) == 4 and s.get_meta("status") == "complete"
         cfg = s.search_config()
-        assert cfg.data_seed == 3 and cfg.seed == 0 and cfg.final_train_seeds == 2
+        assert proxy_config(cfg).data_seed == 3 and cfg.seed == 0 and proxy_config(cfg).final_train_runs == 2
         by_proposal = sorted(cands, key=lambda c: c.proposal)
         assert [c.origin for c in by_proposal] == ["seed", "seed", "random", "random"]
         s0 = next(c for c in cands if c.origin == "seed" and c.status == "valid")
@@ -113,24 +114,23 @@ def test_each_shipped_measurement_names_its_preset_numbers_and_command():
 
 
 def test_a_run_off_its_presets_settings_is_not_lent_the_presets_numbers():
-    from evonorm.proxy.config import proxy_config
     from evonorm.proxy.presets import PRESETS, calibration_note, fidelity_note, get_preset, unmeasured
-    from evonorm.search.config import flat_config
 
     for name, cfg in PRESETS.items():  # every preset, as a run stores it, is what was measured
-        stored = cfg.replace(dataset=proxy_config(cfg).dataset or "fashion_mnist", workers=1, budget=3,
-                             seed=7)
-        assert unmeasured(name, stored.to_dict()) == [] == unmeasured(name, flat_config(stored.to_dict()))
-    off = get_preset("demo", train_seeds=2, final_train_seeds=4, dataset="fashion_mnist").to_dict()
-    assert unmeasured("demo", off) == ["train_seeds", "final_train_seeds"]
+        stored = configured(cfg, dataset=proxy_config(cfg).dataset or "fashion_mnist", workers=1,
+                            budget=3, seed=7)
+        assert unmeasured(name, stored.to_dict()) == []
+    off = get_preset("demo", train_runs=2, final_train_runs=4, dataset="fashion_mnist").to_dict()
+    assert unmeasured("demo", off) == ["train_runs", "final_train_runs"]
     note = calibration_note("demo", "s", off)
     assert note.startswith("calibration of demo (S space): not measured at this run's settings")
-    assert "train_seeds and final_train_seeds differ" in note and "18 of 18" not in note
+    assert "train_runs and final_train_runs differ" in note and "18 of 18" not in note
     synthetic = get_preset("demo", dataset="synthetic").to_dict()
     assert "its dataset differs" in fidelity_note("demo", "s", synthetic)
-    longer = get_preset("demo", stages=(50,), dataset="fashion_mnist").to_dict()
-    assert unmeasured("demo", longer) == ["stages"]
+    longer = get_preset("demo", stage_steps=(50,), dataset="fashion_mnist").to_dict()
+    assert unmeasured("demo", longer) == ["stage_steps"]
     # a stored config older than a setting is not compared on it; an unknown preset on nothing
-    assert unmeasured("demo", {k: v for k, v in flat_config(off).items()
-                               if k not in ("train_seeds", "final_train_seeds")}) == []
+    older = {**off, "task": {k: v for k, v in off["task"].items()
+                             if k not in ("train_runs", "final_train_runs")}}
+    assert unmeasured("demo", older) == []
     assert unmeasured("mine", off) == [] and "not measured;" in calibration_note("mine", "s", off)

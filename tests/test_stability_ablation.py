@@ -30,7 +30,7 @@ def test_summary_curves_rejections_and_the_two_sided_test(tmp_path, monkeypatch)
         else:
             cands = [_cand(1, 400, "rejected", None, "quality: 0.1 < 0.3"),
                      _cand(2, 500, fitness=0.4)]  # finishes past half of the budget
-        return SimpleNamespace(num_stages=2), "complete", 0.1, cands
+        return SimpleNamespace(hurdles=SimpleNamespace(num_stages=2)), "complete", 0.1, cands
 
     monkeypatch.setattr(sa, "read_run", fake_read)
     s = sa.summarize(tmp_path, [0, 1, 2], 900.0, "cmd", tmp_path)
@@ -68,7 +68,7 @@ def test_a_seed_missing_an_arm_is_left_out_of_the_test(tmp_path, monkeypatch):
     def fake_read(run, budget):
         if run.name == "without_s1":
             return None
-        return SimpleNamespace(num_stages=2), "complete", 0.1, [_cand(1, 10)]
+        return SimpleNamespace(hurdles=SimpleNamespace(num_stages=2)), "complete", 0.1, [_cand(1, 10)]
 
     monkeypatch.setattr(sa, "read_run", fake_read)
     s = sa.summarize(tmp_path, [0, 1], 900.0, "cmd", tmp_path)
@@ -77,9 +77,8 @@ def test_a_seed_missing_an_arm_is_left_out_of_the_test(tmp_path, monkeypatch):
 
 @pytest.mark.fashion_mnist
 def test_the_arms_differ_in_the_stability_test_alone():
-    from evonorm.search.config import flat_config
-
-    with_, without = (flat_config(sa.run_config("demo", "evolution", 3, 900.0, extra).to_dict())
+    with_, without = (sa.run_config("demo", "evolution", 3, 900.0, extra).to_dict()
                       for extra in sa.ARMS.values())
-    assert {k for k in with_ if with_[k] != without[k]} == {"stability_steps"}
-    assert with_["stability_steps"] > 0 and without["stability_steps"] == 0
+    assert {k for k in with_ if with_[k] != without[k]} == {"task"}
+    assert {k for k in with_["task"] if with_["task"][k] != without["task"][k]} == {"stability_steps"}
+    assert with_["task"]["stability_steps"] > 0 and without["task"]["stability_steps"] == 0

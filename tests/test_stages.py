@@ -13,12 +13,13 @@ from evonorm.proxy.training import search_dataset, train_config, train_stages
 from evonorm.search.evolution import AgingPopulation, Member
 from evonorm.search.store import Store
 from evonorm.train import Run, TrainConfig, lr_at, train
+from evonorm.proxy.config import configured, proxy_config
 
 
 def _staged_cfg(**kw):
     from evonorm.proxy.presets import get_preset
 
-    base = dict(dataset="synthetic", n_train=96, quality_steps=0, stages=(3,), quality_factor=0.0,
+    base = dict(dataset="synthetic", n_train=96, quality_steps=0, stage_steps=(3,), quality_factor=0.0,
                 train={"steps": 6, "batch_size": 8, "width": 0.0625, "eval_batch_size": 64})
     base.update(kw)
     return get_preset("tiny", **base)
@@ -81,14 +82,14 @@ def test_train_stages_hurdle_stops_and_quality_bar_rejects():
     g = NAMED_GRAPHS["evonorm_s0"]
     full = train_stages(g, ds, cfg)
     assert full.status == "valid" and full.stage == 2 and full.scores == full.stage_scores[-1]
-    arch = cfg.archs[0]  # a reference or re-training run is the candidates' full run
+    arch = proxy_config(cfg).archs[0]  # a reference or re-training run is the candidates' full run
     assert train(g, ds, train_config(cfg, arch)).accuracy == full.stage_scores[-1][arch]
     stopped = train_stages(g, ds, cfg, hurdles=[1.01])  # no layer clears a hurdle above 100%
     assert stopped.status == "valid" and stopped.stage == 1
     assert stopped.stage_scores[0] == full.stage_scores[0]  # the same first stage either way
-    rejected = train_stages(g, ds, cfg.replace(quality_factor=20.0))  # bar: 200% accuracy
-    assert rejected.status == "rejected" and rejected.reason == f"quality:{cfg.archs[0]}"
-    assert list(rejected.scores) == [cfg.archs[0]]  # the other archs were not trained
+    rejected = train_stages(g, ds, configured(cfg, quality_factor=20.0))  # bar: 200% accuracy
+    assert rejected.status == "rejected" and rejected.reason == f"quality:{proxy_config(cfg).archs[0]}"
+    assert list(rejected.scores) == [proxy_config(cfg).archs[0]]  # the other archs were not trained
 
 
 def test_a_candidate_killed_after_a_stage_continues_from_its_checkpoint(tmp_path, monkeypatch):
@@ -109,12 +110,12 @@ def test_a_candidate_killed_after_a_stage_continues_from_its_checkpoint(tmp_path
     monkeypatch.setattr(Run, "advance", dies_in_stage_two)
     with pytest.raises(KeyboardInterrupt):
         train_stages(g, ds, cfg, checkpoint=str(ckpt))
-    assert ckpt.is_file() and len(calls) == len(cfg.archs)
+    assert ckpt.is_file() and len(calls) == len(proxy_config(cfg).archs)
     monkeypatch.setattr(Run, "advance", lambda self, to_step=None, **kw: (
         calls.append(to_step), real(self, to_step, **kw))[1])
     calls.clear()
     again = train_stages(g, ds, cfg, checkpoint=str(ckpt))
-    assert calls == [6] * len(cfg.archs)  # stage one was not trained again
+    assert calls == [6] * len(proxy_config(cfg).archs)  # stage one was not trained again
     assert again.stage_scores == whole.stage_scores and not ckpt.exists()
 
 
@@ -122,58 +123,58 @@ def test_config_checks_stages():
     with pytest.raises(ValueError, match="quality_steps"):
         _staged_cfg(quality_steps=5)
     with pytest.raises(ValueError, match="increasing"):
-        _staged_cfg(stages=(4, 2))
-    with pytest.raises(ValueError, match="train_seeds must be >= 1"):
-        _staged_cfg(train_seeds=0)
-    with pytest.raises(ValueError, match="train_seeds > 1 needs stages"):
-        _staged_cfg(stages=(), train_seeds=2)
+        _staged_cfg(stage_steps=(4, 2))
+    with pytest.raises(ValueError, match="train_runs must be >= 1"):
+        _staged_cfg(train_runs=0)
+    with pytest.raises(ValueError, match="train_runs > 1 needs stage steps"):
+        _staged_cfg(stage_steps=(), train_runs=2)
 
 
-def test_final_train_seeds_add_runs_only_for_a_layer_that_reaches_the_end(monkeypatch):
-    cfg = _staged_cfg(final_train_seeds=2)
+def test_final_train_runs_add_runs_only_for_a_layer_that_reaches_the_end(monkeypatch):
+    cfg = _staged_cfg(final_train_runs=2)
     ds = search_dataset(cfg)
     g = NAMED_GRAPHS["evonorm_s0"]
-    one = train_stages(g, ds, cfg.replace(final_train_seeds=None))
-    arch = cfg.archs[0]
+    one = train_stages(g, ds, configured(cfg, final_train_runs=None))
+    arch = proxy_config(cfg).archs[0]
     other = train(g, ds, train_config(cfg, arch, seed=cfg.seed + 100)).accuracy
     steps = []
     real = Run.advance
     monkeypatch.setattr(Run, "advance", lambda self, to_step=None, **kw: (
         steps.append((self.cfg.arch, self.cfg.seed, to_step)), real(self, to_step, **kw))[1])
     more = train_stages(g, ds, cfg)
-    assert more.stage_scores[0] == one.stage_scores[0]  # the first stage is scored on train_seeds runs
+    assert more.stage_scores[0] == one.stage_scores[0]  # the first stage is scored on train_runs runs
     assert more.stage_scores[-1][arch] == pytest.approx((one.stage_scores[-1][arch] + other) / 2)
     assert more.scores == more.stage_scores[-1]
-    assert [s for s in steps if s[1] == cfg.seed + 100] == [(a, cfg.seed + 100, 6) for a in cfg.archs]
+    assert [s for s in steps if s[1] == cfg.seed + 100] == [(a, cfg.seed + 100, 6) for a in proxy_config(cfg).archs]
     steps.clear()  # stopped by a hurdle: no extra run
     stopped = train_stages(g, ds, cfg, hurdles=[1.0])
     assert len(stopped.stage_scores) == 1 and all(s[1] == cfg.seed for s in steps)
-    with pytest.raises(ValueError, match="final_train_seeds must be >= train_seeds"):
-        _staged_cfg(train_seeds=2, final_train_seeds=1)
+    with pytest.raises(ValueError, match="final_train_runs must be >= train_runs"):
+        _staged_cfg(train_runs=2, final_train_runs=1)
 
 
-def test_train_seeds_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(tmp_path,
+def test_train_runs_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(tmp_path,
                                                                                 monkeypatch):
-    cfg = _staged_cfg(train_seeds=2)
+    cfg = _staged_cfg(train_runs=2)
     ds = search_dataset(cfg)
     g = NAMED_GRAPHS["evonorm_s0"]
     both = train_stages(g, ds, cfg)
-    one = train_stages(g, ds, cfg.replace(train_seeds=1))
-    arch = cfg.archs[0]
+    one = train_stages(g, ds, configured(cfg, train_runs=1))
+    arch = proxy_config(cfg).archs[0]
     other = train(g, ds, train_config(cfg, arch, seed=cfg.seed + 100)).accuracy
     assert both.stage_scores[-1][arch] == pytest.approx((one.stage_scores[-1][arch] + other) / 2)
     assert both.scores == both.stage_scores[-1] and len(both.stage_scores) == 2
     # the quality bar judges the mean: a bar above one seed's first stage but below the mean
     # rejects that seed alone and passes the pair (where the two seeds differ on `arch`)
-    firsts = {s: train_stages(g, ds, cfg.replace(seed=s, train_seeds=1, archs=(arch,)))
+    firsts = {s: train_stages(g, ds, configured(cfg, seed=s, train_runs=1, archs=(arch,)))
               .stage_scores[0][arch] for s in (cfg.seed, cfg.seed + 100)}
     low = min(firsts, key=firsts.get)
     mean = sum(firsts.values()) / 2
     assert both.stage_scores[0][arch] == pytest.approx(mean)
     if firsts[low] < mean:
         factor = (firsts[low] + mean) / 2 * ds.num_classes
-        alone = train_stages(g, ds, cfg.replace(seed=low, train_seeds=1, quality_factor=factor))
-        pair = train_stages(g, ds, cfg.replace(quality_factor=factor))
+        alone = train_stages(g, ds, configured(cfg, seed=low, train_runs=1, quality_factor=factor))
+        pair = train_stages(g, ds, configured(cfg, quality_factor=factor))
         assert alone.status == "rejected" and pair.status == "valid"
     # killed in the second stage, it continues both seeds' runs from the checkpoint
     ckpt = tmp_path / "3.pt"
@@ -191,7 +192,7 @@ def test_train_seeds_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(t
     monkeypatch.setattr(Run, "advance", lambda self, to_step=None, **kw: (
         calls.append(to_step), real(self, to_step, **kw))[1])
     again = train_stages(g, ds, cfg, checkpoint=str(ckpt))
-    assert calls == [6] * (2 * len(cfg.archs)) and again.stage_scores == both.stage_scores
+    assert calls == [6] * (2 * len(proxy_config(cfg).archs)) and again.stage_scores == both.stage_scores
 
 
 def test_tournament_compares_only_at_the_furthest_stage():
@@ -203,7 +204,7 @@ def test_tournament_compares_only_at_the_furthest_stage():
 
 
 def test_search_with_hurdles_stores_stages_and_stops_below_the_mean(tmp_path):
-    cfg = fake_config(budget=30, stages=(2,), quality_steps=0, hurdle_min=3, workers=1)
+    cfg = fake_config(budget=30, stage_steps=(2,), quality_steps=0, hurdle_min=3, workers=1)
     run = init_run(tmp_path / "run", cfg)
     run_search(run, objective=staged_objective, progress=False)
     with Store(run, readonly=True) as store:
@@ -216,8 +217,8 @@ def test_search_with_hurdles_stores_stages_and_stops_below_the_mean(tmp_path):
     # (the window's, once hurdle_min have reached stage 1; cache hits count)
     reached: list[float] = []
     for c in every:
-        window = reached[-cfg.window:]
-        h = sum(window) / len(window) if len(window) >= cfg.hurdle_min else None
+        window = reached[-cfg.evolution.window:]
+        h = sum(window) / len(window) if len(window) >= cfg.hurdles.hurdle_min else None
         first = c.evaluation.stage_fitness[0]
         if not c.cache_hit:
             assert (c.stage == 1) == (h is not None and first < h), (c.id, h, first)
@@ -258,7 +259,8 @@ def test_search_flags_set_stages_and_budget_seconds():
     args = build_parser().parse_args(["--preset", "demo", "--stages", "50,100", "--budget-seconds",
                                       "30", "--out", "x"])
     cfg = config_from_args(args)
-    assert cfg.stages == (50, 100) and cfg.quality_steps == 0 and cfg.budget_seconds == 30.0
+    assert cfg.hurdles.stage_steps == (50, 100) and proxy_config(cfg).quality_steps == 0 and cfg.evolution.budget_seconds == 30.0
     args = build_parser().parse_args(["--preset", "demo", "--stages", "none", "--out", "x"])
     unstaged = config_from_args(args)
-    assert unstaged.stages == () and unstaged.quality_steps == 50 and unstaged.train_seeds == 1
+    task = proxy_config(unstaged)
+    assert unstaged.hurdles.stage_steps == () and task.quality_steps == 50 and task.train_runs == 1

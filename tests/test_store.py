@@ -23,7 +23,7 @@ def _add(store, proposal, status="valid", key="k", fp="f", cache_hit=False, wind
 
 def test_round_trip_and_read_api(tmp_path):
     with Store(tmp_path) as s:
-        s.set_config({"budget": 3, "archs": ["a"]})
+        s.set_config({"evolution": {"budget": 3}, "scores": ["a"]})
         rng = random.Random(3)
         i0 = s.add_proposal(G, None, "random", rng.getstate())
         i1 = s.add_proposal(G, 1, "mutation", rng.getstate())
@@ -35,7 +35,7 @@ def test_round_trip_and_read_api(tmp_path):
     db = sqlite3.connect(tmp_path / "store.sqlite")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with Store(tmp_path / "store.sqlite", readonly=True) as r:
-        assert r.config() == {"budget": 3, "archs": ["a"]}
+        assert r.config() == {"evolution": {"budget": 3}, "scores": ["a"]}
         (c,) = r.candidates()
         assert (c.id, c.proposal, c.graph, c.status, c.scores, c.worker) == (
             1, 1, G, "valid", {"a": 0.5}, "w0")

@@ -154,6 +154,7 @@ def test_groups_reach_every_layer_with_group_statistics(synthetic):
     """A narrow proxy sets the group count (TrainConfig.groups); None keeps the layer's own 32."""
     from evonorm.graph.library import resolve_graph
     from evonorm.proxy.training import train_config
+    from evonorm.proxy.config import configured, proxy_config
     from evonorm.proxy.presets import get_preset as search_preset
     from evonorm.train import Run
 
@@ -171,7 +172,7 @@ def test_groups_reach_every_layer_with_group_statistics(synthetic):
     demo = search_preset("demo")
     assert train_config(demo, "resnet50_cifar").layer_kwargs() == {}  # the layers' own 32
     # 32 groups x the proxy's width 1/16 would keep the paper's channels per group
-    two = demo.replace(train={**demo.train, "groups": 2})
+    two = configured(demo, train={**proxy_config(demo).train, "groups": 2})
     assert train_config(two, "resnet50_cifar").layer_kwargs() == {"groups": 2}
 
 

@@ -116,6 +116,6 @@ def test_the_page_says_what_one_search_fitness_is():
     from evonorm.report.data import RunData
     from evonorm.report.html import retrain_table
 
-    assert "one training seed per layer" in retrain_table(RunData("old"))  # stored before train_seeds
-    two = RunData("demo", config={"train_seeds": 2})
+    assert "one training seed per layer" in retrain_table(RunData("old"))  # stored before train_runs
+    two = RunData("demo", config={"task": {"train_runs": 2}})
     assert two.train_seeds == 2 and "the mean of 2 training runs per layer" in retrain_table(two)

@@ -29,17 +29,18 @@ MAX_RAY_WORKERS = 256
 
 def check_workers(cfg) -> None:
     """Bound the worker count: past it a search only thrashes (or waits on slots it never fills)."""
-    if cfg.executor == "local":
+    ex = cfg.execution
+    if ex.executor == "local":
         cores = os.cpu_count() or 1
         limit = LOCAL_WORKERS_PER_CORE * cores
-        if cfg.workers > limit:
+        if ex.workers > limit:
             raise CommandError(
-                f"--workers {cfg.workers} is more than {limit} ({LOCAL_WORKERS_PER_CORE} per core on "
+                f"--workers {ex.workers} is more than {limit} ({LOCAL_WORKERS_PER_CORE} per core on "
                 f"{cores} cores): each local worker is a process training models, so more only "
                 "thrashes memory and CPU; use --executor ray for a cluster")
-    elif cfg.workers > MAX_RAY_WORKERS:
+    elif ex.workers > MAX_RAY_WORKERS:
         raise CommandError(
-            f"--workers {cfg.workers} is more than {MAX_RAY_WORKERS}: that many candidates in flight "
+            f"--workers {ex.workers} is more than {MAX_RAY_WORKERS}: that many candidates in flight "
             "are proposed before their results can steer the evolution")
 
 
@@ -170,12 +171,12 @@ def write_errors(what: str) -> Iterator[None]:
 
 def check_executor(cfg) -> None:
     """Refuse, in one line, an executor that cannot start (Ray not installed, stray --address)."""
-    if cfg.executor == "ray":
+    if cfg.execution.executor == "ray":
         try:
             import ray  # noqa: F401
         except ImportError:
             raise CommandError("--executor ray needs ray: pip install 'evonorm[ray]'") from None
-    elif cfg.address:
+    elif cfg.execution.address:
         raise CommandError("--address applies to --executor ray only")
 
 

@@ -33,13 +33,14 @@ def build_parser() -> ArgumentParser:
         "95%% intervals, the cost per candidate)."))
     p.add_argument("--preset", default="demo", choices=list(PRESETS), help="search preset")
     p.add_argument("--space", choices=SPACES, default=None, help="default: the preset's")
-    p.add_argument("--seeds", type=int, default=3, help="training seeds per reference (>= 1)")
+    p.add_argument("--seeds", type=int, default=3, metavar="N",
+                   help="how many training seeds per reference (>= 1)")
     p.add_argument("--random", type=int, default=20, metavar="N", help="random graphs (>= 0)")
     p.add_argument("--dataset", default=None, help="default: the preset's, else fashion_mnist "
                    "(must be installed; as in `evonorm search`)")
     p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
     p.add_argument("--data-root", default=None, help="folder holding the dataset files")
-    p.add_argument("--archs", "--arch", default=None, help=ARCHS_HELP)
+    p.add_argument("--archs", default=None, help=ARCHS_HELP)
     p.add_argument("--workers", type=int, default=None, help="parallel runs (0: one per core)")
     p.add_argument("--panel", type=Path, default=None, metavar="PANEL.json",
                    help="a reference panel (results/fidelity/panel.json, written by "
@@ -75,7 +76,7 @@ def main(argv: list[str]) -> int:
             raise CommandError(str(err)) from None
         panel = {layer.name: layer.graph for layer in layers}
     cfg = check_setup(cfg)  # archs, trainer presets and data, in one line on failure
-    out = args.out or Path("runs") / f"calibrate-{cfg.preset}-{cfg.space}"
+    out = args.out or Path("runs") / f"calibrate-{cfg.preset}-{cfg.evolution.space}"
     setup = calibration_setup(cfg, args.seeds, args.random, panel)
     try:
         earlier = prepare_out(out, setup)
@@ -83,18 +84,18 @@ def main(argv: list[str]) -> int:
         raise CommandError(str(err)) from None
     jobs = calibration_jobs(cfg, args.seeds, args.random, panel)
     task = proxy_config(cfg)
-    print(f"calibrate: preset {cfg.preset}, space {cfg.space}, dataset {task.dataset}, archs "
+    print(f"calibrate: preset {cfg.preset}, space {cfg.evolution.space}, dataset {task.dataset}, archs "
           f"{', '.join(task.archs)}, {args.seeds} seed(s) x {len(jobs) - args.random} reference "
-          f"run(s) + {args.random} random, {cfg.num_workers} worker(s) -> {out}"
+          f"run(s) + {args.random} random, {cfg.execution.num_workers} worker(s) -> {out}"
           + (f" (resuming: {len(earlier)} done)" if earlier else ""), file=sys.stderr, flush=True)
     start = time.perf_counter()
-    run_jobs(jobs, cfg, out, workers=cfg.num_workers, timeout=3 * cfg.timeout,
+    run_jobs(jobs, cfg, out, workers=cfg.execution.num_workers, timeout=3 * cfg.execution.timeout,
              on_done=lambda r, i, n: print(progress_line(r, i, n), file=sys.stderr, flush=True))
     keys = {j.key for j in jobs}
     records = [r for r in load_runs(out) if r.key in keys]
     ds = search_dataset(cfg)  # cached
     threshold = quality_threshold(ds.num_classes, task.quality_factor)
-    table = format_summary(summarize(records, list(task.archs)), threshold, task.train_seeds,
+    table = format_summary(summarize(records, list(task.archs)), threshold, task.train_runs,
                            task.final_runs)
     if layers is not None:
         table += "\n\n" + rank_fidelity_section(records, layers, cfg.preset, out, args.panel, argv,

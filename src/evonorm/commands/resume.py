@@ -12,9 +12,9 @@ from evonorm.commands._common import (RUN_ARCH_HELP, check_device, check_executo
 from evonorm.commands.search import load_objective_arg, run_facts
 from evonorm.report.text import summary_table
 from evonorm.search.api import check_resume_objective
-from evonorm.search.config import EXECUTORS
+from evonorm.search.config import EXECUTORS, with_settings
 from evonorm.search.driver import run_search
-from evonorm.proxy.config import anchor_archs, proxy_config
+from evonorm.proxy.config import anchor_archs, proxy_config, with_task_settings
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.training import search_dataset
 from evonorm.search.store import Store
@@ -43,7 +43,8 @@ def build_parser() -> ArgumentParser:
                    "the name stored in the run is never imported)")
     p.add_argument("--ship", action="append", default=None, metavar="PATH",
                    help="with --executor ray: what the workers need to import the objective")
-    p.add_argument("--top", type=int, default=10, help="layers in the final table (default 10)")
+    p.add_argument("--show", type=int, default=10, metavar="N",
+                   help="layers listed in the final table (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
 
@@ -60,19 +61,17 @@ def _plan(args):
             cfg, done = store.search_config(), store.num_candidates()
             pending = len(store.pending_proposals())
             store.last_rng_state()  # where the search continues its random stream: checked too
-        changes = {k: v for k, v in dict(workers=args.workers, executor=args.executor,
-                                         address=args.address, budget=args.budget,
-                                         device=device).items()
-                   if v is not None}
-        if "budget" in changes and changes["budget"] < cfg.budget:
-            raise ValueError(f"--budget cannot shrink the run's budget of {cfg.budget}")
+        if args.budget is not None and args.budget < cfg.evolution.budget:
+            raise ValueError(f"--budget cannot shrink the run's budget of {cfg.evolution.budget}")
+        given = dict(budget=args.budget, workers=args.workers, executor=args.executor,
+                     address=args.address, device=device)
+        cfg, _ = with_settings(cfg, None, {k: v for k, v in given.items() if v is not None})
         if args.data is not None:  # the same file (its sha256 is checked when it is read)
             task = proxy_config(cfg)
             if task.data_sha256 is None:
                 raise ValueError(f"--data gives a moved data file, and this run trained on "
                                  f"{task.dataset}, not a file of its own")
-            changes["dataset"] = dataset_arg(None, args.data)
-        cfg = cfg.replace(**changes)
+            cfg = with_task_settings(cfg, dataset=dataset_arg(None, args.data))
     except (ValueError, TypeError, FileNotFoundError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
     check_run_archs(args.run, anchor_archs(cfg), args.arch)
@@ -84,8 +83,8 @@ def _plan(args):
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
 
-    if args.top < 0:
-        raise CommandError("--top must be >= 0")
+    if args.show < 0:
+        raise CommandError("--show must be >= 0")
     cfg, done, _ = _plan(args)  # every check before the lock file or the store is touched
 
     objective = load_objective_arg(args.objective, args.ship)
@@ -93,10 +92,10 @@ def main(argv: list[str]) -> int:
         check_resume_objective(cfg.objective, objective, "--objective")
     except (ValueError, TypeError) as err:
         raise CommandError(str(err)) from None
-    if done >= cfg.budget:
-        print(f"search in {args.run} is already complete ({done}/{cfg.budget} candidates); "
+    if done >= cfg.evolution.budget:
+        print(f"search in {args.run} is already complete ({done}/{cfg.evolution.budget} candidates); "
               "nothing to do")
-        print(summary_table(args.run, top=args.top))
+        print(summary_table(args.run, top=args.show))
         return 0
     try:  # the built-in objective's data must still be there
         if objective is None:
@@ -112,12 +111,12 @@ def main(argv: list[str]) -> int:
             if args.data is not None:  # as --data may move the data file
                 store.set_meta("dataset", facts["dataset"])
         if not args.quiet:
-            print(f"resume: {done}/{cfg.budget} candidates done, {pending} re-queued "
-                  f"(in flight when it stopped), {cfg.num_workers} {cfg.executor} worker(s) on "
-                  f"{cfg.device}", file=sys.stderr)
+            print(f"resume: {done}/{cfg.evolution.budget} candidates done, {pending} re-queued "
+                  f"(in flight when it stopped), {cfg.execution.num_workers} "
+                  f"{cfg.execution.executor} worker(s) on {cfg.execution.device}", file=sys.stderr)
 
         with write_errors(f"run {args.run}"):  # a disk that fills during the search: one line
             result = run_search(args.run, objective=objective or ProxyObjective(cfg),
                                 progress=not args.quiet, ship=args.ship)
-        report_result(result, args.run, args.top)
+        report_result(result, args.run, args.show)
     return 0

@@ -54,7 +54,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
     p.add_argument("--data-root", default=None, help="folder holding the dataset files")
     p.add_argument("--n-train", type=int, default=None, help="training images used (seeded subset)")
-    p.add_argument("--archs", "--arch", default=None, help=ARCHS_HELP)
+    p.add_argument("--archs", default=None, help=ARCHS_HELP)
     p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: one per core)")
     p.add_argument("--executor", choices=EXECUTORS, default=None, help="local (default) or ray")
     p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
@@ -71,9 +71,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seed-layers", default=None, metavar="NAMES",
                    help="comma-separated named graphs (e.g. evonorm_s0) evaluated first, as seeds")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--final-train-seeds", type=int, default=None, metavar="N",
+    p.add_argument("--final-train-runs", type=int, default=None, metavar="N",
                    help="training runs per architecture for a layer that clears every earlier stage "
-                        "(default: the preset's train_seeds); its fitness is their mean")
+                        "(default: the preset's train_runs); its fitness is their mean")
     p.add_argument("--data-seed", type=int, default=None,
                    help="seed of the training subset and held-out split (default: the preset's, "
                    "else --seed), so that several search seeds can share one task")
@@ -93,7 +93,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--prescreen-prior", choices=("on", "off"), default=None,
                    help="with --prescreen on: start the surrogate from labelled candidates of "
                         "earlier runs where the task has them for this setting (default on)")
-    p.add_argument("--top", type=int, default=10, help="layers in the final table (default 10)")
+    p.add_argument("--show", type=int, default=10, metavar="N",
+                   help="layers listed in the final table (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
 
@@ -112,14 +113,14 @@ def config_from_args(args):
             raise CommandError(f"--stages must be comma-separated step counts or 'none', got "
                                f"{args.stages!r}") from None
         # none: the unstaged proxy, a separate 50-step quality test and one training run each
-        staged = ({"stages": stages, "quality_steps": 0} if stages
-                  else {"stages": (), "quality_steps": 50, "train_seeds": 1})
+        staged = ({"stage_steps": stages, "quality_steps": 0} if stages
+                  else {"stage_steps": (), "quality_steps": 50, "train_runs": 1})
     try:
         return get_preset(args.preset, space=args.space, algorithm=args.algorithm,
                           budget=args.budget, budget_seconds=args.budget_seconds, **staged,
                           dataset=dataset_arg(args.dataset, args.data), data_root=args.data_root,
                           n_train=args.n_train, data_seed=args.data_seed, archs=archs, workers=args.workers,
-                          final_train_seeds=args.final_train_seeds,
+                          final_train_runs=args.final_train_runs,
                           executor=args.executor, address=args.address, timeout=args.timeout,
                           window=args.window, criterion=args.criterion, seed=args.seed,
                           seed_layers=seed_layers, device=device, gpus_per_worker=args.gpus_per_worker,
@@ -176,12 +177,12 @@ def check_setup(cfg):
 
 
 def _check_seed_layers(cfg, resolve_graph) -> None:
-    for spec in cfg.seed_layers:
+    for spec in cfg.evolution.seed_layers:
         try:
             graph = resolve_graph(spec)
         except ValueError as err:
             raise ValueError(f"seed layer {err}") from None
-        if graph.uses_batch_stats and not cfg.allow_batch:
+        if graph.uses_batch_stats and not cfg.evolution.allow_batch:
             raise ValueError(f"seed layer {spec!r} uses batch statistics: not in the S space")
 
 
@@ -191,22 +192,22 @@ def run_facts(cfg) -> dict:
     objective's run names the objective instead of a dataset."""
     if cfg.objective:
         return {"preset": cfg.preset, "objective": cfg.objective,
-                "device": {"type": cfg.device, "workers": cfg.num_workers,
-                           "executor": cfg.executor}}
+                "device": {"type": cfg.execution.device, "workers": cfg.execution.num_workers,
+                           "executor": cfg.execution.executor}}
 
     ds, task = search_dataset(cfg), proxy_config(cfg)
     return {"preset": cfg.preset,
             "dataset": {"name": task.dataset, "train": len(ds.train_y), "held_out": len(ds.test_y),
                         "classes": ds.num_classes, "image_size": ds.image_size},
             "device": {"type": train_config(cfg, task.archs[0]).device,
-                       "workers": cfg.num_workers, "executor": cfg.executor}}
+                       "workers": cfg.execution.num_workers, "executor": cfg.execution.executor}}
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
 
-    if args.top < 0:
-        raise CommandError("--top must be >= 0")
+    if args.show < 0:
+        raise CommandError("--show must be >= 0")
     cfg = config_from_args(args)
     objective = load_objective_arg(args.objective, args.ship)
     if objective is not None:
@@ -219,12 +220,13 @@ def main(argv: list[str]) -> int:
 
         cfg = own_objective_config(cfg, objective)
     check_executor(cfg)
-    if cfg.prescreen:
+    if cfg.evolution.prescreen:
         try:
             require_sklearn()
         except ValueError as err:
             raise CommandError(str(err)) from None
-    if args.gpus_per_worker is not None and (cfg.executor != "ray" or cfg.device == "cpu"):
+    if args.gpus_per_worker is not None and (cfg.execution.executor != "ray"
+                                             or cfg.execution.device == "cpu"):
         raise CommandError("--gpus-per-worker applies to --executor ray with --device cuda only "
                            "(local workers all share the machine's GPU)")
     check_workers(cfg)
@@ -250,26 +252,27 @@ def main(argv: list[str]) -> int:
             with Store(run) as store:
                 for key, value in facts.items():
                     store.set_meta(key, value)
+        evo, ex = cfg.evolution, cfg.execution
         if not args.quiet and objective is not None:
             device = facts["device"]
-            print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, objective "
-                  f"{cfg.objective}, device {device['type']}, budget {cfg.budget}, "
-                  f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
+            print(f"search: preset {cfg.preset}, space {evo.space}, {evo.algorithm}, objective "
+                  f"{cfg.objective}, device {device['type']}, budget {evo.budget}, "
+                  f"{ex.num_workers} {ex.executor} worker(s) -> {run}", file=sys.stderr)
         elif not args.quiet:
             data, device, task = facts["dataset"], facts["device"], proxy_config(cfg)
             runs = ""
             if task.final_runs > 1:  # e.g. " (2 training runs each, 4 at the last stage, scored by their mean)"
-                last = f", {task.final_runs} at the last stage" if task.final_runs != task.train_seeds else ""
-                runs = (f" ({task.train_seeds} training run{'s' if task.train_seeds > 1 else ''} each{last}, "
+                last = f", {task.final_runs} at the last stage" if task.final_runs != task.train_runs else ""
+                runs = (f" ({task.train_runs} training run{'s' if task.train_runs > 1 else ''} each{last}, "
                         "scored by their mean)")
-            print(f"search: preset {cfg.preset}, space {cfg.space}, {cfg.algorithm}, dataset "
+            print(f"search: preset {cfg.preset}, space {evo.space}, {evo.algorithm}, dataset "
                   f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
-                  f"device {device['type']}, archs {', '.join(task.archs)}{runs}, budget {cfg.budget}, "
-                  f"{cfg.num_workers} {cfg.executor} worker(s) -> {run}", file=sys.stderr)
+                  f"device {device['type']}, archs {', '.join(task.archs)}{runs}, budget {evo.budget}, "
+                  f"{ex.num_workers} {ex.executor} worker(s) -> {run}", file=sys.stderr)
 
-            print(calibration_note(cfg.preset, cfg.space, cfg.to_dict()), file=sys.stderr)
+            print(calibration_note(cfg.preset, evo.space, cfg.to_dict()), file=sys.stderr)
         with write_errors(f"run folder {run}"):  # a disk that fills during the search: one line
             result = run_search(run, objective=objective or ProxyObjective(cfg),
                                 progress=not args.quiet, ship=args.ship)
-        report_result(result, run, args.top)
+        report_result(result, run, args.show)
     return 0

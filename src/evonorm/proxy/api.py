@@ -30,12 +30,13 @@ def start_run(out: str | Path, cfg, *, force: bool = False) -> Path:
 
 def search(*, out: str | Path, preset: str = "demo", space: str = "s", budget: int | None = None,
            workers: int | None = None, executor: str = "local", seed: int = 0,
-           force: bool = False, progress: bool = True, **overrides: Any) -> SearchResult:
-    """Search layers on the proxy task into the run folder `out`, with a preset's settings and
-    field overrides (`SearchConfig` names). ValueError / FileNotFoundError on bad input (a
+           force: bool = False, progress: bool = True, **settings: Any) -> SearchResult:
+    """Search layers on the proxy task into the run folder `out`, with a preset's settings, some
+    changed by plain keyword (the engine's and the task's: `budget`, `stage_steps`, `archs`, ...;
+    `evonorm.proxy.presets.get_preset`). ValueError / FileNotFoundError on bad input (a
     missing dataset among them), before any worker starts."""
     cfg = get_preset(preset, space=space, budget=budget, workers=workers, executor=executor,
-                     seed=seed, **overrides)
+                     seed=seed, **settings)
     cfg = with_dataset(cfg)
     search_dataset(cfg)  # a missing or changed dataset fails here, in one line
     Path(out).mkdir(parents=True, exist_ok=True)
@@ -52,7 +53,7 @@ def resume(out: str | Path, *, progress: bool = True, executor: Executor | None 
     with Store(out, readonly=True) as store:
         cfg, done = store.search_config(), store.num_candidates()
     check_proxy_run(cfg, out)
-    if done < cfg.budget:  # candidates will train: the data must still be there
+    if done < cfg.evolution.budget:  # candidates will train: the data must still be there
         search_dataset(cfg)
     with RunLock(out):
         return run_search(out, objective=ProxyObjective(cfg), progress=progress,

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from evonorm.files import append_line, read_json, read_jsonl, write_atomic
-from evonorm.proxy.config import proxy_config
-from evonorm.search.config import SearchConfig, flat_config
+from evonorm.proxy.config import measured, proxy_config, with_task_settings
+from evonorm.search.config import SearchConfig
 from evonorm.stats import mean_std
 from evonorm.proxy.training import quality_config, search_dataset, train_stages
 from evonorm.search.executors import OK, LocalExecutor, run_tasks
@@ -106,9 +106,10 @@ def calibration_jobs(cfg: SearchConfig, seeds: int, n_random: int,
 
     rng = random.Random(cfg.seed)
     randoms = [Job("random", f"random{i}", cfg.seed,
-                   random_graph(rng, allow_batch=cfg.allow_batch, max_nodes=cfg.max_nodes).to_json())
+                   random_graph(rng, allow_batch=cfg.evolution.allow_batch,
+                                max_nodes=cfg.evolution.max_nodes).to_json())
                for i in range(n_random)]
-    refs = reference_graphs(cfg.space)
+    refs = reference_graphs(cfg.evolution.space)
     jobs: list[Job] = []
     for s in range(seeds):
         jobs += [Job("reference", name, s, g) for name, g in refs.items()]
@@ -124,7 +125,7 @@ def measure(payload: dict) -> dict:
     run, no hurdle and no quality bar): its fitness is the search's, for every layer of the panel.
     A random graph runs the evaluator unchanged. A reference runs it with the quality test off
     (pre-checks, stability, full training), then the quality test alone on every architecture.
-    In a staged config (`stages`) the quality test is the first stage of the full run, so every
+    In a staged config (`stage_steps`) the quality test is the first stage of the full run, so every
     layer, random ones too, is trained to the end past a failed bar (its fitness is kept, and
     the quality test is judged on the first stage's accuracies): the random layers' fitness is
     then known even where the search would reject them.
@@ -145,9 +146,9 @@ def measure(payload: dict) -> dict:
         if res.status == "valid":
             rec.stage_scores = res.stage_scores or [dict(res.scores)]
             rec.run_scores, rec.arch_seconds = res.detail["runs"], res.detail["seconds"]
-    elif cfg.stages:  # staged: the quality test is the first stage; train on past it, bar at 0
+    elif cfg.hurdles.stage_steps:  # staged: the quality test is the first stage; train past it, bar 0
         res = evaluate_candidate({"graph": job.graph,
-                                  "config": cfg.replace(quality_factor=0.0).to_dict()})
+                                  "config": with_task_settings(cfg, quality_factor=0.0).to_dict()})
         rec.reason, rec.accuracies = res.reason, dict(res.scores)
         if res.status == "valid":
             rec.fitness = res.fitness
@@ -165,7 +166,7 @@ def measure(payload: dict) -> dict:
             rec.accuracies, rec.fitness = {}, None
     else:
         res = evaluate_candidate({"graph": job.graph,
-                                  "config": cfg.replace(quality_steps=0).to_dict()})
+                                  "config": with_task_settings(cfg, quality_steps=0).to_dict()})
         rec.reason, rec.accuracies = res.reason, dict(res.scores)
         if res.status == "valid":
             rec.fitness = res.fitness
@@ -192,17 +193,6 @@ def load_runs(out: Path) -> list[RunRecord]:
     return read_jsonl(Path(out) / RUNS_NAME, RunRecord)
 
 
-NOT_MEASURED = ("workers", "threads", "executor", "address", "timeout", "retries", "budget",
-                "budget_seconds", "window", "initial_population", "tournament_fraction",
-                "tournament_min", "criterion", "mutations", "p_random", "near_misses",
-                "seed_layers", "rerank_preset", "rerank_train", "rerank_top", "data_dir", "scores",
-                "prescreen", "prescreen_pool", "prescreen_threshold", "prescreen_explore",
-                "prescreen_min", "prescreen_prior")
-"""Config fields no calibration run depends on (how the search proposes, prescreen included, how
-long it runs, how it is executed, how it reranks; `scores` repeats `archs`), by their flat names:
-changing them, or a version adding one, keeps a calibration folder's runs."""
-
-
 def calibration_setup(cfg: SearchConfig, seeds: int, n_random: int,
                       panel: dict[str, dict | None] | None = None) -> dict:
     """What a calibration's numbers depend on, as stored in OUT/calibration.json."""
@@ -211,13 +201,12 @@ def calibration_setup(cfg: SearchConfig, seeds: int, n_random: int,
 
 
 def _measured(setup: dict) -> dict:
-    """A setup's config in the flat spelling, without NOT_MEASURED fields (folders written before
-    the list grew have some; before the config had parts, it was flat)."""
+    """A setup with its config cut to the settings a calibration depends on (`measured`), so
+    that a folder's runs are kept when only how the search proposes, runs or reranks changed."""
     config = setup.get("config")
     if not isinstance(config, dict):
         return setup
-    flat = flat_config(config)
-    return {**setup, "config": {k: v for k, v in flat.items() if k not in NOT_MEASURED}}
+    return {**setup, "config": measured(config)}
 
 
 def prepare_out(out: Path, setup: dict) -> list[RunRecord]:
@@ -339,13 +328,13 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}"
 
 
-def format_summary(s: Summary, bar: float, train_seeds: int = 1, final_runs: int | None = None) -> str:
+def format_summary(s: Summary, bar: float, train_runs: int = 1, final_runs: int | None = None) -> str:
     """A markdown table per reference and architecture, then the random layers and the ratios."""
-    final_runs = final_runs or train_seeds
-    last = (f" ({final_runs} at the last stage: final_train_seeds)" if final_runs != train_seeds
+    final_runs = final_runs or train_runs
+    last = (f" ({final_runs} at the last stage: final_train_runs)" if final_runs != train_runs
             else "")
-    runs = (f"; each seed's accuracies are the mean of its {train_seeds} training runs{last}, as a "
-            f"candidate's in the search (train_seeds)" if final_runs > 1 else "")
+    runs = (f"; each seed's accuracies are the mean of its {train_runs} training runs{last}, as a "
+            f"candidate's in the search (train_runs)" if final_runs > 1 else "")
     lines = [f"quality bar {100 * bar:.1f}%; accuracies in %, held-out; P/F = quality test "
              f"passed/failed per seed (quality accuracy); references are fully trained even "
              f"where the quality test fails{runs}", "",

@@ -1,7 +1,10 @@
 """The built-in proxy task's settings: `ProxyConfig`, carried in the engine's config as its `task`
-(`SearchConfig.task`, stored with the run), and `TrainSetting` (a trainer preset plus field
-overrides). `proxy_config(cfg)` reads them out of a run's config and checks them against the
-engine's parts they depend on (the hurdles' stages, the seed)."""
+(`SearchConfig.task`, stored with the run, never read by the engine), and `TrainSetting` (a
+trainer preset plus field overrides). `proxy_config(cfg)` reads them out of a run's config and
+checks them against the engine's parts they depend on (the hurdles' stage steps, the seed).
+
+A setting that a preset's calibration depends on carries `metadata=MEASURED`, here and in the
+engine's parts: `measured(config)` derives the one list of them."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from evonorm.search.config import SearchConfig
+from evonorm.search.config import MEASURED, PARTS, SearchConfig, with_settings
 
 PAPER_ARCHS = ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar")
 
@@ -40,42 +43,47 @@ class ProxyConfig:
 
     # data: the search trains on (1 - holdout) of the training split and scores on the rest,
     # so it never sees the test set.
-    dataset: str | None = None  # None: the default, named when the run starts (`with_dataset`)
+    # None: the default, named when the run starts (`with_dataset`)
+    dataset: str | None = field(default=None, metadata=MEASURED)
     data_root: str | None = None
     # a user's own data (`dataset` a file.npz, stored as its absolute path): the file's sha256,
     # taken when the run starts, so resume, rerank and report read that very file or fail
-    data_sha256: str | None = None
-    n_train: int | None = None
-    holdout: float = 0.1
+    data_sha256: str | None = field(default=None, metadata=MEASURED)
+    n_train: int | None = field(default=None, metadata=MEASURED)
+    holdout: float = field(default=0.1, metadata=MEASURED)
     # the seed of the training subset and the held-out split (None: the run's seed), so that
     # several search seeds can share one task (every candidate of a run shares its split). No
     # preset sets it: at `demo` a fixed split did not narrow the seed-to-seed spread
     # (docs/calibration.md)
-    data_seed: int | None = None
+    data_seed: int | None = field(default=None, metadata=MEASURED)
     # evaluation: anchor architectures and the full training budget on each
-    archs: tuple[str, ...] = PAPER_ARCHS
-    train_preset: str = "small"
-    train: dict = field(default_factory=dict)  # TrainConfig field overrides (width, steps, ...)
-    arch_train: dict = field(default_factory=dict)  # per-architecture overrides on top of `train`
+    archs: tuple[str, ...] = field(default=PAPER_ARCHS, metadata=MEASURED)
+    train_preset: str = field(default="small", metadata=MEASURED)
+    # TrainConfig field overrides (width, steps, ...)
+    train: dict = field(default_factory=dict, metadata=MEASURED)
+    # per-architecture overrides on top of `train`
+    arch_train: dict = field(default_factory=dict, metadata=MEASURED)
     # rejection
-    prechecks: bool = True
-    stability_steps: int = 100
-    stability_threshold: float = 1e8
-    stability_batch: int = 8
-    stability_lr: float = 0.1  # relative step: |delta theta| = lr * |theta| per ascent step
-    stability_archs: int = 1  # stress-test the first N anchor architectures
-    quality_steps: int = 100
-    quality_factor: float = 2.0  # reject below quality_factor x chance accuracy
+    prechecks: bool = field(default=True, metadata=MEASURED)
+    stability_steps: int = field(default=100, metadata=MEASURED)
+    stability_threshold: float = field(default=1e8, metadata=MEASURED)
+    stability_batch: int = field(default=8, metadata=MEASURED)
+    # relative step: |delta theta| = lr * |theta| per ascent step
+    stability_lr: float = field(default=0.1, metadata=MEASURED)
+    stability_archs: int = field(default=1, metadata=MEASURED)  # stress-test the first N archs
+    quality_steps: int = field(default=100, metadata=MEASURED)
+    # reject below quality_factor x chance accuracy
+    quality_factor: float = field(default=2.0, metadata=MEASURED)
     # training runs per candidate and architecture (seeds seed, seed + 100, ...): every stage's
     # score, the quality test's included, is their mean: at 2, half the variance from training
-    # (not from the data split) at twice the training cost (needs the hurdles' `stages`, where
+    # (not from the data split) at twice the training cost (needs the hurdles' `stage_steps`, where
     # the quality test is the first stage)
-    train_seeds: int = 1
-    # training runs per architecture at the last stage (None: train_seeds): the runs beyond
-    # train_seeds train only for a layer that clears every earlier stage, and its fitness is the
+    train_runs: int = field(default=1, metadata=MEASURED)
+    # training runs per architecture at the last stage (None: train_runs): the runs beyond
+    # train_runs train only for a layer that clears every earlier stage, and its fitness is the
     # mean of all of them, so the noise falls where layers are ranked while the many layers the
     # quality test or a hurdle stops cost what they did
-    final_train_seeds: int | None = None
+    final_train_runs: int | None = field(default=None, metadata=MEASURED)
     # reranking (Sec. 5.2): a larger training setting on the same architectures
     rerank_preset: str = "small"
     rerank_train: dict = field(default_factory=dict)
@@ -88,11 +96,11 @@ class ProxyConfig:
             errors.append("need at least one anchor architecture")
         if not 0.0 < self.holdout < 1.0:
             errors.append(f"holdout must be in (0, 1), got {self.holdout}")
-        if self.train_seeds < 1:
-            errors.append(f"train_seeds must be >= 1, got {self.train_seeds}")
-        if self.final_train_seeds is not None and self.final_train_seeds < self.train_seeds:
-            errors.append(f"final_train_seeds must be >= train_seeds ({self.train_seeds}), got "
-                          f"{self.final_train_seeds}")
+        if self.train_runs < 1:
+            errors.append(f"train_runs must be >= 1, got {self.train_runs}")
+        if self.final_train_runs is not None and self.final_train_runs < self.train_runs:
+            errors.append(f"final_train_runs must be >= train_runs ({self.train_runs}), got "
+                          f"{self.final_train_runs}")
         if errors:
             raise ValueError("; ".join(errors))
 
@@ -109,7 +117,10 @@ class ProxyConfig:
     @property
     def final_runs(self) -> int:
         """Training runs per architecture behind a fully trained layer's fitness."""
-        return self.train_seeds if self.final_train_seeds is None else self.final_train_seeds
+        return self.train_runs if self.final_train_runs is None else self.final_train_runs
+
+    def replace(self, **changes) -> "ProxyConfig":
+        return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -120,7 +131,7 @@ class ProxyConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> "ProxyConfig":
         unknown = sorted(set(d) - {f.name for f in fields(cls)})
         if unknown:
-            raise ValueError(f"unknown search config field(s): {', '.join(unknown)}")
+            raise ValueError(f"unknown search config field task.{unknown[0]}")
         return cls(**d)
 
 
@@ -132,11 +143,11 @@ def proxy_config(cfg: SearchConfig) -> ProxyConfig:
                          "built-in proxy task")
     p = ProxyConfig.from_dict(cfg.task)
     errors = []
-    stages = cfg.hurdles.stages
+    stages = cfg.hurdles.stage_steps
     if stages and p.quality_steps:
-        errors.append("with stages the first stage is the quality test: set quality_steps 0")
-    if p.train_seeds > 1 and not stages:
-        errors.append("train_seeds > 1 needs stages (the quality test is then the first "
+        errors.append("with stage steps the first stage is the quality test: set quality_steps 0")
+    if p.train_runs > 1 and not stages:
+        errors.append("train_runs > 1 needs stage steps (the quality test is then the first "
                       "stage, scored over the same seeds)")
     if errors:
         raise ValueError("; ".join(errors))
@@ -146,7 +157,40 @@ def proxy_config(cfg: SearchConfig) -> ProxyConfig:
 def with_task(cfg: SearchConfig, task: ProxyConfig) -> SearchConfig:
     """`cfg` carrying the proxy task `task`: its anchor architectures are the score names, and
     its data folder is what a remote Ray worker receives (`Execution.data_dir`)."""
-    return cfg.replace(task=task.to_dict(), scores=task.archs, data_dir=task.data_root)
+    return cfg.replace(task=task.to_dict(), scores=task.archs,
+                       execution=cfg.execution.replace(data_dir=task.data_root))
+
+
+def configured(cfg: SearchConfig, **settings) -> SearchConfig:
+    """A proxy-task run's config with settings changed by plain keyword, the engine's and the
+    task's (`evonorm.search.config.with_settings`), checked across the parts (`proxy_config`)."""
+    cfg, task = with_settings(cfg, proxy_config(cfg), settings)
+    cfg = with_task(cfg, task)
+    proxy_config(cfg)
+    return cfg
+
+
+def with_task_settings(cfg: SearchConfig, **changes) -> SearchConfig:
+    """`cfg` with some of its proxy task's settings changed (`ProxyConfig` fields)."""
+    return with_task(cfg, proxy_config(cfg).replace(**changes))
+
+
+def measured(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The settings a calibration depends on (`metadata=MEASURED`: the task's data, architectures,
+    rejection tests and training, the engine's space, random-layer size and stage steps), by
+    part, from a config as stored (or as this returns it); a setting it lacks is left out. What
+    the search proposes and how long and where it runs are not among them, nor the seed (a
+    calibration spans seeds)."""
+    out: dict[str, dict[str, Any]] = {}
+    for part, cls in (("task", ProxyConfig), *PARTS.items()):
+        stored = config.get(part) if isinstance(config, Mapping) else None
+        if not isinstance(stored, Mapping):
+            continue
+        got = {f.name: stored[f.name] for f in fields(cls)
+               if f.metadata.get("measured") and f.name in stored}
+        if got:
+            out[part] = got
+    return out
 
 
 def anchor_archs(cfg: SearchConfig) -> tuple[str, ...]:

@@ -2,7 +2,7 @@
 `ProxyObjective` holds the run's settings and is handed to the search engine like any objective.
 
 Per candidate: pre-checks, the stability stress test and the quality test, then the full training
-on every anchor architecture of the run's config (in stages, with hurdles, over `train_seeds`
+on every anchor architecture of the run's config (in stages, with hurdles, over `train_runs`
 training runs; `evaluator.train_stages`). The checks need the layer itself, not only its module:
 they read `trial.graph`; the anchor architectures build the layer from that graph. The fitness is
 the held-out accuracy per architecture (a dict: the architectures are the objectives).
@@ -14,7 +14,7 @@ import time
 
 from dataclasses import dataclass
 
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import proxy_config, with_task_settings
 from evonorm.proxy.rejection import precheck, quality, stability
 from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
 from evonorm.search.config import SearchConfig
@@ -36,9 +36,10 @@ class ProxyObjective:
 
     def __call__(self, norm_act, trial: Trial) -> dict[str, float]:
         """The task on `trial.graph`, at the trial's seed and device (`objective`)."""
-        cfg = self.config.replace(seed=trial.seed, device=trial.device)
+        cfg = self.config.replace(seed=trial.seed,
+                                  execution=self.config.execution.replace(device=trial.device))
         if trial.data_dir:  # the data folder as a remote worker received it
-            cfg = cfg.replace(data_root=trial.data_dir)
+            cfg = with_task_settings(cfg, data_root=trial.data_dir)
         return objective(cfg, trial)
 
     def prescreen_features(self, graph, cfg: SearchConfig) -> dict[str, float | None]:
@@ -77,7 +78,7 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
     ds = search_dataset(cfg)  # outside the try: missing data is the run's problem
     lap("data")
     try:
-        screen = cfg.algorithm != "random-norej"
+        screen = cfg.evolution.algorithm != "random-norej"
         if screen and task.prechecks:
             rej = precheck(graph, seed=cfg.seed)
             lap("precheck")
@@ -121,4 +122,5 @@ def evaluate_candidate(payload: dict) -> Evaluation:
     payload: {"graph": graph JSON, "config": SearchConfig.to_dict()}."""
     cfg = SearchConfig.from_dict(payload["config"])
     return run_trial(ProxyObjective(cfg), {"graph": payload["graph"], "seed": cfg.seed,
-                                           "device": cfg.device, "staged": bool(cfg.stages)})
+                                           "device": cfg.execution.device,
+                                           "staged": bool(cfg.hurdles.stage_steps)})

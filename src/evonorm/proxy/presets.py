@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from evonorm.proxy.config import ProxyConfig, proxy_config, with_task
-from evonorm.search.config import SearchConfig, flat_config
+from evonorm.proxy.config import ProxyConfig, configured, measured, with_task
+from evonorm.search.config import SearchConfig
 from evonorm.search.settings import ENGINE_PRESETS
 
 # Sized for the 2-core reference machine (docs/search.md).
@@ -26,7 +26,7 @@ TASKS: dict[str, ProxyConfig] = {
     # calibrate --preset demo` (docs/calibration.md; what it measured is in measured.json): enough
     # held-out images that a score's standard error stays below the gaps between references, and
     # MobileNetV2 at the lr at which both textbook references learn. Training is staged
-    # (multi-fidelity, the engine's `stages`): 150 steps, each architecture scored annealed (a
+    # (multi-fidelity, the engine's `stage_steps`): 150 steps, each architecture scored annealed (a
     # cosine cycle ends there), the quality bar on those scores, then only layers above the
     # hurdle (the mean stage-1 fitness so far) train to 900 steps from the same weights. One run
     # of 900 steps, not two short ones, because its order of layers is that of long training (a
@@ -38,7 +38,7 @@ TASKS: dict[str, ProxyConfig] = {
                                     "lr_warmup": 10},
         arch_train={"mobilenetv2_cifar": {"lr": 0.03}},
         stability_steps=10, stability_batch=8, quality_steps=0, quality_factor=1.2,
-        train_seeds=1, final_train_seeds=1, data_seed=0, rerank_preset="tiny",
+        train_runs=1, final_train_runs=1, data_seed=0, rerank_preset="tiny",
         rerank_train={"steps": 300, "batch_size": 64, "width": 0.0625, "n_train": 10000,
                       "n_test": None, "lr_warmup": 10}, rerank_top=3),  # the whole test split
     # The paper's settings (Sec. 5.1): CIFAR-10, 3 archs, 2000 steps constant lr / 5000 cosine.
@@ -60,36 +60,32 @@ TASKS["scratch"] = TASKS["demo"]
 TASKS["demo-b"] = dataclasses.replace(
     TASKS["demo"], train={**_SHORT_TRAIN, "lr": 0.03},
     arch_train={"mobilenetv2_cifar": {"lr": 0.01}},
-    train_seeds=1, final_train_seeds=None, data_seed=None,  # as calibrated: one run, split per seed
+    train_runs=1, final_train_runs=None, data_seed=None,  # as calibrated: one run, split per seed
     rerank_train={**TASKS["demo"].rerank_train, "lr": 0.03})
 
 PRESETS: dict[str, SearchConfig] = {name: with_task(engine, TASKS[name])
                                     for name, engine in ENGINE_PRESETS.items()}
 
-# What a preset's calibration and rank fidelity depend on: the task's data, architectures,
-# rejection tests and training, and the engine's stages. A run that differs from its preset in
-# any of them (a `--set` override, or a run of an earlier version of the preset) is not what was
-# measured, and its notes say so rather than lend it the preset's numbers.
-MEASURED = ("dataset", "n_train", "holdout", "data_seed", "archs", "train_preset", "train",
-            "arch_train", "prechecks", "stability_steps", "stability_threshold", "stability_batch",
-            "stability_lr", "stability_archs", "quality_steps", "quality_factor", "train_seeds",
-            "final_train_seeds", "stages")
 
 
 def unmeasured(preset: str, config: Mapping[str, Any] | None) -> list[str]:
-    """The settings of MEASURED in which a run's config (as stored: flat or nested) differs from
-    `preset` as it ships; [] at the preset's settings, for an unknown preset, or without a config.
-    A setting the stored config lacks (a run older than the setting) is not compared."""
+    """The settings a calibration depends on (`evonorm.proxy.config.measured`) in which a run's
+    config (as stored) differs from `preset` as it ships: such a run (a `--set` override, or a run
+    of an earlier version of the preset) is not what was measured, and its notes say so rather
+    than lend it the preset's numbers. [] at the preset's settings, for an unknown preset, or
+    without a config; a setting the stored config lacks (a run older than the setting) is not
+    compared."""
     if preset not in PRESETS or not config:
         return []
-    ours = flat_config(PRESETS[preset].to_dict())
-    ours["dataset"] = ours.get("dataset") or "fashion_mnist"  # the default, as a run names it
-    theirs = flat_config(config)
+    ours = measured(PRESETS[preset].to_dict())
+    task = ours["task"]
+    task["dataset"] = task.get("dataset") or "fashion_mnist"  # the default, as a run names it
 
     def same(a: Any, b: Any) -> bool:  # tuples and lists alike, as JSON stores them
         return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
-    return [k for k in MEASURED if k in theirs and not same(theirs[k], ours.get(k))]
+    return [k for part, got in measured(config).items() for k, v in got.items()
+            if not same(v, ours.get(part, {}).get(k))]
 
 
 def _elsewhere(kind: str, preset: str, space: str, off: list[str]) -> str:
@@ -142,10 +138,9 @@ def list_presets() -> list[str]:
     return list(PRESETS)
 
 
-def get_preset(name: str, **overrides) -> SearchConfig:
-    """A preset by name with field overrides, engine's and task's by their flat names (None
-    values are ignored); ValueError on bad input."""
+def get_preset(name: str, **settings) -> SearchConfig:
+    """A preset by name with some settings changed by plain keyword, the engine's and the task's
+    (`evonorm.search.config.with_settings`; None values are ignored); ValueError on bad input."""
     if name not in PRESETS:
         raise ValueError(f"unknown search preset {name!r} (choose from {', '.join(PRESETS)})")
-    cfg = PRESETS[name].replace(**{k: v for k, v in overrides.items() if v is not None})
-    return with_task(cfg, proxy_config(cfg))
+    return configured(PRESETS[name], **{k: v for k, v in settings.items() if v is not None})

@@ -42,7 +42,7 @@ def setting(cfg: SearchConfig) -> dict[str, Any]:
     task = {k: v for k, v in proxy_config(cfg).to_dict().items() if k not in _IGNORED}
     return json.loads(json.dumps({
         "space": cfg.evolution.space,  # an S-space prior says nothing of the batch ops' layers
-        "task": task, "stages": list(cfg.stages),
+        "task": task, "stage_steps": list(cfg.hurdles.stage_steps),
         "features": {"engine": engine_features_module.FEATURES_VERSION,
                      "task": task_features_module.FEATURES_VERSION}}))
 
@@ -121,8 +121,9 @@ def build_prior(runs: Sequence[str | Path], command: str) -> Prior:
     for run, cfg, cands, status in read:
         found = labelled_rows(cands, Prescreen(cfg, task_features_module.task_features))
         rows.extend(found)
-        sources.append({"run": Path(run).name, "preset": cfg.preset, "algorithm": cfg.algorithm,
-                        "seed": cfg.seed, "space": cfg.space, "candidates": len(cands),
+        sources.append({"run": Path(run).name, "preset": cfg.preset,
+                        "algorithm": cfg.evolution.algorithm,
+                        "seed": cfg.seed, "space": cfg.evolution.space, "candidates": len(cands),
                         "status": status, "rows": len(found),
                         "valid": sum(r["valid"] for r in found),
                         "worker_seconds": round(sum(c.seconds for c in cands), 1)})

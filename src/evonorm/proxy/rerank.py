@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from evonorm.files import append_line, read_jsonl
-from evonorm.proxy.config import anchor_archs, proxy_config, split_seed
+from evonorm.proxy.config import anchor_archs, proxy_config, split_seed, with_task_settings
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
 from evonorm.proxy.training import require_builtin, search_dataset, train_config
@@ -113,14 +113,14 @@ class RerankPlan:
         """What the layers are scored on, as stored with each row."""
         n = "/".join(str(k) for k in sorted(set(self.test_images)))
         scored = "" if n == str(self.test_split) else f"{n} of "
-        return f"{self.cfg.dataset} test split ({scored}{self.test_split} images)"
+        return f"{proxy_config(self.cfg).dataset} test split ({scored}{self.test_split} images)"
 
     def smaller(self) -> list[str]:
         """Where the rerank setting is not larger than the search's, one phrase per shortfall.
         Equal training images pass only where the search already trained on every image the
         rerank may use (the paper presets: no image is left to add)."""
         out = []
-        for arch in self.cfg.archs:
+        for arch in proxy_config(self.cfg).archs:
             s, r = self.search[arch], self.rerank[arch]
             if r.steps <= s.steps:
                 out.append(f"{arch} trains {r.steps} steps, not more than the search's {s.steps}")
@@ -134,12 +134,13 @@ class RerankPlan:
     def describe(self) -> list[str]:
         """The two settings and the data, for the rerank's first lines."""
         lines = []
-        for arch in self.cfg.archs:
+        for arch in proxy_config(self.cfg).archs:
             lines += [f"  {arch}: search {self.search[arch].text()}",
                       f"  {arch}: rerank {self.rerank[arch].text()}"]
         searched = proxy_config(self.cfg).training.label
         return [f"rerank setting {self.label} vs the search's {searched}:", *lines,
-                f"  trained on the {self.cfg.dataset} training images the search did not score "
+                f"  trained on the {proxy_config(self.cfg).dataset} training images the search did "
+                f"not score "
                 f"on ({self.available} available); scored on the {self.split}, never seen by "
                 f"the search"]
 
@@ -169,7 +170,7 @@ def rerank_dataset(cfg: SearchConfig):
     if task.dataset is None:
         raise ValueError("the search config names no dataset")
     return _load_rerank_split(task.dataset, task.data_root, task.n_train, task.holdout,
-                              split_seed(cfg), cfg.device, task.data_sha256)
+                              split_seed(cfg), cfg.execution.device, task.data_sha256)
 
 
 @lru_cache(maxsize=2)
@@ -202,15 +203,16 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
         if task.data_sha256 is None:
             raise ValueError(f"--data gives a moved data file, and this run trained on "
                              f"{task.dataset}, not a file of its own")
-        cfg = cfg.replace(dataset=os.path.abspath(data))
+        cfg = with_task_settings(cfg, dataset=os.path.abspath(data))
     if preset is not None:
-        cfg = cfg.replace(rerank_preset=preset, rerank_train=dict(overrides or {}))
+        cfg = with_task_settings(cfg, rerank_preset=preset, rerank_train=dict(overrides or {}))
     elif overrides:
-        cfg = cfg.replace(rerank_train={**task.rerank_train, **overrides})
+        cfg = with_task_settings(cfg, rerank_train={**task.rerank_train, **overrides})
     changes = {k: v for k, v in dict(device=device, workers=workers).items() if v is not None}
-    cfg = cfg.replace(**changes)
+    cfg = cfg.replace(execution=cfg.execution.replace(**changes))
     task = proxy_config(cfg)
-    sizes = cfg.replace(device="cpu")  # the driver only counts images; workers train
+    # the driver only counts images; workers train
+    sizes = cfg.replace(execution=cfg.execution.replace(device="cpu"))
     searched, data = search_dataset(sizes), rerank_dataset(sizes)
     search, rerank, test, work = {}, {}, [], 1.0
     for arch in task.archs:
@@ -224,7 +226,7 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
         work = max(work, (r.steps * r.batch_size) / (s.steps * s.batch_size))
     # a layer's rerank trains longer than a search candidate: its timeout grows with the work
     plan = RerankPlan(cfg, search, rerank, len(data.train_y), tuple(test), len(data.test_y),
-                      timeout if timeout is not None else cfg.timeout * work)
+                      timeout if timeout is not None else cfg.execution.timeout * work)
     problems = plan.smaller()
     if problems and not allow_smaller:
         raise ValueError(f"the rerank setting is not larger than the search's: "
@@ -243,7 +245,7 @@ def train_layer(payload: dict) -> dict:
 
     cfg = SearchConfig.from_dict(payload["config"])
     if payload.get("data_dir"):  # the data folder as a remote Ray worker received it
-        cfg = cfg.replace(data_root=payload["data_dir"])
+        cfg = with_task_settings(cfg, data_root=payload["data_dir"])
     task = proxy_config(cfg)
     data = rerank_dataset(cfg)  # outside the try: missing data is the run's problem
     accs: dict[str, float] = {}
@@ -298,22 +300,23 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
         return []
     done = reranked_ids(run_dir, plan.label, plan.split)
     todo = [c for c in chosen if c.id not in done]
-    n_workers = min(cfg.num_workers, len(todo)) or 1
+    n_workers = min(cfg.execution.num_workers, len(todo)) or 1
     for line in plan.describe():
         log(line)
     log(f"rerank: top {len(chosen)} layer(s), {len(chosen) - len(todo)} reranked before, "
-        f"{len(todo)} to train on {n_workers} {cfg.executor} worker(s), device {cfg.device}")
+        f"{len(todo)} to train on {n_workers} {cfg.execution.executor} worker(s), device {cfg.execution.device}")
     finished, total = len(chosen) - len(todo), len(chosen)
     if todo:
         config = cfg.to_dict()
         by_id = {c.id: c for c in todo}
         start = last = time.perf_counter()
-        with make_executor(cfg.executor, fn or train_layer, n_workers, timeout=plan.timeout,
-                           address=cfg.address, device=cfg.device,
-                           gpus_per_worker=cfg.gpus_per_worker,
-                           data_dir=task.data_root, threads=cfg.threads) as pool:
+        with make_executor(cfg.execution.executor, fn or train_layer, n_workers, timeout=plan.timeout,
+                           address=cfg.execution.address,
+                           device=cfg.execution.device,
+                           gpus_per_worker=cfg.execution.gpus_per_worker,
+                           data_dir=task.data_root, threads=cfg.execution.threads) as pool:
             waits = run_tasks(pool, {c.id: {"graph": c.graph, "config": config} for c in todo},
-                              poll=min(5.0, every), retries=cfg.retries,
+                              poll=min(5.0, every), retries=cfg.execution.retries,
                               on_retry=lambda o: log(f"rerank: candidate {o.task_id}: "
                                                      f"{o.error}; retrying"))
             for arrived in waits:

@@ -79,7 +79,8 @@ def retrain_plan(run: str | Path, top: int) -> tuple[Any, list[tuple[str, str, A
     found = [r.best for r in rows if not is_seed_layer(r.best)][:top]
     seed_layers = [r.best for r in rows if is_seed_layer(r.best)]
     layers = [(f"id {c.id}", "found", c.graph, c.id) for c in found]
-    layers += [(name, "reference", name, None) for name in REFERENCES_BY_SPACE.get(cfg.space, ())]
+    layers += [(name, "reference", name, None)
+               for name in REFERENCES_BY_SPACE.get(cfg.evolution.space, ())]
     layers += [(f"id {c.id}", "seed", c.graph, c.id) for c in seed_layers]
     return cfg, layers
 
@@ -107,7 +108,7 @@ def train_layers(cfg, layers: Sequence[tuple[str, str, Any, int | None]], seeds:
     """Train each (label, kind, graph or name, candidate id) layer with each training seed on every
     architecture of `cfg`, with its data split and full-training setting, appending a line per finished
     (layer, seed) to `path`; pairs already there are not trained again, so an interrupted run resumes.
-    With `rerank`, the setting and data are the rerank's instead (`cfg.rerank_training`, trained on
+    With `rerank`, the setting and data are the rerank's instead (the task's `rerank_training`, trained on
     the dataset's training split less the search's held-out images, scored on its test split).
     Logs one line per finished pair with the count done, so it shows progress anywhere."""
     task = proxy_config(cfg)

@@ -15,7 +15,7 @@ import time
 from functools import lru_cache
 from typing import Any
 
-from evonorm.proxy.config import TrainSetting, proxy_config, split_seed
+from evonorm.proxy.config import TrainSetting, proxy_config, split_seed, with_task_settings
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.objective import Reject, Trial
@@ -31,10 +31,12 @@ def with_dataset(cfg: SearchConfig) -> SearchConfig:
     from evonorm.data import default_dataset_name, file_sha256, is_npz, read_npz_bytes
 
     if task.dataset is None:
-        return cfg.replace(dataset=default_dataset_name(task.data_root, fallback=False))
+        return with_task_settings(cfg, dataset=default_dataset_name(task.data_root,
+                                                                    fallback=False))
     if is_npz(task.dataset) and task.data_sha256 is None:
         path = os.path.abspath(task.dataset)
-        return cfg.replace(dataset=path, data_sha256=file_sha256(read_npz_bytes(path)))
+        return with_task_settings(cfg, dataset=path,
+                                  data_sha256=file_sha256(read_npz_bytes(path)))
     return cfg
 
 
@@ -50,7 +52,7 @@ def search_dataset(cfg: SearchConfig):
         raise ValueError("the search config names no dataset (with_dataset() resolves the "
                          "default when a run starts)")
     return _load_split(task.dataset, task.data_root, task.n_train, task.holdout, split_seed(cfg),
-                       cfg.device, task.data_sha256)
+                       cfg.execution.device, task.data_sha256)
 
 
 @lru_cache(maxsize=4)
@@ -88,7 +90,7 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
     from evonorm.train import TRAIN_PRESETS
 
     setting = setting or task.training
-    staged = setting == task.training and steps is None and bool(cfg.stages)
+    staged = setting == task.training and steps is None and bool(cfg.hurdles.stage_steps)
     if setting.preset not in TRAIN_PRESETS:
         raise ValueError(f"unknown training preset {setting.preset!r} "
                          f"(choose from {', '.join(TRAIN_PRESETS)})")
@@ -99,13 +101,14 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
         over.setdefault("n_test", None)
     if not is_builtin(arch) and "width" not in task.arch_train.get(arch, {}):
         over.pop("width", None)  # a preset's width is for the built-in architectures
-    over.update(arch=arch, seed=cfg.seed, device=cfg.device)
+    over.update(arch=arch, seed=cfg.seed, device=cfg.execution.device)
     if staged:
         full = over.get("steps", TRAIN_PRESETS[setting.preset].steps)
-        if cfg.stages[-1] >= full:
-            raise ValueError(f"stages {list(cfg.stages)} must end before the full training's "
-                             f"{full} steps")
-        over["restarts"] = tuple(cfg.stages)  # as the staged evaluation trains it to the end
+        if cfg.hurdles.stage_steps[-1] >= full:
+            raise ValueError(f"stage steps {list(cfg.hurdles.stage_steps)} must end before the "
+                             f"full training's {full} steps")
+        # as the staged evaluation trains it to the end
+        over["restarts"] = tuple(cfg.hurdles.stage_steps)
     if steps is not None:
         over["steps"] = steps
     over.update(extra)
@@ -122,7 +125,7 @@ def quality_config(cfg, arch: str, schedule: str = "constant"):
 def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = (),
                  checkpoint: str | None = None, screen: bool = True,
                  trial: Trial | None = None) -> Evaluation:
-    """Full training on every architecture, in stages (`cfg.stages`, then the end).
+    """Full training on every architecture, in stages (`cfg.hurdles.stage_steps`, then the end).
 
     Every stage continues each architecture's run from the previous stage's weights, so a layer
     that goes all the way costs exactly one full training. After stage k the layer stops, valid
@@ -139,9 +142,9 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     its saved stages first), and its `should_stop()` decides the hurdles; without a trial, one
     that holds `hurdles`.
 
-    With `cfg.train_seeds` > 1 each architecture trains that many runs (`run_seed`) and each stage
+    With the task's `train_runs` > 1 each architecture trains that many runs (`run_seed`) and each stage
     scores their mean accuracy; a non-finite loss in any of them rejects the layer. The last stage
-    scores the task's `final_runs` runs: those beyond `train_seeds` train from scratch only for a layer
+    scores the task's `final_runs` runs: those beyond `train_runs` train from scratch only for a layer
     that got that far.
     """
     task = proxy_config(cfg)
@@ -155,9 +158,9 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     from evonorm.files import check_folder, read_bytes, write_atomic
     from evonorm.train import Run
 
-    ends = [*cfg.stages, train_config(cfg, task.archs[0]).steps]
+    ends = [*cfg.hurdles.stage_steps, train_config(cfg, task.archs[0]).steps]
     keys = {(arch, i): arch if i == 0 else f"{arch}#{i}"  # the checkpoint's names for the runs
-            for arch in task.archs for i in range(task.train_seeds)}
+            for arch in task.archs for i in range(task.train_runs)}
 
     def new_run(arch: str, i: int) -> Run:
         return Run(graph, ds, train_config(cfg, arch, seed=run_seed(cfg, i)))
@@ -187,7 +190,8 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     trial = trial if trial is not None else Trial(graph, hurdles=list(hurdles))
     for k, accs in enumerate(stages):  # the saved stages, as if just measured
         trial.report(accs, ends[k])
-    bar = quality_threshold(ds.num_classes, task.quality_factor) if cfg.stages and screen else None
+    staged = bool(cfg.hurdles.stage_steps)
+    bar = quality_threshold(ds.num_classes, task.quality_factor) if staged and screen else None
 
     def decided(e: Evaluation) -> Evaluation:
         if ckpt is not None:
@@ -202,7 +206,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
             for arch in task.archs:
                 t0 = time.perf_counter()
                 scores = []
-                for i in range(task.final_runs if k == len(ends) - 1 else task.train_seeds):
+                for i in range(task.final_runs if k == len(ends) - 1 else task.train_runs):
                     run = runs.get((arch, i))
                     if run is None:
                         run = runs[arch, i] = new_run(arch, i)
@@ -232,7 +236,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
         # what lies under the scores, for whoever studies the proxy (`evonorm calibrate --panel`)
         detail = {"runs": run_scores, "seconds": seconds}
         return decided(dataclasses.replace(
-            Evaluation.valid(stages[-1], stage_scores=stages if cfg.stages else None), detail=detail))
+            Evaluation.valid(stages[-1], stage_scores=stages if staged else None), detail=detail))
     except Exception:  # the layer raised: decided too (a killed worker keeps its checkpoint)
         if ckpt is not None:
             ckpt.unlink(missing_ok=True)
@@ -240,5 +244,6 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
 
 
 def run_seed(cfg: SearchConfig, i: int) -> int:
-    """The training seed of a candidate's i-th run on each architecture (`cfg.train_seeds`)."""
+    """The training seed of a candidate's i-th run on each architecture (the task's
+    `train_runs` runs)."""
     return cfg.seed + 100 * i

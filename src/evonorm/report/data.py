@@ -15,10 +15,9 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from evonorm.search.candidates import Candidate, as_candidate, reason_group
-from evonorm.search.config import flat_config
 from evonorm.search.evaluation import STATUSES, finite
 from evonorm.proxy.config import ProxyConfig
 from evonorm.proxy.references import REFERENCES_FILE, read_references
@@ -37,7 +36,7 @@ class RunData:
     candidates: list[Candidate] = field(default_factory=list)  # or flat dicts, read as Candidates
     population: list[int] = field(default_factory=list)
     reranks: list[RerankRow] = field(default_factory=list)  # best first
-    config: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)  # as stored: each part's settings under its part
     # Reference layers (e.g. "bn_relu", "evonorm_b0") -> {arch: accuracy}, for the Pareto figure.
     references: dict[str, dict[str, float]] = field(default_factory=dict)
     in_flight: int = 0  # proposals handed to workers and not finished when the store was read
@@ -52,11 +51,18 @@ class RunData:
     def __post_init__(self) -> None:
         self.candidates = sorted((as_candidate(c) for c in self.candidates), key=lambda c: c.id)
 
+    def part(self, name: str) -> dict:
+        """One part of the stored config ("evolution", "hurdles", "execution", "task"); {} where
+        it has none (an objective of one's own has no task)."""
+        part = self.config.get(name)
+        return part if isinstance(part, dict) else {}
+
     @property
     def train_seeds(self) -> int:
-        """Training runs behind a fully trained layer's search fitness (`final_train_seeds`, else
-        `train_seeds`; configs stored before they existed: 1)."""
-        return int(self.config.get("final_train_seeds") or self.config.get("train_seeds", 1))
+        """Training runs behind a fully trained layer's search fitness (the task's
+        `final_train_runs`, else `train_runs`; 1 without a task)."""
+        task = self.part("task")
+        return int(task.get("final_train_runs") or task.get("train_runs", 1))
 
     @property
     def fidelity(self) -> str:
@@ -66,8 +72,8 @@ class RunData:
             return ""
         from evonorm.proxy.presets import fidelity_note
 
-        return fidelity_note(str(self.config.get("preset", "?")), str(self.config.get("space", "s")),
-                             self.config)
+        return fidelity_note(str(self.config.get("preset", "?")),
+                             str(self.part("evolution").get("space", "s")), self.config)
 
     @property
     def finished(self) -> list[Candidate]:
@@ -81,7 +87,7 @@ class RunData:
     def archs(self) -> list[str]:
         """The score names (the proxy task's architectures) in the order the config lists them, else in order
         of first appearance."""
-        cfg = self.config.get("archs") or self.config.get("scores") or self.config.get("architectures") or []
+        cfg = self.part("task").get("archs") or self.config.get("scores") or []
         seen = [a for a in cfg if isinstance(a, str)]
         for c in self.candidates:
             for a in c.scores or {}:
@@ -91,10 +97,10 @@ class RunData:
 
     @property
     def num_classes(self) -> int:
-        for n in (self.classes, self.config.get("num_classes")):
-            if isinstance(n, (int, float)) and not isinstance(n, bool) and n >= 2:
-                return int(n)
-        return 100 if str(self.config.get("dataset") or "").lower() == "cifar100" else 10
+        n = self.classes
+        if isinstance(n, (int, float)) and not isinstance(n, bool) and n >= 2:
+            return int(n)
+        return 100 if str(self.part("task").get("dataset") or "").lower() == "cifar100" else 10
 
 
 def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: float = 0.25) -> RunData:
@@ -115,7 +121,7 @@ def load_run(run: Path, *, name: str | None = None, retries: int = 20, wait: flo
                 name=name or run_folder(run).name or str(run),
                 candidates=list(store.candidates()),
                 population=list(store.population()),
-                config=flat_config(store.checked_config(task=ProxyConfig)),
+                config=store.checked_config(task=ProxyConfig),
                 in_flight=len(_safe(store, "pending_proposals")),
                 status=_meta(store, "status"),
             )
@@ -148,7 +154,8 @@ def setup_line(config: dict, dataset: Any = None, device: Any = None) -> str:
         parts.append(f"dataset {dataset.get('name')} ({dataset.get('train')} train / "
                      f"{dataset.get('held_out')} held-out images)")
     else:
-        parts.append(f"dataset {config.get('dataset') or '?'}")
+        task = config.get("task") if isinstance(config.get("task"), dict) else {}
+        parts.append(f"dataset {task.get('dataset') or '?'}")
     if isinstance(device, dict):
         parts.append(f"device {device.get('type')}, {device.get('workers')} {device.get('executor')} worker(s)")
     return ", ".join(parts)
@@ -178,13 +185,9 @@ def _safe(store: Any, method: str, default: Any = ()) -> Any:
 
 def _references(data: RunData, folder: Path) -> dict[str, dict[str, float]]:
     """Reference layers' accuracies: from `references.json` in the run folder or the report folder
-    (written by `evonorm retrain --references` or the experiments), or from the config's
-    `references` entry, or from seed candidates whose graph is a named library layer. A damaged
-    references file is a DamagedFile naming it."""
+    (written by `evonorm retrain --references` or the experiments), or from seed candidates whose
+    graph is a named library layer. A damaged references file is a DamagedFile naming it."""
     refs: dict[str, dict[str, float]] = {}
-    cfg_refs = data.config.get("references")
-    if isinstance(cfg_refs, Mapping):
-        refs.update({str(k): dict(v) for k, v in cfg_refs.items() if isinstance(v, Mapping)})
     for p in (folder / REFERENCES_FILE, folder / "report" / REFERENCES_FILE):
         refs.update({k: {a: x for a, x in v.items() if finite(x)} for k, v in read_references(p).items()})
     names = named_keys()

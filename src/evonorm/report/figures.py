@@ -70,7 +70,7 @@ def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float],
     candidates arrive. The top-`top` mean is None until `top` layers exist (a mean over fewer
     would fall whenever a weaker layer arrives). In a staged run only layers trained to the end
     count (a hurdle-stopped layer's fitness is an earlier one)."""
-    stages = len(run.config.get("stages") or ()) + 1
+    stages = len(run.part("hurdles").get("stage_steps") or ()) + 1
     xs, best, means, stds = [], [], [], []
     fitness: list[float] = []
     evaluated = 0

@@ -155,7 +155,7 @@ def retrain_table(run: RunData) -> str:
 
 def prescreen_table(run: RunData) -> str:
     """The prescreen's predictions against what training measured (a run searched with it)."""
-    s = summarize(run.candidates, float(run.config.get("prescreen_threshold", 0.05)))
+    s = summarize(run.candidates, float(run.part("evolution").get("prescreen_threshold", 0.05)))
     if s is None:
         return ""
     rows = [[rng, n, passed, f"{100 * passed / n:.0f}%" if n else "-"] for rng, n, passed in s.bins]

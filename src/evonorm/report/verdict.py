@@ -66,7 +66,7 @@ def layer_stats(rows: Iterable[RetrainRow]) -> list[LayerStats]:
 
 
 def search_fitness_text(train_seeds: int = 1) -> str:
-    """What one search evaluation of a layer is (`SearchConfig.train_seeds` runs per arch)."""
+    """What one search evaluation of a layer is (the proxy task's `train_runs` runs per arch)."""
     if train_seeds > 1:
         return f"the mean of {train_seeds} training runs per layer, from one evaluation"
     return "one training seed per layer"

@@ -28,16 +28,17 @@ BUILTIN_ELSEWHERE = ("the built-in proxy task is searched with evonorm.proxy.sea
 def search(objective: Objective, *, out: str | Path, preset: str = "demo",
            space: str = "s", budget: int | None = None, workers: int | None = None,
            executor: str = "local", seed: int = 0, force: bool = False, progress: bool = True,
-           ship: list[str] | None = None, **overrides: Any) -> SearchResult:
+           ship: list[str] | None = None, **settings: Any) -> SearchResult:
     """Search layers for `objective(norm_act, trial)` into the run folder `out`, with a preset's
-    engine settings (`evonorm.search.settings`) and field overrides (flat `SearchConfig` names:
-    `budget`, `stages`, `window`, ...). `ship`: what Ray workers need to import the objective
+    engine settings (`evonorm.search.settings`), some changed by plain keyword (each one field
+    of a part: `budget`, `stage_steps`, `window`, ...; `evonorm.search.config.KEYWORDS`).
+    `ship`: what Ray workers need to import the objective
     (default: its top-level package or module file). ValueError / TypeError on bad input,
     before any worker starts."""
     if objective is None:
         raise ValueError(f"search() needs an objective: {BUILTIN_ELSEWHERE}")
     cfg = engine_preset(preset, space=space, budget=budget, workers=workers, executor=executor,
-                        seed=seed, **overrides)
+                        seed=seed, **settings)
     check_picklable(check_objective(objective))
     cfg = own_objective_config(cfg, objective)
     Path(out).mkdir(parents=True, exist_ok=True)
@@ -96,8 +97,8 @@ def load(out: str | Path) -> SearchResult:
     run = Path(out)
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
-        tally = Tally(num_stages=cfg.num_stages)
+        tally = Tally(num_stages=cfg.hurdles.num_stages)
         for c in store.candidates():
             tally.add(c)
         complete = store.get_meta("status") == "complete"
-    return SearchResult(run, cfg.budget, tally.done, complete, tally)
+    return SearchResult(run, cfg.evolution.budget, tally.done, complete, tally)

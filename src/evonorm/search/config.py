@@ -3,14 +3,13 @@
 
 Three parts are the engine's own: `Evolution` (what is proposed, and how parents are picked),
 `Hurdles` (multi-fidelity: where a layer may stop early) and `Execution` (workers, device,
-timeouts). The objective's own settings travel in `task`, a JSON object the engine stores and
+timeouts). A setting is read and replaced through its part (`cfg.evolution.budget`). The
+objective's own settings travel in `task`, a JSON object the engine stores for the record and
 never reads (the built-in proxy task's `evonorm.proxy.config.ProxyConfig`; None for an objective
 of one's own, which holds its settings itself).
 
-Run folders written before the split hold the settings as one flat object: `from_dict` reads it
-as is (the engine's names to their part, every other name to `task`), and `Store` writes the
-nested form back when the run is opened for writing. `replace` takes the flat names too, so that
-presets, command-line flags and `search(**overrides)` name a setting without its part.
+Where a call comes in (`search(budget=...)`, a preset's overrides, a command-line flag) a setting
+is named by a plain keyword: `with_settings` resolves each to its one field, once.
 """
 
 from __future__ import annotations
@@ -27,18 +26,28 @@ from evonorm.search.objective import SCORE_NAME
 SPACES = ("b", "s")
 EXECUTORS = ("local", "ray")
 DEVICES = ("cpu", "cuda")
+# A setting that a preset's calibration depends on (`dataclasses.field(metadata=MEASURED)`): a run
+# that differs from its preset in one is not what was measured (`evonorm.proxy.config.measured`).
+MEASURED = {"measured": True}
+
+
+class _Part:
+    """A part of the config: frozen, changed by copy."""
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)
-class Evolution:
+class Evolution(_Part):
     """What the search proposes: the space, the algorithm and its population."""
 
-    space: str = "s"
+    space: str = field(default="s", metadata=MEASURED)  # the references and random layers measured
     algorithm: str = "evolution"
     budget: int = 100  # candidates proposed in all (rejected and cache hits included)
     budget_seconds: float | None = None  # also stop proposing once candidates took this many
     # worker-seconds in all (equal-compute comparisons; None: no limit)
-    max_nodes: int = 10
+    max_nodes: int = field(default=10, metadata=MEASURED)  # the random layers measured
     seed_layers: tuple[str, ...] = ()  # named graphs or graph JSON, evaluated first (origin "seed")
     window: int = 2500  # the aging population, and each hurdle's recent layers
     initial_population: int = 20
@@ -108,35 +117,36 @@ class Evolution:
 
 
 @dataclass(frozen=True)
-class Hurdles:
+class Hurdles(_Part):
     """Progressive dynamic hurdles (So et al. 2019): the objective reports once per stage, and a
     layer goes on only while its stage fitness clears that stage's hurdle, the mean stage fitness
-    of the last `window` layers that reached it (once `hurdle_min` have). `stages` are the
-    training steps the built-in task scores at; only their number matters to the engine, and
-    `()` switches hurdles off."""
+    of the last `window` layers that reached it (once `hurdle_min` have). `stage_steps` are the
+    training steps the built-in task scores at before its end; only their number matters to the
+    engine, and `()` switches hurdles off."""
 
-    stages: tuple[int, ...] = ()
+    stage_steps: tuple[int, ...] = field(default=(), metadata=MEASURED)
     hurdle_min: int = 4
 
     def __post_init__(self):
-        _tuple(self, "stages")
+        _tuple(self, "stage_steps")
 
     def errors(self) -> list[str]:
         e = []
-        if list(self.stages) != sorted(set(self.stages)) or any(s < 1 for s in self.stages):
-            e.append(f"stages must be increasing step counts >= 1, got {list(self.stages)}")
+        steps = self.stage_steps
+        if list(steps) != sorted(set(steps)) or any(s < 1 for s in steps):
+            e.append(f"stage_steps must be increasing step counts >= 1, got {list(steps)}")
         if self.hurdle_min < 1:
             e.append(f"hurdle_min must be >= 1, got {self.hurdle_min}")
         return e
 
     @property
     def num_stages(self) -> int:
-        """Scored stages of a fully evaluated layer: the `stages` plus the end."""
-        return len(self.stages) + 1
+        """Scored stages of a fully evaluated layer: one per `stage_steps`, plus the end."""
+        return len(self.stage_steps) + 1
 
 
 @dataclass(frozen=True)
-class Execution:
+class Execution(_Part):
     """Where candidates run: workers, executor, device, limits."""
 
     workers: int = 0  # 0 -> one per core
@@ -176,11 +186,6 @@ class Execution:
 
 
 PARTS = {"evolution": Evolution, "hurdles": Hurdles, "execution": Execution}
-# each part's field names, for the flat spelling of a setting (`replace`, old run folders)
-PART_OF = {f.name: part for part, cls in PARTS.items() for f in fields(cls)}
-# and what a flat read may name besides (`SearchConfig.__getattr__`)
-READ_FROM = {**PART_OF, "allow_batch": "evolution", "num_stages": "hurdles",
-             "num_workers": "execution"}
 
 
 @dataclass(frozen=True)
@@ -198,7 +203,7 @@ class SearchConfig:
     evolution: Evolution = field(default_factory=Evolution)
     hurdles: Hurdles = field(default_factory=Hurdles)
     execution: Execution = field(default_factory=Execution)
-    task: Mapping[str, Any] | None = None  # the objective's own settings, stored as given
+    task: Mapping[str, Any] | None = None  # the objective's own settings, stored, never read here
 
     def __post_init__(self):
         _tuple(self, "scores")
@@ -208,19 +213,6 @@ class SearchConfig:
         if errors:
             raise ValueError("; ".join(errors))
 
-    def __getattr__(self, name: str) -> Any:
-        """A setting by its flat name, as `replace` takes it: a part's (`cfg.budget` is
-        `cfg.evolution.budget`), else the task's (`cfg.dataset` is `cfg.task["dataset"]`, lists
-        as tuples). The spelling of presets, flags and run folders before the parts."""
-        part = READ_FROM.get(name)
-        if part is not None:
-            return getattr(object.__getattribute__(self, part), name)
-        task = object.__getattribute__(self, "task")
-        if name.startswith("_") or not task or name not in task:
-            raise AttributeError(f"SearchConfig has no setting {name!r}")
-        value = task[name]
-        return tuple(value) if isinstance(value, list) else value
-
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["task"] = None if self.task is None else dict(self.task)
@@ -228,97 +220,64 @@ class SearchConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SearchConfig":
-        """The config as stored: nested, or flat as run folders before the split wrote it."""
+        """The config as stored: each part's settings under its part. ValueError (one line naming
+        the field) for anything else."""
         d = dict(d)
-        if not any(part in d for part in PARTS):
-            return cls().replace(**{"task": {}, **_from_flat(d)})
         unknown = sorted(set(d) - {f.name for f in fields(cls)})
         if unknown:
-            raise ValueError(f"unknown search config field(s): {', '.join(unknown)}")
+            where = f" (a setting of {KEYWORDS[unknown[0]]}, stored under it)" \
+                if KEYWORDS.get(unknown[0]) else ""
+            raise ValueError(f"unknown search config field {unknown[0]!r}{where}")
         for part, part_cls in PARTS.items():
-            given = dict(d.get(part) or {})
+            given = d.get(part, {})
+            if not isinstance(given, Mapping):
+                raise ValueError(f"search config field {part!r} must be an object")
             bad = sorted(set(given) - {f.name for f in fields(part_cls)})
             if bad:
-                raise ValueError(f"unknown search config field(s) in {part}: {', '.join(bad)}")
+                raise ValueError(f"unknown search config field {part}.{bad[0]}")
             d[part] = part_cls(**given)
         if "scores" in d:
             d["scores"] = tuple(d["scores"])
         return cls(**d)
 
     def replace(self, **changes) -> "SearchConfig":
-        """A copy with `changes`: its own fields, a part's fields by their flat name
-        (`budget=`, `stages=`, `workers=`), and, where it has one, the task's (`task=` replaces
-        the task's settings whole; any other name goes into them)."""
+        """A copy with some of its own fields changed (a part whole: `evolution=`); a part's
+        setting through its part (`cfg.evolution.replace(budget=5)`)."""
         own = {f.name for f in fields(self)}
-        top = {k: v for k, v in changes.items() if k in own}
-        parts: dict[str, dict] = {}
-        rest: dict[str, Any] = {}
-        for k, v in changes.items():
-            if k in own:
-                continue
-            if k in PART_OF:
-                parts.setdefault(PART_OF[k], {})[k] = v
-            else:
-                rest[k] = v
-        for part, kw in parts.items():
-            top[part] = dataclasses.replace(top.get(part, getattr(self, part)), **kw)
-        if rest:
-            task = top.get("task", self.task)
-            if task is None:  # e.g. a proxy-task setting given for an objective of one's own
-                raise ValueError(f"unknown search config field(s): {', '.join(sorted(rest))} "
-                                 "(not the engine's; an objective of one's own holds its settings)")
-            top["task"] = {**task, **rest}
-        return dataclasses.replace(self, **top)
+        bad = sorted(set(changes) - own)
+        if bad:
+            raise ValueError(f"SearchConfig has no field {bad[0]!r}")
+        return dataclasses.replace(self, **changes)
 
 
-def flat_config(stored: Mapping[str, Any]) -> dict:
-    """A stored config (nested, or flat as before the parts) in the flat spelling, for readers
-    that name settings without their part (the report): the task's settings, each part's, and
-    the run's own, with `archs` the score names as the flat form had them."""
-    if not isinstance(stored, Mapping):
-        return {}
-    if not any(isinstance(stored.get(part), Mapping) for part in PARTS):
-        return dict(stored)
-    flat = dict(stored.get("task") or {})
-    for part in PARTS:
-        flat.update(stored.get(part) or {})
-    flat.update({k: v for k, v in stored.items() if k not in PARTS and k != "task"})
-    flat["archs"] = list(stored.get("scores") or flat.get("archs") or [])
-    return flat
+# The plain keywords that name a setting where a call comes in (`search(budget=...)`, a preset's
+# overrides, a command-line flag): each is one field, of a part or the config's own ("").
+KEYWORDS: dict[str, str] = {"seed": "", **{f.name: part for part, cls in PARTS.items()
+                                           for f in fields(cls)}}
 
 
-def nested_config(stored: Mapping[str, Any]) -> dict:
-    """A stored config in the nested spelling, as `from_dict` reads it: a flat one (run folders
-    before the parts) split into the engine's own fields, each part's and the task's (every name
-    the engine does not know), so that one check covers both spellings."""
-    if any(part in stored for part in PARTS):
-        return dict(stored)
-    d = _from_flat(dict(stored))
-    own = {f.name for f in fields(SearchConfig)}
-    nested: dict[str, Any] = {k: v for k, v in d.items() if k in own}
-    for k, v in d.items():
-        if k in PART_OF:
-            nested.setdefault(PART_OF[k], {})[k] = v
-        elif k not in own:
-            nested.setdefault("task", {})[k] = v
-    if isinstance(nested.get("scores"), tuple):
-        nested["scores"] = list(nested["scores"])
-    return nested
-
-
-def _from_flat(d: dict) -> dict:
-    """A flat config (run folders before the split) as `replace` changes: the anchor
-    architectures were the score names, every name the engine does not know is the task's."""
-    d = dict(d)
-    if "archs" in d:
-        d["scores"] = tuple(d["archs"])
-        if d.get("objective"):  # an own objective's run: archs were its score names only
-            del d["archs"]
-    if d.get("objective"):  # an own objective holds its settings itself
-        known = {f.name for f in fields(SearchConfig)} | set(PART_OF)
-        d = {k: v for k, v in d.items() if k in known}
-        d["task"] = None
-    return d
+def with_settings(cfg: SearchConfig, task: Any, settings: Mapping[str, Any]) -> tuple[
+        SearchConfig, Any]:
+    """`cfg` and the task's settings `task` (a dataclass, or None for an objective of one's own)
+    with `settings` by plain keyword: each the name of one field of an engine part (`KEYWORDS`)
+    or of the task. ValueError naming an unknown keyword or a bad value."""
+    task_fields = set() if task is None else {f.name for f in fields(task)}
+    own: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {}
+    task_changes: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key in KEYWORDS:
+            part = KEYWORDS[key]
+            (parts.setdefault(part, {}) if part else own)[key] = value
+        elif key in task_fields:
+            task_changes[key] = value
+        else:
+            nobody = " (an objective of one's own holds its settings)" if task is None else ""
+            raise ValueError(f"unknown setting {key!r}{nobody}")
+    for part, changes in parts.items():
+        own[part] = getattr(cfg, part).replace(**changes)
+    return (cfg.replace(**own) if own else cfg,
+            dataclasses.replace(task, **task_changes) if task_changes else task)
 
 
 def _tuple(obj: Any, name: str) -> None:

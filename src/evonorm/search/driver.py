@@ -163,7 +163,7 @@ def prescreen_prior(objective, cfg: SearchConfig,
     attribute), or none: with `prescreen_prior` off, or where it has none. Said on the log, since
     it decides when the surrogate first predicts."""
     fn = getattr(objective, "prescreen_prior", None)
-    rows = list(fn(cfg) or []) if cfg.prescreen_prior and fn is not None else []
+    rows = list(fn(cfg) or []) if cfg.evolution.prescreen_prior and fn is not None else []
     check_prior(rows, "the objective's prescreen prior")
     if log is not None:
         valid = sum(bool(r["valid"]) for r in rows)
@@ -186,12 +186,13 @@ class _Search:
         self.started = self.last_line = time.perf_counter()
         self.done_before = store.num_candidates()
         self.rng = rng_from_state(store.last_rng_state(), cfg.seed)
-        self.tally = Tally(num_stages=cfg.num_stages)
+        self.tally = Tally(num_stages=cfg.hurdles.num_stages)
         self.spent = 0.0  # worker-seconds of the finished candidates (for `budget_seconds`)
         self.durations: list[float] = []  # this session's trained candidates' worker-seconds
         self.submitted: dict[int, float] = {}  # when each in-flight candidate went to a worker
         # each hurdle: the stage fitness of the last `window` layers that reached that stage
-        self.reached: list[deque[float]] = [deque(maxlen=cfg.window) for _ in cfg.stages]
+        self.reached: list[deque[float]] = [deque(maxlen=cfg.evolution.window)
+                                            for _ in cfg.hurdles.stage_steps]
         valid: list[Member] = []
         for c in store.candidates():
             self.tally.add(c)
@@ -200,7 +201,7 @@ class _Search:
                 valid.append(self._member(c))
             if prescreen is not None:
                 prescreen.learn(c)
-        self.population = AgingPopulation(cfg.window, valid[-cfg.window:])
+        self.population = AgingPopulation(cfg.evolution.window, valid[-cfg.evolution.window:])
         self.spent_before = self.spent
         self.pending: deque[PendingProposal] = deque(store.pending_proposals())
         self.in_flight: dict[int, InFlight] = {}  # by proposal idx
@@ -208,7 +209,7 @@ class _Search:
 
     def _joins(self, e: Evaluation) -> bool:
         """Valid layers join the population; with `near_misses`, the quality test's near misses."""
-        return e.status == "valid" or (self.cfg.near_misses and e.near_miss)
+        return e.status == "valid" or (self.cfg.evolution.near_misses and e.near_miss)
 
     def _member(self, c: Candidate) -> Member:
         """A candidate as a population member: a valid one at its stage, whose stage fitnesses
@@ -224,12 +225,12 @@ class _Search:
     def hurdles(self) -> list[float | None]:
         """Progressive dynamic hurdles: the mean fitness at each stage of the layers that reached
         it (None until `hurdle_min` have: early layers all go on)."""
-        return [sum(r) / len(r) if len(r) >= self.cfg.hurdle_min else None for r in self.reached]
+        return [sum(r) / len(r) if len(r) >= self.cfg.hurdles.hurdle_min else None for r in self.reached]
 
     def _new_proposal(self) -> PendingProposal | None:
         """The next proposal to evaluate, committed; None when the prescreen rejected every child
         of the slot (recorded as such)."""
-        c = self.cfg
+        c = self.cfg.evolution
         n = self.store.num_proposals()
         if n < len(c.seed_layers):  # the user's seed layers first; the rng is not touched
             from evonorm.graph.library import resolve_graph
@@ -287,7 +288,7 @@ class _Search:
             seconds += born.seconds
         cand = self.store.add_candidate(
             prop, evaluation, key=key, fingerprint=fp, cache_hit=cache_hit, seconds=seconds,
-            worker=worker, join_population=self.cfg.window if new_member else None,
+            worker=worker, join_population=self.cfg.evolution.window if new_member else None,
             features=born.features if born else None, prediction=born.record() if born else None)
         if new_member:
             self.population.add(self._member(cand))
@@ -300,7 +301,7 @@ class _Search:
             self.bar.set_postfix_str(self.tally.short(), refresh=False)
             self.bar.update(1)
         else:
-            self.log(f"[{self.tally.done}/{self.cfg.budget}] #{cand.id} {cand.status}"
+            self.log(f"[{self.tally.done}/{self.cfg.evolution.budget}] #{cand.id} {cand.status}"
                      f"{' (' + cand.reason + ')' if cand.reason else ''}"
                      f"{' cache' if cache_hit else ''} | {self.tally.line()}")
             self.last_line = time.perf_counter()
@@ -326,17 +327,17 @@ class _Search:
         now = time.perf_counter()
         elapsed = now - self.started
         done, now_done = self.tally.done, self.tally.done - self.done_before  # all, this session's
-        left = max(0, self.cfg.budget - done)
+        left = max(0, self.cfg.evolution.budget - done)
         ages = [now - t for t in self.submitted.values()]
         cost = (self.spent - self.spent_before) / now_done if now_done else None
         eta_now = eta_seconds(self.durations, ages, max(0, left - len(ages)), cost,
-                              self.cfg.num_workers)
+                              self.cfg.execution.num_workers)
         etas = [eta_now] if eta_now is not None else []
         spent = self.spent - self.spent_before  # and the worker-seconds budget, at this pace
-        if self.cfg.budget_seconds is not None and spent > 0:
-            etas.append(elapsed / spent * max(0.0, self.cfg.budget_seconds - self.spent))
+        if self.cfg.evolution.budget_seconds is not None and spent > 0:
+            etas.append(elapsed / spent * max(0.0, self.cfg.evolution.budget_seconds - self.spent))
         eta = f"{min(etas):.0f}s" if etas else "?"
-        return (f"search: {done}/{self.cfg.budget} done | valid {self.tally.valid} | best "
+        return (f"search: {done}/{self.cfg.evolution.budget} done | valid {self.tally.valid} | best "
                 f"{self.tally.best_text()} | {len(self.in_flight)} training | {elapsed:.0f}s elapsed, ETA {eta}")
 
     def heartbeat(self) -> None:
@@ -374,11 +375,12 @@ class _Search:
         self._submit(InFlight(prop, key, fp, attempts))
 
     def _submit(self, job: InFlight) -> None:
-        payload = {"graph": job.proposal.graph, "seed": self.cfg.seed, "device": self.cfg.device,
-                   "staged": bool(self.cfg.stages)}
-        if self.cfg.stages:  # a retried or resumed candidate continues from its last stage
+        payload = {"graph": job.proposal.graph, "seed": self.cfg.seed,
+                   "device": self.cfg.execution.device,
+                   "staged": bool(self.cfg.hurdles.stage_steps)}
+        if self.cfg.hurdles.stage_steps:  # a retried or resumed candidate continues from its last stage
             payload["hurdles"] = self.hurdles()
-            if self.cfg.executor == "local":
+            if self.cfg.execution.executor == "local":
                 payload["checkpoint"] = str(self._checkpoint(job.proposal.idx))
         self.executor.submit(job.proposal.idx, payload)
         self.in_flight[job.proposal.idx] = job
@@ -390,13 +392,14 @@ class _Search:
 
     def out_of_time(self) -> bool:
         """The worker-seconds budget is spent (never, without one)."""
-        return self.cfg.budget_seconds is not None and self.spent >= self.cfg.budget_seconds
+        limit = self.cfg.evolution.budget_seconds
+        return limit is not None and self.spent >= limit
 
     def _fill(self) -> None:
         while self.executor.free_slots() > 0:
             if self.pending:
                 prop = self.pending.popleft()
-            elif self.store.num_proposals() < self.cfg.budget and not self.out_of_time():
+            elif self.store.num_proposals() < self.cfg.evolution.budget and not self.out_of_time():
                 prop = self._new_proposal()
                 if prop is None:  # the prescreen rejected the slot's every child: draw again
                     continue
@@ -412,7 +415,7 @@ class _Search:
             if out.kind == OK:
                 self._record(job.proposal, job.key, job.fingerprint, as_evaluation(out.result),
                              worker=out.worker, seconds=out.seconds)
-            elif out.kind in (DIED, TIMEOUT) and job.attempts < self.cfg.retries:
+            elif out.kind in (DIED, TIMEOUT) and job.attempts < self.cfg.execution.retries:
                 self.log(f"candidate {job.proposal.idx}: {out.error}; retrying")
                 self._submit(replace(job, attempts=job.attempts + 1))
                 continue
@@ -479,7 +482,7 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
     store = Store(run)
     try:
         cfg = store.search_config()
-        if cfg.prescreen:
+        if cfg.evolution.prescreen:
             require_sklearn()
         if objective is None:
             raise ValueError("run_search needs the objective to score candidates with (the built-in "
@@ -489,18 +492,19 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
         fn = partial(run_trial, objective)
         own_executor = executor is None
         if executor is None:
-            executor = make_executor(cfg.executor, fn, cfg.num_workers, timeout=cfg.timeout,
-                                     address=cfg.address, device=cfg.device,
-                                     gpus_per_worker=cfg.gpus_per_worker, data_dir=cfg.execution.data_dir,
-                                     threads=cfg.threads, ship=ship)
+            ex = cfg.execution
+            executor = make_executor(ex.executor, fn, ex.num_workers, timeout=ex.timeout,
+                                     address=ex.address, device=ex.device,
+                                     gpus_per_worker=ex.gpus_per_worker, data_dir=ex.data_dir,
+                                     threads=ex.threads, ship=ship)
         bar = None
         if progress and sys.stderr.isatty():
             from tqdm import tqdm
-            bar = tqdm(total=cfg.budget, initial=store.num_candidates(), unit="cand",
+            bar = tqdm(total=cfg.evolution.budget, initial=store.num_candidates(), unit="cand",
                        desc="search", file=sys.stderr, dynamic_ncols=True)
         log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
         screen = None
-        if cfg.prescreen:  # the task's features and prior, where the objective hands them over
+        if cfg.evolution.prescreen:  # the task's features and prior, where the objective hands them over
             prior = prescreen_prior(objective, cfg, log)
             store.set_meta("prescreen_prior", {"rows": len(prior),
                                                "valid": sum(r["valid"] for r in prior)})
@@ -518,15 +522,15 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
             if own_executor:
                 executor.close()
             done = store.num_candidates()
-            complete = done >= cfg.budget or (search.out_of_time() and not search.in_flight
+            complete = done >= cfg.evolution.budget or (search.out_of_time() and not search.in_flight
                                                and not search.pending)
             # a killed driver leaves "running"; any other exit says what it left behind
             store.set_meta("status", "complete" if complete else "stopped")
             if not complete and isinstance(sys.exc_info()[1], KeyboardInterrupt):
-                print(f"search stopped at {done}/{cfg.budget} candidates: `evonorm resume {run}` "
+                print(f"search stopped at {done}/{cfg.evolution.budget} candidates: `evonorm resume {run}` "
                       "(or evonorm.search.resume) continues it", file=sys.stderr, flush=True)
         if complete:
             store.set_meta("finished_at", time.time())
-        return SearchResult(run, cfg.budget, done, complete, search.tally)
+        return SearchResult(run, cfg.evolution.budget, done, complete, search.tally)
     finally:
         store.close()

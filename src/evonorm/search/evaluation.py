@@ -26,7 +26,7 @@ class Evaluation:
     scores: dict[str, float] = field(default_factory=dict)  # the objective's score per name
     fitness: float | None = None  # mean of `scores`, for valid evaluations only
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase; "calls:PATH": layer calls per path
-    # multi-fidelity: scores per name after each stage reached (the config's `stages` are the step
+    # multi-fidelity: scores per name after each stage reached (the config's `stage_steps` are the step
     # counts where stages end); `scores` and `fitness` are the last stage's. A valid layer stopped by
     # a hurdle has fewer stages.
     stage_scores: list[dict[str, float]] = field(default_factory=list)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from evonorm.search.config import Evolution, Execution, Hurdles, SearchConfig
+from evonorm.search.config import Evolution, Execution, Hurdles, SearchConfig, with_settings
 
 
 def norm_relu(kind: str) -> dict:
@@ -29,7 +29,7 @@ _DEMO = SearchConfig(
                         tournament_fraction=0.25, mutations=1, p_random=0.3,
                         seed_layers=tuple(json.dumps(norm_relu(k))
                                           for k in ("group", "layer", "instance"))),
-    hurdles=Hurdles(stages=(150,), hurdle_min=4),
+    hurdles=Hurdles(stage_steps=(150,), hurdle_min=4),
     execution=Execution(timeout=1800.0))  # room for a loaded machine, not only an idle one
 
 ENGINE_PRESETS: dict[str, SearchConfig] = {
@@ -46,9 +46,11 @@ ENGINE_PRESETS: dict[str, SearchConfig] = {
     # fail; near misses as parents until valid layers exist; a layer above the stage-1 hurdle
     # goes on to the 900 steps of `demo`'s proxy, the training that orders layers as longer
     # training does. A budget of one worker-hour.
-    "scratch": _DEMO.replace(preset="scratch", budget=100_000, budget_seconds=3600.0, window=32,
-                             seed_layers=(), near_misses=True, prescreen=True, stages=(75,),
-                             hurdle_min=3),
+    "scratch": _DEMO.replace(
+        preset="scratch", evolution=_DEMO.evolution.replace(
+            budget=100_000, budget_seconds=3600.0, window=32, seed_layers=(), near_misses=True,
+            prescreen=True),
+        hurdles=Hurdles(stage_steps=(75,), hurdle_min=3)),
     # The paper's settings (Sec. 5.1).
     "paper-b": SearchConfig(preset="paper-b", evolution=Evolution(
         space="b", budget=20000, window=2500, initial_population=100)),
@@ -56,14 +58,17 @@ ENGINE_PRESETS: dict[str, SearchConfig] = {
         space="s", budget=20000, window=2500, initial_population=100)),
     # `demo` for the B space, from BN-ReLU written as a graph; its task trains 150 steps, staged
     # at 75.
-    "demo-b": _DEMO.replace(preset="demo-b", space="b",
-                            seed_layers=(json.dumps(norm_relu("batch")),), stages=(75,)),
+    "demo-b": _DEMO.replace(
+        preset="demo-b", evolution=_DEMO.evolution.replace(
+            space="b", seed_layers=(json.dumps(norm_relu("batch")),)),
+        hurdles=_DEMO.hurdles.replace(stage_steps=(75,))),
 }
 
 
-def engine_preset(name: str, **overrides) -> SearchConfig:
-    """A preset's engine settings with field overrides (flat names; None values are ignored).
-    ValueError on an unknown name or a bad value."""
+def engine_preset(name: str, **settings) -> SearchConfig:
+    """A preset's engine settings with some changed, by plain keyword (`with_settings`; None
+    values are ignored). ValueError on an unknown name or keyword, or a bad value."""
     if name not in ENGINE_PRESETS:
         raise ValueError(f"unknown search preset {name!r} (choose from {', '.join(ENGINE_PRESETS)})")
-    return ENGINE_PRESETS[name].replace(**{k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in settings.items() if v is not None}
+    return with_settings(ENGINE_PRESETS[name], None, given)[0]

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 from evonorm.files import (DamagedFile, UnsafePath, check_entry, check_record, open_regular, parse_json,
                            type_problem)
 from evonorm.search.candidates import Candidate, Origin
-from evonorm.search.config import PARTS, SearchConfig, nested_config
+from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 
 STORE_NAME = "store.sqlite"
@@ -237,21 +237,18 @@ class Store:
         return self.get_meta("config", {})
 
     def checked_config(self, task: type | None = None) -> dict:
-        """The stored config ({} before a search starts), as stored, once every field is checked against
-        its type (in the nested spelling, `nested_config`): the engine's here, the task's settings against
-        `task` (a dataclass the caller knows them by, e.g. the proxy task's; the engine does not). A
-        DamagedFile naming the field otherwise. A flat config from an earlier version keeps the names it
-        had then, so its task's unknown names are let through."""
+        """The stored config ({} before a search starts), as stored, once every field is checked
+        against its type: the engine's here, the task's settings against `task` (a dataclass the
+        caller knows them by, e.g. the proxy task's; the engine does not). A DamagedFile naming
+        the field otherwise."""
         raw = self.config()
         if raw == {}:
             return {}
         if not isinstance(raw, dict):
             raise DamagedFile(self.path, "config", "not an object")
-        flat = not any(part in raw for part in PARTS)
-        nested = nested_config(raw)
-        check_record(SearchConfig, nested, self.path, "config")
-        if task is not None and isinstance(nested.get("task"), dict):
-            check_record(task, nested["task"], self.path, "config: task", unknown=flat)
+        check_record(SearchConfig, raw, self.path, "config")
+        if task is not None and isinstance(raw.get("task"), dict):
+            check_record(task, raw["task"], self.path, "config: task")
         return raw
 
     def search_config(self) -> "SearchConfig":

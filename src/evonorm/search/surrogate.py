@@ -236,7 +236,7 @@ class Prescreen:
 
     def __post_init__(self):
         if self.surrogate is None:
-            self.surrogate = Surrogate(min_each=self.cfg.prescreen_min, seed=self.cfg.seed,
+            self.surrogate = Surrogate(min_each=self.cfg.evolution.prescreen_min, seed=self.cfg.seed,
                                        prior=self.prior)
 
     def born(self, graph_json: dict, *, explore: bool = False) -> Born:
@@ -278,7 +278,7 @@ class Prescreen:
 
     def learn(self, c: Candidate) -> None:
         """Add an evaluated candidate to what the surrogate learns from (if it teaches anything)."""
-        target = learning_target(c, self.cfg.near_misses)
+        target = learning_target(c, self.cfg.evolution.near_misses)
         if target is not None:
             self.surrogate.add(c.features, *target)
 
@@ -295,14 +295,14 @@ class Prescreen:
         nothing, and the slot draws again.
         """
         cfg = self.cfg
-        if not self.surrogate.ready or rng.random() < cfg.prescreen_explore:
+        if not self.surrogate.ready or rng.random() < cfg.evolution.prescreen_explore:
             p = draw()
             if known(p.graph):
                 return [Screened(p, Born(None), True)]
             return [Screened(p, self.born(p.graph, explore=self.surrogate.ready), True)]
         out: list[Screened] = []
         scored: list[Screened] = []
-        for _ in range(max(1, cfg.prescreen_pool if pool is None else pool)):
+        for _ in range(max(1, cfg.evolution.prescreen_pool if pool is None else pool)):
             p = draw()
             if known(p.graph):
                 out.append(Screened(p, Born(None), True))
@@ -310,7 +310,7 @@ class Prescreen:
             b = self.born(p.graph)
             if b.prediction is None:  # a degenerate layer: the task's own checks reject it
                 out.append(Screened(p, b, True))
-            elif b.prediction.p_valid < cfg.prescreen_threshold:
+            elif b.prediction.p_valid < cfg.evolution.prescreen_threshold:
                 out.append(Screened(p, b, False))
             else:
                 scored.append(Screened(p, b, True))
