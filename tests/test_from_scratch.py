@@ -92,5 +92,7 @@ def test_the_arms_differ_only_as_named():
     assert evo.evolution.prescreen and evo.evolution.near_misses and not evo.evolution.seed_layers
     assert evo.evolution.budget_seconds == 3600.0 and evo.seed == 3
     assert evo.execution.workers == 1 and evo.execution.threads == 1
-    assert cfgs["evolution_no_prescreen"] == evo.replace(prescreen=False)
-    assert cfgs["random"] == evo.replace(prescreen=False, algorithm="random")
+    no_prescreen = evo.replace(evolution=evo.evolution.replace(prescreen=False))
+    assert cfgs["evolution_no_prescreen"] == no_prescreen
+    assert cfgs["random"] == no_prescreen.replace(
+        evolution=no_prescreen.evolution.replace(algorithm="random"))
