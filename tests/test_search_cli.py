@@ -134,3 +134,17 @@ def test_a_run_off_its_presets_settings_is_not_lent_the_presets_numbers():
                              if k not in ("train_runs", "final_train_runs")}}
     assert unmeasured("demo", older) == []
     assert unmeasured("mine", off) == [] and "not measured;" in calibration_note("mine", "s", off)
+
+
+def test_the_start_line_says_threads_and_a_synthetic_dataset_and_a_file_is_no_run_folder(tmp_path,
+                                                                                        capsys):
+    assert _run(["search", "--preset", "tiny", "--out", str(tmp_path / "r"), "--budget", "1",
+                 "--workers", "1", "--threads", "1", "--seed-layers", "zero"]) == 0
+    err = capsys.readouterr().err
+    assert "1 local worker(s) of 1 torch thread ->" in err
+    assert "dataset synthetic: generated images for tests" in err
+    (tmp_path / "f").write_text("x")
+    for extra in ([], ["--force"]):
+        assert _run(["search", "--preset", "tiny", "--out", str(tmp_path / "f"), *extra]) == 2
+        line = capsys.readouterr().err.strip()
+        assert "is a file, not a folder" in line and line.count(str(tmp_path / "f")) == 1

@@ -30,6 +30,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("run", type=Path, help="run folder of `evonorm search --out`")
     p.add_argument("--budget", type=int, default=None, help="raise the candidate budget")
     p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: per core)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per local worker "
+                   "(default: the run's; 0: the cores divided among the workers)")
     p.add_argument("--executor", choices=EXECUTORS, default=None, help="local or ray")
     p.add_argument("--address", default=None, help="Ray cluster address")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: the device the "
@@ -63,7 +65,8 @@ def _plan(args):
             store.last_rng_state()  # where the search continues its random stream: checked too
         if args.budget is not None and args.budget < cfg.evolution.budget:
             raise ValueError(f"--budget cannot shrink the run's budget of {cfg.evolution.budget}")
-        given = dict(budget=args.budget, workers=args.workers, executor=args.executor,
+        given = dict(budget=args.budget, workers=args.workers, threads=args.threads,
+                     executor=args.executor,
                      address=args.address, device=device)
         cfg, _ = with_settings(cfg, None, {k: v for k, v in given.items() if v is not None})
         if args.data is not None:  # the same file (its sha256 is checked when it is read)

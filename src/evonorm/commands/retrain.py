@@ -72,6 +72,9 @@ def main(argv: list[str]) -> int:
                 raise CommandError(str(err).splitlines()[0]) from None
 
     log = lambda s: print(s, flush=True)  # noqa: E731  (a line per finished run, also without a TTY)
+    if args.seeds == 1:  # said before the training, not after it
+        log("retrain: one seed per layer cannot decide whether a layer beats another (the test "
+            "needs >= 2 per layer); it adds to seeds trained before, or run --seeds 3")
     with run_lock(run_folder(args.run)), write_errors(f"re-training into {args.run}"):
         try:
             if args.references is not None:

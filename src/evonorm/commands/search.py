@@ -56,6 +56,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--n-train", type=int, default=None, help="training images used (seeded subset)")
     p.add_argument("--archs", default=None, help=ARCHS_HELP)
     p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: one per core)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per local worker "
+                   "(default 0: the cores divided among the workers, so 1 each with a worker per "
+                   "core; threads beyond the cores slow every worker down); the start line says it")
     p.add_argument("--executor", choices=EXECUTORS, default=None, help="local (default) or ray")
     p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
     p.add_argument("--device", default=None, help="where every candidate trains: cpu (default), "
@@ -119,7 +122,7 @@ def config_from_args(args):
         return get_preset(args.preset, space=args.space, algorithm=args.algorithm,
                           budget=args.budget, budget_seconds=args.budget_seconds, **staged,
                           dataset=dataset_arg(args.dataset, args.data), data_root=args.data_root,
-                          n_train=args.n_train, data_seed=args.data_seed, archs=archs, workers=args.workers,
+                          n_train=args.n_train, data_seed=args.data_seed, archs=archs, workers=args.workers, threads=args.threads,
                           final_train_runs=args.final_train_runs,
                           executor=args.executor, address=args.address, timeout=args.timeout,
                           window=args.window, criterion=args.criterion, seed=args.seed,
@@ -231,15 +234,17 @@ def main(argv: list[str]) -> int:
                            "(local workers all share the machine's GPU)")
     check_workers(cfg)
     run = args.out
-    with write_errors(f"run folder {run}"):
-        used = run.exists() and (not run.is_dir()
-                                 or any(p.name != LOCK_NAME for p in run.iterdir()))
+    if run.is_symlink() or (run.exists() and not run.is_dir()):  # --force would not help
+        raise CommandError(f"--out {run} is a {'link' if run.is_symlink() else 'file'}, not a "
+                           "folder: name a folder for the run")
+    with write_errors("the run folder"):
+        used = run.exists() and any(p.name != LOCK_NAME for p in run.iterdir())
     if used and not args.force:
         raise CommandError(f"run folder {run} exists and is not empty (use --force to start over,"
                            f" or `evonorm resume {run}`)")
     cfg = check_setup(cfg)
 
-    with write_errors(f"run folder {run}"):
+    with write_errors("the run folder"):
         run.mkdir(parents=True, exist_ok=True)
     with run_lock(run):
         with write_errors(f"run folder {run}"):
@@ -257,7 +262,7 @@ def main(argv: list[str]) -> int:
             device = facts["device"]
             print(f"search: preset {cfg.preset}, space {evo.space}, {evo.algorithm}, objective "
                   f"{cfg.objective}, device {device['type']}, budget {evo.budget}, "
-                  f"{ex.num_workers} {ex.executor} worker(s) -> {run}", file=sys.stderr)
+                  f"{_workers(ex)} -> {run}", file=sys.stderr)
         elif not args.quiet:
             data, device, task = facts["dataset"], facts["device"], proxy_config(cfg)
             runs = ""
@@ -268,11 +273,24 @@ def main(argv: list[str]) -> int:
             print(f"search: preset {cfg.preset}, space {evo.space}, {evo.algorithm}, dataset "
                   f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
                   f"device {device['type']}, archs {', '.join(task.archs)}{runs}, budget {evo.budget}, "
-                  f"{ex.num_workers} {ex.executor} worker(s) -> {run}", file=sys.stderr)
-
+                  f"{_workers(ex)} -> {run}", file=sys.stderr)
+            if data["name"] == "synthetic":  # `tiny` trains on it whatever is installed
+                print("dataset synthetic: generated images for tests, whose fitness says nothing of "
+                      "a layer; --dataset fashion_mnist (or --data FILE.npz) for real ones",
+                      file=sys.stderr)
             print(calibration_note(cfg.preset, evo.space, cfg.to_dict()), file=sys.stderr)
         with write_errors(f"run folder {run}"):  # a disk that fills during the search: one line
             result = run_search(run, objective=objective or ProxyObjective(cfg),
                                 progress=not args.quiet, ship=args.ship)
         report_result(result, run, args.show)
     return 0
+
+
+def _workers(ex) -> str:
+    """'2 local worker(s) of 1 torch thread': what each candidate trains on."""
+    if ex.executor != "local":
+        return f"{ex.num_workers} {ex.executor} worker(s)"
+    from evonorm.search.executors import threads_per_worker
+
+    threads = ex.threads or threads_per_worker(ex.num_workers)
+    return f"{ex.num_workers} local worker(s) of {threads} torch thread{'s' if threads > 1 else ''}"
