@@ -169,3 +169,50 @@ def test_proxies_written_by_two_processes_at_once_are_all_kept(tmp_path):
         proc.join(timeout=120)
         assert proc.exitcode == 0
     assert len(json.loads(panel.read_text())["proxies"]) == 200
+
+
+@pytest.mark.parametrize("layer, graph, says", [
+    ("no_such_layer", None, "panel layer 'no_such_layer' does not build"),
+    ("mine", {"nodes": "x"}, "panel layer 'mine' does not build"),
+])
+def test_a_panel_layer_that_does_not_build_is_refused_before_any_training(tmp_path, capsys,
+                                                                         layer, graph, says):
+    panel = _panel(tmp_path / "panel.json", [
+        {"layer": n, "graph": g, "arch": "resnet50_cifar", "seed": 0, "test_accuracy": a}
+        for n, g, a in (("bn_relu", None, 0.8), ("gn_relu", None, 0.7), (layer, graph, 0.5))])
+    out = tmp_path / "cal"
+    assert main(["calibrate", "--preset", "tiny", "--panel", str(panel), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err and not out.exists()
+
+
+def test_a_read_only_panel_is_found_before_any_training(tmp_path, capsys, monkeypatch):
+    import errno
+    import os
+
+    panel = _panel(tmp_path / "panel.json", [
+        {"layer": n, "graph": None, "arch": "resnet50_cifar", "seed": 0, "test_accuracy": a}
+        for n, a in (("bn_relu", 0.8), ("gn_relu", 0.7), ("ln_relu", 0.6))])
+    real = os.open
+
+    def read_only_mount(path, flags, *a, **kw):  # as a read-only file system answers, even root
+        if str(path).startswith(str(panel)) and flags & (os.O_RDWR | os.O_WRONLY):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real(path, flags, *a, **kw)
+
+    monkeypatch.setattr(os, "open", read_only_mount)
+    out = tmp_path / "cal"
+    assert main(["calibrate", "--preset", "tiny", "--panel", str(panel), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot be written (Read-only file system)" in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_failed_panel_jobs_are_neither_scored_at_chance_nor_counted_in_the_cost():
+    from evonorm.proxy.calibrate import RunRecord, panel_cost, proxy_scores
+
+    recs = [RunRecord("panel", "a", 0, "valid", None, fitness=0.6, cpu_seconds=10.0),
+            RunRecord("panel", "a", 1, "rejected", "nonfinite", cpu_seconds=4.0),  # learned nothing
+            RunRecord("panel", "b", 0, "failed", "error: no such layer", seconds=0.0)]
+    assert proxy_scores(recs, 0.1) == {"a": {0: 0.6, 1: 0.1}}
+    assert panel_cost(recs) == pytest.approx(7.0)

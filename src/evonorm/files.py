@@ -174,6 +174,15 @@ def read_json(path: str | Path) -> Any:
         raise DamagedFile(path, "", f"not valid JSON ({err})") from None
 
 
+def check_writable(path: str | Path) -> None:
+    """OSError unless `update_json` could rewrite `path`: the file opens for writing, and its lock
+    file can be made beside it. Tried, not inferred from the modes (root writes through them; a
+    read-only mount refuses everyone)."""
+    path = Path(path)
+    os.close(open_regular(path, os.O_RDWR))
+    os.close(open_regular(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT))
+
+
 def update_json(path: str | Path, change: Callable[[Any], Any], *, create: bool = False) -> None:
     """Rewrite a JSON file with `change(value)` (None when absent: only with `create`), holding
     `<path>.lock` from the read to the rename. Other processes update the same file: two updates at

@@ -9,9 +9,9 @@ from pathlib import Path
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import ARCHS_HELP, DATA_HELP, dataset_arg
 from evonorm.commands.search import check_setup
-from evonorm.files import write_atomic
+from evonorm.files import check_writable, write_atomic
 from evonorm.proxy.calibrate import (calibration_jobs, calibration_setup, format_summary, load_runs,
-                                     panel_cost, prepare_out, progress_line, proxy_scores, run_jobs,
+                                     check_panel_layers, panel_cost, prepare_out, progress_line, proxy_scores, run_jobs,
                                      summarize)
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.fidelity import format_fidelity, load_panel, rank_fidelity, write_proxy
@@ -72,8 +72,14 @@ def main(argv: list[str]) -> int:
     if args.panel is not None:
         try:
             _, layers = load_panel(args.panel)
+            check_panel_layers(layers)
         except ValueError as err:
             raise CommandError(str(err)) from None
+        try:  # the rank fidelity is written into it after the training: find out now
+            check_writable(args.panel)
+        except OSError as err:
+            raise CommandError(f"--panel {args.panel} cannot be written ({err.strerror or err}): "
+                               "the rank fidelity goes into it after the training") from None
         panel = {layer.name: layer.graph for layer in layers}
     cfg = check_setup(cfg)  # archs, trainer presets and data, in one line on failure
     out = args.out or Path("runs") / f"calibrate-{cfg.preset}-{cfg.evolution.space}"

@@ -394,15 +394,31 @@ def progress_line(rec: RunRecord, finished: int, total: int) -> str:
 
 def proxy_scores(records: list[RunRecord], chance: float) -> dict[str, dict[int, float]]:
     """Each panel layer's fitness at this proxy, per search seed; a run that was not finite
-    counts as chance (a layer that learns nothing)."""
+    counts as chance (a layer that learns nothing). A failed job (its worker died, the layer did
+    not build) measured nothing about the layer, so it is left out, not scored at chance."""
     scores: dict[str, dict[int, float]] = {}
     for r in records:
-        if r.kind == "panel":
+        if r.kind == "panel" and r.status != "failed":
             scores.setdefault(r.name, {})[r.seed] = r.fitness if r.fitness is not None else chance
     return scores
 
 
 def panel_cost(records: list[RunRecord]) -> float | None:
-    """Worker-seconds of one panel layer's evaluation: the cost of a candidate trained to the end."""
-    secs = [r.cost for r in records if r.kind == "panel"]
+    """Worker-seconds of one panel layer's evaluation, the cost of a candidate trained to the end:
+    finished work only (a failed job's seconds are not a candidate's)."""
+    secs = [r.cost for r in records if r.kind == "panel" and r.status != "failed" and r.cost > 0]
     return statistics.fmean(secs) if secs else None
+
+
+def check_panel_layers(layers: list) -> None:
+    """ValueError, one line naming the layer, unless every panel layer builds: a registry name
+    or a valid graph. Found before any training, which would otherwise fail job by job."""
+    from evonorm.graph import Graph
+    from evonorm.models import resolve_norm_act
+
+    for layer in layers:
+        try:
+            resolve_norm_act(layer.name) if layer.graph is None else Graph.from_json(layer.graph)
+        except (ValueError, TypeError, KeyError) as err:
+            raise ValueError(f"panel layer {layer.name!r} does not build: "
+                             f"{(str(err).splitlines() or [''])[0][:200]}") from None
