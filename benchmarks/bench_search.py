@@ -284,7 +284,8 @@ def _evaluate_before_objectives(payload: dict):
     from evonorm.search.config import SearchConfig
     from evonorm.search.evaluation import Evaluation
     from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
-    from evonorm.proxy.rejection import precheck, quality, stability
+    from evonorm.proxy.rejection import quality, stability
+    from evonorm.search.checks import layer_checks
     from evonorm.search.objective import Reject
 
     cfg = SearchConfig.from_dict(payload["config"])
@@ -302,8 +303,8 @@ def _evaluate_before_objectives(payload: dict):
     try:
         graph = Graph.from_json(payload["graph"])
         screen = cfg.evolution.algorithm != "random-norej"
-        if screen and proxy_config(cfg).prechecks:
-            rej = precheck(graph, seed=cfg.seed)
+        if screen and cfg.evolution.prechecks:
+            rej = layer_checks(graph, seed=cfg.seed)
             lap("precheck")
             if rej:
                 return Evaluation.rejected(rej, timings=timings)

@@ -274,3 +274,22 @@ def test_a_candidate_prints_as_one_line_with_its_formula():
     r = Candidate(3, Evaluation("rejected", reason="quality:a"), graph={"nodes": "x"})
     assert r.formula is None and repr(r) == "Candidate(#3 rejected (quality:a), fitness -: {'nodes': 'x'})"
     assert str([c, r]).count("Candidate(") == 2
+
+
+def test_the_checks_of_the_layer_alone_run_for_every_objective(tmp_path):
+    """An own objective that would score anything: a layer that ignores x is rejected before it
+    is called, as the built-in task rejects it; with the checks off it is scored."""
+    ignores_x = {"nodes": [["tanh", 2], ["max", 4, 1]]}  # max(tanh(v0), 0): no x at all
+    called = []
+
+    def objective(norm_act, trial):
+        called.append(trial.graph.key())
+        return 0.5
+
+    e = run_trial(objective, {"graph": ignores_x})
+    assert (e.status, e.reason) == ("rejected", "precheck:x_independent") and not called
+    assert "precheck" in e.timings
+    e = run_trial(objective, {"graph": ignores_x, "prechecks": False})
+    assert e.status == "valid" and called
+    cfg = get_preset("tiny", prechecks=False)
+    assert cfg.evolution.prechecks is False and get_preset("tiny").evolution.prechecks

@@ -6,7 +6,8 @@ import torch
 from evonorm.data import holdout_split, load_dataset
 from evonorm.graph import Graph
 from evonorm.graph.library import get_graph
-from evonorm.proxy.rejection import precheck, quality, quality_threshold, stability
+from evonorm.proxy.rejection import quality, quality_threshold, stability
+from evonorm.search.checks import layer_checks
 from evonorm.train import get_train_preset
 
 
@@ -28,14 +29,14 @@ STAB = dict(arch="resnet50_cifar", width=0.0625, steps=8, batch=4)
 
 
 def test_prechecks():
-    assert precheck(get_graph("zero")).reason == "precheck:constant"
-    assert precheck(Graph.from_json({"nodes": [["add", 2, 3]]})).reason == "precheck:x_independent"
-    assert precheck(Graph.from_json({"nodes": [["div", 3, 1], ["exp", 4], ["exp", 5], ["exp", 6],
+    assert layer_checks(get_graph("zero")).reason == "precheck:constant"
+    assert layer_checks(Graph.from_json({"nodes": [["add", 2, 3]]})).reason == "precheck:x_independent"
+    assert layer_checks(Graph.from_json({"nodes": [["div", 3, 1], ["exp", 4], ["exp", 5], ["exp", 6],
                                                ["mul", 7, 0]]})).reason == "precheck:nonfinite"
     # v0 * x is constant at init (v0 = 0) but learnable: the trainable vectors are randomized
-    assert precheck(Graph.from_json({"nodes": [["mul", 2, 0]]})) is None
+    assert layer_checks(Graph.from_json({"nodes": [["mul", 2, 0]]})) is None
     for name in ("evonorm_b0", "evonorm_s0", "exp_exp", "tanh_minus_batch_mean_relu"):
-        assert precheck(get_graph(name)) is None, name
+        assert layer_checks(get_graph(name)) is None, name
 
 
 @pytest.mark.parametrize("layer", ["exp_exp", "tanh_minus_batch_mean_relu"])

@@ -64,7 +64,6 @@ class ProxyConfig:
     # per-architecture overrides on top of `train`
     arch_train: dict = field(default_factory=dict, metadata=MEASURED)
     # rejection
-    prechecks: bool = field(default=True, metadata=MEASURED)
     stability_steps: int = field(default=100, metadata=MEASURED)
     stability_threshold: float = field(default=1e8, metadata=MEASURED)
     stability_batch: int = field(default=8, metadata=MEASURED)

@@ -1,7 +1,7 @@
 """The built-in proxy task, written as an objective (`objective(norm_act, trial)`): a
 `ProxyObjective` holds the run's settings and is handed to the search engine like any objective.
 
-Per candidate: pre-checks, the stability stress test and the quality test, then the full training
+Per candidate (after the engine's checks of the layer alone): the stability stress test and the quality test, then the full training
 on every anchor architecture of the run's config (in stages, with hurdles, over `train_runs`
 training runs; `evaluator.train_stages`). The checks need the layer itself, not only its module:
 they read `trial.graph`; the anchor architectures build the layer from that graph. The fitness is
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from evonorm.proxy.config import proxy_config, with_task_settings
-from evonorm.proxy.rejection import precheck, quality, stability
+from evonorm.proxy.rejection import quality, stability
 from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
@@ -78,12 +78,7 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
     ds = search_dataset(cfg)  # outside the try: missing data is the run's problem
     lap("data")
     try:
-        screen = cfg.evolution.algorithm != "random-norej"
-        if screen and task.prechecks:
-            rej = precheck(graph, seed=cfg.seed)
-            lap("precheck")
-            if rej:
-                raise rej
+        screen = cfg.evolution.screened
         if screen and task.stability_steps > 0:
             for arch in task.archs[:task.stability_archs]:
                 tcfg = train_config(cfg, arch)
@@ -122,5 +117,7 @@ def evaluate_candidate(payload: dict) -> Evaluation:
     payload: {"graph": graph JSON, "config": SearchConfig.to_dict()}."""
     cfg = SearchConfig.from_dict(payload["config"])
     return run_trial(ProxyObjective(cfg), {"graph": payload["graph"], "seed": cfg.seed,
+                                           "prechecks": cfg.evolution.screened
+                                           and cfg.evolution.prechecks,
                                            "device": cfg.execution.device,
                                            "staged": bool(cfg.hurdles.stage_steps)})

@@ -2,7 +2,7 @@
 
 Each check returns None when the layer passes, or a `Reject(reason, step=, detail=)` saying why and
 where (the objective protocol's one type for a rejection; the objective raises it).
-Order in a search: pre-checks (milliseconds) -> stability (one small batch, one architecture) ->
+Order in a search: the engine's checks of the layer alone (`evonorm.search.checks`, milliseconds) -> stability (one small batch, one architecture) ->
 quality (a short training per architecture, stopping at the first failure) -> full training.
 
 The trainer, models and data are imported in the checks that train: they load torch.
@@ -14,36 +14,6 @@ import math
 from typing import Any, Callable, Sequence
 
 from evonorm.search.objective import Reject
-
-
-def precheck(graph, *, num_features: int = 8, batch: int = 4, size: int = 6, groups: int = 4,
-             seed: int = 0) -> Reject | None:
-    """Reject a layer whose output is non-finite, constant, or independent of x on random input.
-
-    The layer's own trainable vectors (v0, v1, ...) are set to random values first: at their init
-    (0 and 1) a learnable layer such as v0 * x is constant, but it is not constant as a function.
-    The final affine (`weight`/`bias`) stays at identity so it cannot mask a constant output.
-    """
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    module = graph.to_module(num_features, groups=groups)
-    module.train()
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if name.rsplit(".", 1)[-1] not in ("weight", "bias"):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5 + 1.0)
-        x1 = torch.randn(batch, num_features, size, size, generator=gen)
-        x2 = torch.randn(batch, num_features, size, size, generator=gen)
-        y1, y2 = module(x1), module(x2)
-    if not (torch.isfinite(y1).all() and torch.isfinite(y2).all()):
-        return Reject("precheck:nonfinite", step=0)
-    scale = 1e-6 * (1.0 + float(y1.abs().max()))
-    if float(y1.max() - y1.min()) <= scale and float(y2.max() - y2.min()) <= scale:
-        return Reject("precheck:constant", step=0)
-    if torch.allclose(y1, y2, rtol=1e-5, atol=1e-6):
-        return Reject("precheck:x_independent", step=0)
-    return None
 
 
 def _grad_norm(grads: Sequence[Any]):

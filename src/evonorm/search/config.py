@@ -60,6 +60,9 @@ class Evolution(_Part):
     # scored on some of its names (near misses) join the population too, below every valid
     # layer (stage 0), so evolution has parents before its first valid layer
     near_misses: bool = False
+    # the checks of the layer alone (constant output, output independent of x, non-finite at
+    # initialisation: `evonorm.search.checks`), run for every objective before it trains a layer
+    prechecks: bool = field(default=True, metadata=MEASURED)
     # the prescreen (evonorm.search.surrogate): a surrogate learned as the search goes ranks
     # `prescreen_pool` children per slot by their features at birth and trains the best; one
     # predicted to pass rejection with probability below `prescreen_threshold` is rejected
@@ -109,6 +112,11 @@ class Evolution(_Part):
         if self.prescreen_min < 1:
             e.append(f"prescreen_min must be >= 1, got {self.prescreen_min}")
         return e
+
+    @property
+    def screened(self) -> bool:
+        """Whether candidates are screened at all: `random-norej` trains every one fully."""
+        return self.algorithm != "random-norej"
 
     @property
     def allow_batch(self) -> bool:

@@ -377,7 +377,8 @@ class _Search:
     def _submit(self, job: InFlight) -> None:
         payload = {"graph": job.proposal.graph, "seed": self.cfg.seed,
                    "device": self.cfg.execution.device,
-                   "staged": bool(self.cfg.hurdles.stage_steps)}
+                   "staged": bool(self.cfg.hurdles.stage_steps),
+                   "prechecks": self.cfg.evolution.screened and self.cfg.evolution.prechecks}
         if self.cfg.hurdles.stage_steps:  # a retried or resumed candidate continues from its last stage
             payload["hurdles"] = self.hurdles()
             if self.cfg.execution.executor == "local":

@@ -131,7 +131,8 @@ def run_trial(objective: Objective, payload: dict) -> Evaluation:
     """Evaluate one candidate with `objective` (runs in a worker).
 
     payload: {"graph": graph JSON, "seed", "device", and optional "staged" (the run scores in
-    stages), "hurdles", "checkpoint" and "data_dir"}: what the `Trial` carries, no more. In a
+    stages), "hurdles", "checkpoint", "data_dir" and "prechecks" (default on: the checks of the
+    layer alone, `evonorm.search.checks`, before the objective)}: what the `Trial` carries. In a
     staged run the candidate's stored stages are its reports, then the returned value (unless it
     was the last report, or a hurdle stopped the layer there). What leaves is storable
     (`outcome.storable`): an outcome the store could not hold is a failed candidate saying why.
@@ -155,6 +156,17 @@ def _evaluate(objective: Objective, payload: dict) -> Evaluation:
         spent = dict(trial.timings) or {SCORE_NAME: time.perf_counter() - start}
         return spent | {f"{PATH_PREFIX}{path}": float(n) for path, n in sorted(calls.items())}
 
+    if payload.get("prechecks", True):  # the layer alone, before the objective trains it
+        from evonorm.search.checks import layer_checks
+
+        t0 = time.perf_counter()
+        try:
+            rej = layer_checks(trial.graph, seed=trial.seed)
+        except Exception as err:  # noqa: BLE001 - a layer that raises on a probe: the layer's fault
+            rej = Reject(f"precheck:error: {type(err).__name__}: {str(err)[:200]}", step=0)
+        trial.timings["precheck"] = time.perf_counter() - t0
+        if rej is not None:
+            return Evaluation.rejected(rej, timings=dict(trial.timings))
     try:
         with recording() as calls:  # which implementation the layer ran on: a kernel, or a slower path
             scores = as_scores(objective(trial.graph.to_module, trial))
