@@ -228,7 +228,7 @@ def test_search_with_hurdles_stores_stages_and_stops_below_the_mean(tmp_path):
 
 
 def test_per_stage_scores_round_trip_through_the_store(tmp_path):
-    cfg = fake_config(budget=4, stages=(2,), quality_steps=0, workers=1)
+    cfg = fake_config(budget=4, stage_steps=(2,), quality_steps=0, workers=1)
     run = init_run(tmp_path / "run", cfg)
     run_search(run, objective=staged_objective, progress=False)
     with Store(run, readonly=True) as store:

@@ -234,10 +234,10 @@ def main(argv: list[str]) -> int:
                            "(local workers all share the machine's GPU)")
     check_workers(cfg)
     run = args.out
-    if run.is_symlink() or (run.exists() and not run.is_dir()):  # --force would not help
-        raise CommandError(f"--out {run} is a {'link' if run.is_symlink() else 'file'}, not a "
-                           "folder: name a folder for the run")
     with write_errors("the run folder"):
+        if run.is_symlink() or (run.exists() and not run.is_dir()):  # --force would not help
+            raise CommandError(f"--out {run} is a {'link' if run.is_symlink() else 'file'}, not "
+                               "a folder: name a folder for the run")
         used = run.exists() and any(p.name != LOCK_NAME for p in run.iterdir())
     if used and not args.force:
         raise CommandError(f"run folder {run} exists and is not empty (use --force to start over,"
