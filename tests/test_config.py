@@ -3,6 +3,8 @@ and read in one nested form; a setting named by a plain keyword only where a cal
 
 import dataclasses
 
+import re
+
 import pytest
 
 from evonorm.proxy.config import ProxyConfig, configured, measured, proxy_config
@@ -82,3 +84,16 @@ def test_the_measured_settings_are_what_a_calibration_depends_on():
                  "rerank_train", "rerank_top", "data_root", "device", "algorithm"):
         assert name not in names, name
     assert measured({"preset": "x", "task": None}) == {}  # an objective of one's own: no task
+
+
+@pytest.mark.parametrize("setting, says", [
+    ({"window": 2.5}, "evolution.window: a number (2.5), not an integer"),
+    ({"prescreen": "yes"}, "evolution.prescreen: a string"),
+    ({"seed_layers": [1]}, "evolution.seed_layers: item 0"),
+    ({"timeout": "60"}, "execution.timeout: a string"),
+])
+def test_settings_given_from_python_are_type_checked_as_the_reader_checks_them(setting, says):
+    from evonorm.search.settings import engine_preset
+
+    with pytest.raises(ValueError, match=re.escape(says)):
+        engine_preset("tiny", **setting)

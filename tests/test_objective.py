@@ -181,7 +181,7 @@ def test_cli_search_and_resume_need_the_same_objective(tmp_path, monkeypatch, ca
     monkeypatch.chdir(tmp_path)  # the current folder is importable, as for `python -m`
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     run = ["search", "--preset", "tiny", "--objective", "myobjective:score", "--budget", "2",
-           "--workers", "1", "--quiet", "--out", "run"]
+           "--workers", "1", "--quiet", "--out", "run", "--prechecks", "off"]
     assert cli(run) == 0, capsys.readouterr().err
     with Store(tmp_path / "run", readonly=True) as store:
         assert store.search_config().objective == "myobjective:score"

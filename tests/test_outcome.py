@@ -60,7 +60,7 @@ def test_a_timing_that_is_not_a_number_fails_the_candidate():
 def test_a_search_of_a_hostile_objective_stays_reportable_and_resumable(tmp_path, capsys):
     out = tmp_path / "run"
     result = search(_objectives.hostile, out=out, preset="tiny", budget=12, workers=1,
-                    seed_layers=(), executor="local")
+                    seed_layers=(), executor="local", prechecks=False)  # all reach the objective
     with Store(out, readonly=True) as st:
         cands = st.candidates()
     assert {c.status for c in cands} == {"failed", "rejected", "valid"} and result.done == 12

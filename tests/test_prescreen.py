@@ -143,7 +143,8 @@ def test_a_prescreened_search_on_an_own_objective_records_prescreen_rejections(t
     run = tmp_path / "run"
     result = search(_objectives.needs_max, out=run, preset="tiny", budget=60, workers=1,
                     progress=False, prescreen=True, prescreen_min=2, prescreen_explore=0.5,
-                    prescreen_threshold=0.4, initial_population=1, p_random=0.5)
+                    prescreen_threshold=0.4, initial_population=1, p_random=0.5,
+                    prechecks=False)  # what the prescreen itself rejects, not the layer checks
     assert result.complete
     with Store(run, readonly=True) as st:
         cands = st.candidates()

@@ -88,6 +88,9 @@ def build_parser() -> ArgumentParser:
                    help="with --executor ray: a package folder or module file the workers need "
                    "to import the objective (default: its top-level package or module file; "
                    "repeatable)")
+    p.add_argument("--prechecks", choices=("on", "off"), default=None,
+                   help="the checks of the layer alone (constant output, output independent of x, "
+                   "non-finite at initialisation) before the objective trains it (default on)")
     p.add_argument("--prescreen", choices=("on", "off"), default=None,
                    help="rank several children per slot with a surrogate learned as the search "
                         "goes, and train the best; reject the hopeless untrained (default off: "
@@ -128,6 +131,7 @@ def config_from_args(args):
                           window=args.window, criterion=args.criterion, seed=args.seed,
                           seed_layers=seed_layers, device=device, gpus_per_worker=args.gpus_per_worker,
                           prescreen=None if args.prescreen is None else args.prescreen == "on",
+                          prechecks=None if args.prechecks is None else args.prechecks == "on",
                           prescreen_prior=(None if args.prescreen_prior is None
                                            else args.prescreen_prior == "on"))
     except (ValueError, TypeError) as err:

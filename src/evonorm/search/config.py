@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
@@ -215,6 +216,12 @@ class SearchConfig:
 
     def __post_init__(self):
         _tuple(self, "scores")
+        # the types first, as the CLI's parser and the store's reader check them: a setting given
+        # from Python (`window=2.5`) is refused here, not written and then refused when read back
+        wrong = [f"{part}.{name}: {problem}" for part in PARTS
+                 for name, problem in _type_problems(getattr(self, part))]
+        if wrong:
+            raise ValueError("; ".join(wrong))
         errors = [*self.evolution.errors(), *self.hurdles.errors(), *self.execution.errors()]
         if not self.scores:
             errors.append("need at least one score name")
@@ -286,6 +293,15 @@ def with_settings(cfg: SearchConfig, task: Any, settings: Mapping[str, Any]) -> 
         own[part] = getattr(cfg, part).replace(**changes)
     return (cfg.replace(**own) if own else cfg,
             dataclasses.replace(task, **task_changes) if task_changes else task)
+
+
+def _type_problems(part: Any) -> list[tuple[str, str]]:
+    """(field, what is wrong) for each field of a part whose value is not of its declared type."""
+    from evonorm.files import type_problem
+
+    hints = typing.get_type_hints(type(part))
+    return [(f.name, p) for f in fields(part)
+            if (p := type_problem(_lists(getattr(part, f.name)), hints[f.name])) is not None]
 
 
 def _tuple(obj: Any, name: str) -> None:
