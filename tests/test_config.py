@@ -2,7 +2,6 @@
 and read in one nested form; a setting named by a plain keyword only where a call comes in."""
 
 import dataclasses
-
 import re
 
 import pytest
