@@ -134,3 +134,12 @@ def sleepy(norm_act, trial) -> float:
 
     time.sleep(3.0)
     return 0.5
+
+
+def tiny_run(out, budget: int):
+    """A finished `tiny` search on `two` (no training: fake scores) in `out`, for tests that read
+    a real run folder."""
+    from evonorm.search import search
+
+    search(two, out=out, preset="tiny", budget=budget, workers=1, seed_layers=(), progress=False)
+    return out

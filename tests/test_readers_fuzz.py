@@ -18,7 +18,6 @@ from evonorm.cli import main as cli  # noqa: E402
 from evonorm.graph import Graph  # noqa: E402
 from evonorm.proxy.fidelity import load_panel  # noqa: E402
 from evonorm.proxy.prior import read_prior  # noqa: E402
-from evonorm.search import search  # noqa: E402
 
 FUZZ = settings(max_examples=12, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -42,10 +41,7 @@ sql_values = (st.none() | st.integers(-2**63, 2**63 - 1) | st.floats() | st.text
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fuzz") / "run"
-    search(_objectives.two, out=out, preset="tiny", budget=4, workers=1, seed_layers=(),
-           progress=False)
-    return out
+    return _objectives.tiny_run(tmp_path_factory.mktemp("fuzz") / "run", 4)
 
 
 def _copy(base, tmp_path_factory):

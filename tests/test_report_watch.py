@@ -13,7 +13,6 @@ pytest.importorskip("matplotlib", reason="reports need the optional `plots` extr
 
 import _objectives  # noqa: E402
 from evonorm.cli import main as cli  # noqa: E402
-from evonorm.search import search  # noqa: E402
 from evonorm.search.store import Store  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -22,10 +21,7 @@ REFRESH = '<meta http-equiv="refresh" content="1">'
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("watch") / "run"
-    search(_objectives.two, out=out, preset="tiny", budget=6, workers=1, seed_layers=(),
-           progress=False)
-    return out
+    return _objectives.tiny_run(tmp_path_factory.mktemp("watch") / "run", 6)
 
 
 def _wait_for(predicate, timeout=60.0):
