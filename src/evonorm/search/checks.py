@@ -7,11 +7,11 @@ torch and the graph library are imported where a layer is checked: this module i
 
 from __future__ import annotations
 
-from evonorm.search.objective import Reject
+from evonorm.search.reject import Reject
 
 
-def layer_checks(graph, *, num_features: int = 8, batch: int = 4, size: int = 6, groups: int = 4,
-             seed: int = 0) -> Reject | None:
+def layer_checks(graph, *, num_features: int = 8, batch: int = 4, size: int = 6,
+                 groups: int = 4, seed: int = 0) -> Reject | None:
     """Reject a layer whose output is non-finite, constant, or independent of x on random input:
     what the layer alone tells, in milliseconds, before any objective trains it.
 

@@ -37,25 +37,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from evonorm.search.evaluation import Evaluation
+from evonorm.search.reject import Reject
 
 Objective = Callable[[Callable[..., Any], "Trial"], Any]
 SCORE_NAME = "objective"  # the name a float result is stored under
-
-
-class Reject(Exception):
-    """Raised by an objective to reject the candidate layer with `reason` (stored as given).
-
-    `step` and `detail` say where and what was measured; `scores` what was measured before the
-    rejection (per objective name), kept with the rejected candidate.
-    """
-
-    def __init__(self, reason: str = "rejected", *, step: int | None = None,
-                 detail: dict | None = None, scores: Mapping[str, float] | None = None):
-        super().__init__(reason)
-        self.reason = str(reason)[:300] or "rejected"
-        self.step = step
-        self.detail = detail
-        self.scores = dict(scores or {})
 
 
 def as_scores(value: Any) -> dict[str, float]:
