@@ -76,3 +76,18 @@ def test_quality_threshold_is_twice_chance():
     assert quality_threshold(10) == pytest.approx(0.2)
     assert quality_threshold(100) == pytest.approx(0.02)
     assert quality_threshold(10, factor=3) == pytest.approx(0.3)
+
+
+def test_a_stability_rejection_at_an_infinite_gradient_norm_is_stored_as_a_rejection():
+    """The test's detail names a non-finite measurement rather than holding it (the store holds
+    finite values only), so the layer is rejected, not failed."""
+    from evonorm.proxy.rejection import _measured
+    from evonorm.search.evaluation import Evaluation
+    from evonorm.search.objective import Reject
+    from evonorm.search.outcome import storable
+
+    assert _measured(float("inf")) == "inf" and _measured(float("nan")) == "nan"
+    assert _measured(3.5) == 3.5
+    e = storable(Evaluation.rejected(Reject("stability", step=4,
+                                            detail={"grad_norm": _measured(float("inf"))})))
+    assert (e.status, e.reason, e.detail) == ("rejected", "stability", {"grad_norm": "inf"})

@@ -16,6 +16,12 @@ from typing import Any, Callable, Sequence
 from evonorm.search.objective import Reject
 
 
+def _measured(value: float) -> float | str:
+    """A measurement as a rejection's detail stores it: a finite number, else its name ("inf",
+    "nan"), since a stored detail holds finite values only."""
+    return value if math.isfinite(value) else str(value)
+
+
 def _grad_norm(grads: Sequence[Any]):
     import torch
     return torch.sqrt(sum((g.float() ** 2).sum() for g in grads))
@@ -68,7 +74,7 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
     for step in range(steps + 1):
         loss = F.cross_entropy(model(x), y)
         if not torch.isfinite(loss):
-            return Reject("stability", step=step, detail={"loss": float(loss.detach())})
+            return Reject("stability", step=step, detail={"loss": _measured(float(loss.detach()))})
         grads = torch.autograd.grad(loss, theta, create_graph=True, allow_unused=True)
         used = [(w, g) for w, g in zip(theta, grads) if g is not None]
         if not used:
@@ -78,7 +84,7 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
         if trace is not None:
             trace.append(value)
         if not math.isfinite(value) or value > threshold:
-            return Reject("stability", step=step, detail={"grad_norm": value})
+            return Reject("stability", step=step, detail={"grad_norm": _measured(value)})
         if step == steps or norm.grad_fn is None or value == 0.0:
             break  # a vanishing gradient gives no direction to ascend: nothing can explode
         # the squared norm has the same ascent direction and no sqrt'(0) singularity
@@ -89,7 +95,7 @@ def stability(norm_act, dataset, *, arch: str, width: float | None = None, steps
                     continue
                 a_norm = float(a.norm())
                 if not math.isfinite(a_norm):
-                    return Reject("stability", step=step, detail={"grad_norm": value})
+                    return Reject("stability", step=step, detail={"grad_norm": _measured(value)})
                 if a_norm > 0:
                     w.add_(a, alpha=lr * float(w.norm()) / a_norm)
     return None
