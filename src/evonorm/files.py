@@ -154,6 +154,12 @@ def parse_json(text: str | bytes) -> Any:
         value = json.loads(text)
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    check_depth(value)
+    return value
+
+
+def check_depth(value: Any) -> None:
+    """ValueError for a JSON value nested deeper than MAX_JSON_DEPTH (`parse_json`)."""
     stack = [(value, 1)]
     while stack:
         v, depth = stack.pop()
@@ -161,7 +167,6 @@ def parse_json(text: str | bytes) -> Any:
             if depth > MAX_JSON_DEPTH:
                 raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
             stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
-    return value
 
 
 def read_json(path: str | Path) -> Any:
@@ -220,7 +225,7 @@ def read_jsonl(path: str | Path, cls: type) -> list:
         except RecursionError:
             raise DamagedFile(path, f"line {n}", f"nested deeper than {MAX_JSON_DEPTH} levels") from None
         try:
-            parse_json(line)
+            check_depth(data)
         except ValueError as err:
             raise DamagedFile(path, f"line {n}", str(err)) from None
         rows.append(cls(**check_record(cls, data, path, f"line {n}")))
