@@ -13,35 +13,35 @@
 #     bash experiments/from_scratch_queue.sh --keep
 set -euo pipefail
 PINNED=26fb178
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-WT="${EVONORM_PINNED_WORKTREE:-$ROOT/../evonorm-from-scratch}"
+MAIN="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"  # not ROOT: scripts/env.sh sets that
+WT="${EVONORM_PINNED_WORKTREE:-$MAIN/../evonorm-from-scratch}"
 ARCHIVE=runs+from_scratch.tar.gz
 if [ ! -d "$WT" ]; then
-    git -C "$ROOT" worktree add --detach "$WT" "$PINNED"
+    git -C "$MAIN" worktree add --detach "$WT" "$PINNED"
 fi
 cd "$WT"
 [ "$(git rev-parse --short=7 HEAD)" = "$PINNED" ] || { echo "$WT is not at $PINNED" >&2; exit 2; }
 EVONORM_EXTRAS="dev,plots,prescreen" source scripts/env.sh
 copy_results() {  # the summary, the runs' table and the reference training, not the protocol README
-    mkdir -p "$ROOT/results/from_scratch"
+    mkdir -p "$MAIN/results/from_scratch"
     for f in summary.json runs.json runs.md reference; do
-        [ -e "results/from_scratch/$f" ] && cp -r "results/from_scratch/$f" "$ROOT/results/from_scratch/"
+        [ -e "results/from_scratch/$f" ] && cp -r "results/from_scratch/$f" "$MAIN/results/from_scratch/"
     done
     return 0
 }
 if [ "${1:-}" = "--keep" ]; then
     python experiments/keep_runs.py save runs/from_scratch
-    cp results/kept/$ARCHIVE "$ROOT/results/kept/$ARCHIVE"
+    cp results/kept/$ARCHIVE "$MAIN/results/kept/$ARCHIVE"
     copy_results
     exit 0
 fi
-if [ -f "$ROOT/results/kept/$ARCHIVE" ] && [ ! -d runs/from_scratch ]; then
-    cp "$ROOT/results/kept/$ARCHIVE" results/kept/
+if [ -f "$MAIN/results/kept/$ARCHIVE" ] && [ ! -d runs/from_scratch ]; then
+    cp "$MAIN/results/kept/$ARCHIVE" results/kept/
     python experiments/keep_runs.py restore
 fi
 ensure_fashion_mnist
 mkdir -p runs
 nice -n 10 python experiments/from_scratch.py
 python experiments/keep_runs.py save runs/from_scratch
-cp results/kept/$ARCHIVE "$ROOT/results/kept/$ARCHIVE"
+cp results/kept/$ARCHIVE "$MAIN/results/kept/$ARCHIVE"
 copy_results
