@@ -302,8 +302,8 @@ def _evaluate_before_objectives(payload: dict):
     lap("data")
     try:
         graph = Graph.from_json(payload["graph"])
-        screen = cfg.evolution.algorithm != "random-norej"
-        if screen and cfg.evolution.prechecks:
+        screen = proxy_config(cfg).rejection
+        if cfg.evolution.prechecks:
             rej = layer_checks(graph, seed=cfg.seed)
             lap("precheck")
             if rej:

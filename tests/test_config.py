@@ -74,7 +74,7 @@ def test_the_measured_settings_are_what_a_calibration_depends_on():
     # the task's data, architectures, rejection tests and training; the engine's stage steps,
     # and what the calibration's reference and random layers are drawn from
     assert names == {"dataset", "data_sha256", "n_train", "holdout", "data_seed", "archs",
-                     "train_preset", "train", "arch_train", "prechecks", "stability_steps",
+                     "train_preset", "train", "arch_train", "prechecks", "rejection", "stability_steps",
                      "stability_threshold", "stability_batch", "stability_lr", "stability_archs",
                      "quality_steps", "quality_factor", "train_runs", "final_train_runs",
                      "stage_steps", "space", "max_nodes"}

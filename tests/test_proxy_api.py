@@ -51,3 +51,71 @@ def test_a_proxy_setting_for_an_own_objective_is_refused_in_one_line(tmp_path):
                                          "holds its settings.$"):
         search(_objectives.two, out=tmp_path / "run", preset="tiny", quality_steps=0)
     assert not (tmp_path / "run").exists()
+
+
+def _facts(run):
+    """A run's stored config and meta facts, less what differs between any two runs (when)."""
+    with Store(run, readonly=True) as store:
+        meta = {k: store.get_meta(k) for k in ("config", "preset", "dataset", "device", "objective",
+                                               "status")}
+    return meta
+
+
+def _report_text(run):
+    from evonorm.report.data import load_run
+    from evonorm.report.text import summary_table
+
+    data = load_run(run)
+    return data.setup, summary_table(run, top=5).replace(str(run), "RUN")
+
+
+@pytest.mark.parametrize("objective", [None, "_objectives:two"])
+def test_a_run_started_from_python_stores_and_reports_as_one_from_the_command_line(tmp_path,
+                                                                                   objective):
+    """One start for every caller: the same facts stored and the same report, whether the search
+    was started by `evonorm search` or from Python (the built-in task's or the engine's)."""
+    import _objectives
+    from evonorm.cli import main
+
+    argv = ["search", "--preset", "tiny", "--budget", "2", "--workers", "1", "--quiet",
+            "--out", str(tmp_path / "cli")]
+    if objective is None:
+        proxy.search(out=tmp_path / "py", preset="tiny", budget=2, workers=1, progress=False)
+    else:
+        search(_objectives.two, out=tmp_path / "py", preset="tiny", budget=2, workers=1,
+               progress=False)
+        argv += ["--objective", objective]
+    assert main(argv) == 0
+    py, cli = _facts(tmp_path / "py"), _facts(tmp_path / "cli")
+    assert py.keys() == cli.keys() and py == cli and py["device"]["type"] == "cpu"
+    assert (py["dataset"] is None) == (objective is not None)
+    assert _report_text(tmp_path / "py") == _report_text(tmp_path / "cli")
+
+
+def test_resume_from_python_records_a_raised_budget_as_the_command_does(tmp_path):
+    run = tmp_path / "run"
+    proxy.search(out=run, preset="tiny", budget=1, workers=1, progress=False)
+    with pytest.raises(ValueError, match="cannot shrink the run's budget of 1"):
+        proxy.resume(run, budget=0, progress=False)
+    res = proxy.resume(run, budget=2, progress=False)
+    assert res.complete and res.done == 2 and _facts(run)["config"]["evolution"]["budget"] == 2
+
+
+def test_the_tasks_rejection_is_its_own_setting_not_an_algorithm(tmp_path):
+    """Random search without rejection is the engine's random search on a task whose rejection
+    is off: every candidate is trained fully, however bad (one whose training gives no finite
+    number still has no fitness)."""
+    from evonorm.search.evolution import ALGORITHMS
+
+    assert ALGORITHMS == ("evolution", "random")
+    with pytest.raises(ValueError, match="algorithm must be one of evolution, random"):
+        get_preset("tiny", algorithm="random-norej")
+    run = tmp_path / "run"
+    proxy.search(out=run, preset="tiny", budget=3, workers=1, progress=False, algorithm="random",
+                 rejection=False, prechecks=False)
+    with Store(run, readonly=True) as store:
+        cands, cfg = store.candidates(), store.search_config()
+    assert proxy_config(cfg).rejection is False
+    assert {c.reason for c in cands if c.status != "valid"} <= {"nonfinite"}, [
+        (c.status, c.reason) for c in cands]
+    assert len(cands) == 3 and any(c.status == "valid" for c in cands)

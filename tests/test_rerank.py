@@ -201,15 +201,16 @@ def test_rows_read_best_first_the_latest_of_a_layer_counting_and_a_lost_one_trai
 
 
 def test_a_search_started_over_drops_the_records_of_the_one_it_replaces(tmp_path):
-    from evonorm.proxy.api import start_run
+    from evonorm.proxy.objective import ProxyObjective
     from evonorm.proxy.retrain import RETRAIN_FILE
+    from evonorm.search.driver import init_run
 
     cfg = get_preset("tiny", workers=1)
     cids = make_run(tmp_path / "run", cfg)
     add_rerank(tmp_path / "run", RerankRow(cids[0], "p", "s", {"a": 0.5}, 0.5, "ok", None, 0.4, 1.0, 1.0))
     (tmp_path / "run" / RETRAIN_FILE).write_text("{}\n")
     (tmp_path / "run" / "notes.txt").write_text("mine")
-    start_run(tmp_path / "run", cfg, force=True)  # they named the old search's candidates
+    init_run(tmp_path / "run", cfg, ProxyObjective(cfg), force=True)  # they named the old search's candidates
     assert read_reranks(tmp_path / "run") == [] and not (tmp_path / "run" / RETRAIN_FILE).exists()
     assert (tmp_path / "run" / "notes.txt").read_text() == "mine"
     with Store(tmp_path / "run", readonly=True) as store:

@@ -9,11 +9,10 @@ from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import (RUN_ARCH_HELP, check_device, check_executor, check_run_archs,
                                       check_run_values, check_workers, dataset_arg, report_result,
                                       require_store, run_lock, write_errors)
-from evonorm.commands.search import load_objective_arg, run_facts
+from evonorm.commands.search import load_objective_arg
 from evonorm.report.text import summary_table
-from evonorm.search.api import check_resume_objective
+from evonorm.search.api import check_resume_objective, resume_run
 from evonorm.search.config import EXECUTORS, with_settings
-from evonorm.search.driver import run_search
 from evonorm.proxy.config import anchor_archs, proxy_config, with_task_settings
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.training import search_dataset
@@ -107,19 +106,13 @@ def main(argv: list[str]) -> int:
         raise CommandError(str(err).splitlines()[0]) from None
     with run_lock(args.run):
         cfg, done, pending = _plan(args)  # again: another driver may have run in between
-        with write_errors(f"run {args.run}"), Store(args.run) as store:
-            store.set_config(cfg.to_dict())
-            facts = run_facts(cfg)
-            store.set_meta("device", facts["device"])  # --device/--workers may change it
-            if args.data is not None:  # as --data may move the data file
-                store.set_meta("dataset", facts["dataset"])
+        task = objective or ProxyObjective(cfg)
         if not args.quiet:
             print(f"resume: {done}/{cfg.evolution.budget} candidates done, {pending} re-queued "
                   f"(in flight when it stopped), {cfg.execution.num_workers} "
                   f"{cfg.execution.executor} worker(s) on {cfg.execution.device}", file=sys.stderr)
 
         with write_errors(f"run {args.run}"):  # a disk that fills during the search: one line
-            result = run_search(args.run, objective=objective or ProxyObjective(cfg),
-                                progress=not args.quiet, ship=args.ship)
+            result = resume_run(args.run, task, cfg, progress=not args.quiet, ship=args.ship)
         report_result(result, args.run, args.show)
     return 0

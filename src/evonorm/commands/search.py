@@ -14,16 +14,14 @@ from evonorm.commands._common import (ARCHS_HELP, DATA_HELP, check_archs, check_
                                       report_result, run_lock, write_errors)
 from evonorm.search.api import own_objective_config
 from evonorm.search.config import EXECUTORS, SPACES
-from evonorm.search.driver import run_search
+from evonorm.search.driver import init_run, run_facts, run_search
 from evonorm.proxy.config import proxy_config
-from evonorm.proxy.api import start_run
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.presets import PRESETS, calibration_note, get_preset
 from evonorm.proxy.training import search_dataset, train_config, with_dataset
 from evonorm.search.evolution import ALGORITHMS, CRITERIA
 from evonorm.search.lock import LOCK_NAME
 from evonorm.search.objective import load_objective
-from evonorm.search.store import Store
 from evonorm.search.surrogate import require_sklearn
 
 
@@ -39,7 +37,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--space", choices=SPACES, default=None,
                    help="b: every op; s: no batch statistics (default: the preset's)")
     p.add_argument("--algorithm", choices=ALGORITHMS, default=None,
-                   help="evolution (default), random (with rejection), random-norej")
+                   help="evolution (default) or random (the paper's random search; without "
+                   "rejection: --algorithm random --rejection off --prechecks off)")
     p.add_argument("--budget", type=int, default=None, help="candidates to propose in all")
     p.add_argument("--budget-seconds", type=float, default=None, metavar="S",
                    help="also stop proposing once the candidates took S worker-seconds in all")
@@ -91,6 +90,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--prechecks", choices=("on", "off"), default=None,
                    help="the checks of the layer alone (constant output, output independent of x, "
                    "non-finite at initialisation) before the objective trains it (default on)")
+    p.add_argument("--rejection", choices=("on", "off"), default=None,
+                   help="the built-in task's stability and quality tests and its staged training's "
+                   "quality bar (default on; off: every candidate trained fully)")
     p.add_argument("--prescreen", choices=("on", "off"), default=None,
                    help="rank several children per slot with a surrogate learned as the search "
                         "goes, and train the best; reject the hopeless untrained (default off: "
@@ -132,6 +134,7 @@ def config_from_args(args):
                           seed_layers=seed_layers, device=device, gpus_per_worker=args.gpus_per_worker,
                           prescreen=None if args.prescreen is None else args.prescreen == "on",
                           prechecks=None if args.prechecks is None else args.prechecks == "on",
+                          rejection=None if args.rejection is None else args.rejection == "on",
                           prescreen_prior=(None if args.prescreen_prior is None
                                            else args.prescreen_prior == "on"))
     except (ValueError, TypeError) as err:
@@ -193,23 +196,6 @@ def _check_seed_layers(cfg, resolve_graph) -> None:
             raise ValueError(f"seed layer {spec!r} uses batch statistics: not in the S space")
 
 
-def run_facts(cfg) -> dict:
-    """What a run trains on, for its start line and its store (meta keys preset, dataset, device):
-    the dataset's name and train / held-out sizes after the search's split, and the device. An own
-    objective's run names the objective instead of a dataset."""
-    if cfg.objective:
-        return {"preset": cfg.preset, "objective": cfg.objective,
-                "device": {"type": cfg.execution.device, "workers": cfg.execution.num_workers,
-                           "executor": cfg.execution.executor}}
-
-    ds, task = search_dataset(cfg), proxy_config(cfg)
-    return {"preset": cfg.preset,
-            "dataset": {"name": task.dataset, "train": len(ds.train_y), "held_out": len(ds.test_y),
-                        "classes": ds.num_classes, "image_size": ds.image_size},
-            "device": {"type": train_config(cfg, task.archs[0]).device,
-                       "workers": cfg.execution.num_workers, "executor": cfg.execution.executor}}
-
-
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
 
@@ -220,7 +206,8 @@ def main(argv: list[str]) -> int:
     if objective is not None:
         given = [f for f, v in (("--dataset", args.dataset), ("--data", args.data),
                                 ("--data-root", args.data_root), ("--n-train", args.n_train),
-                                ("--archs", args.archs)) if v]
+                                ("--archs", args.archs), ("--rejection", args.rejection))
+                 if v]
         if given:
             raise CommandError(f"{given[0]} applies to the built-in objective only (your "
                                "--objective brings its own data and models)")
@@ -252,15 +239,12 @@ def main(argv: list[str]) -> int:
         run.mkdir(parents=True, exist_ok=True)
     with run_lock(run):
         with write_errors(f"run folder {run}"):
+            task = objective or ProxyObjective(cfg)
             try:
-                start_run(run, cfg, force=args.force)
+                init_run(run, cfg, task, force=args.force)
             except FileExistsError as err:
                 raise CommandError(str(err)) from None
-            facts = run_facts(cfg)
-
-            with Store(run) as store:
-                for key, value in facts.items():
-                    store.set_meta(key, value)
+            facts = run_facts(cfg, task)
         evo, ex = cfg.evolution, cfg.execution
         if not args.quiet and objective is not None:
             device = facts["device"]
@@ -284,8 +268,7 @@ def main(argv: list[str]) -> int:
                       file=sys.stderr)
             print(calibration_note(cfg.preset, evo.space, cfg.to_dict()), file=sys.stderr)
         with write_errors(f"run folder {run}"):  # a disk that fills during the search: one line
-            result = run_search(run, objective=objective or ProxyObjective(cfg),
-                                progress=not args.quiet, ship=args.ship)
+            result = run_search(run, objective=task, progress=not args.quiet, ship=args.ship)
         report_result(result, run, args.show)
     return 0
 

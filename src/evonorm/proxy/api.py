@@ -9,23 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from evonorm.proxy.objective import ProxyObjective
-from evonorm.proxy.rerank import RERANK_FILE
-from evonorm.proxy.retrain import RETRAIN_FILE
 from evonorm.proxy.training import search_dataset, with_dataset
+from evonorm.search.api import resume_run
 from evonorm.search.driver import SearchResult, init_run, run_search
 from evonorm.search.executors import Executor
 from evonorm.search.lock import RunLock
 from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
-
-
-def start_run(out: str | Path, cfg, *, force: bool = False) -> Path:
-    """`init_run`, and the task's records of a search it replaces (`force`: reranks, re-training) go
-    with that search's store: they name its candidates."""
-    run = init_run(out, cfg, force=force)
-    for name in (RERANK_FILE, RETRAIN_FILE):
-        (run / name).unlink(missing_ok=True)
-    return run
 
 
 def search(*, out: str | Path, preset: str = "demo", space: str = "s", budget: int | None = None,
@@ -40,24 +30,30 @@ def search(*, out: str | Path, preset: str = "demo", space: str = "s", budget: i
     cfg = with_dataset(cfg)
     search_dataset(cfg)  # a missing or changed dataset fails here, in one line
     Path(out).mkdir(parents=True, exist_ok=True)
+    objective = ProxyObjective(cfg)
     with RunLock(out):
-        start_run(out, cfg, force=force)
-        return run_search(out, objective=ProxyObjective(cfg), progress=progress)
+        init_run(out, cfg, objective, force=force)
+        return run_search(out, objective=objective, progress=progress)
 
 
-def resume(out: str | Path, *, progress: bool = True, executor: Executor | None = None
-           ) -> SearchResult:
-    """Continue the proxy-task search in `out` until its budget is spent (ValueError for a run
-    searched on an objective of one's own: resume it with `evonorm.search.resume(out, objective)`).
-    `executor`: one to run the candidates on instead of the run's own (tests)."""
+def resume(out: str | Path, *, budget: int | None = None, progress: bool = True,
+           executor: Executor | None = None) -> SearchResult:
+    """Continue the proxy-task search in `out` until its budget is spent (raised to `budget`, as
+    `evonorm resume --budget`; ValueError for a smaller one, or for a run searched on an objective
+    of one's own: resume it with `evonorm.search.resume(out, objective)`). `executor`: one to run
+    the candidates on instead of the run's own (tests)."""
     with Store(out, readonly=True) as store:
         cfg, done = store.search_config(), store.num_candidates()
     check_proxy_run(cfg, out)
-    if done < cfg.evolution.budget:  # candidates will train: the data must still be there
+    if budget is not None and budget < cfg.evolution.budget:
+        raise ValueError(f"budget={budget} cannot shrink the run's budget of "
+                         f"{cfg.evolution.budget}")
+    if done < max(budget or 0, cfg.evolution.budget):  # candidates will train: data must be there
         search_dataset(cfg)
+    if budget is not None:
+        cfg = cfg.replace(evolution=cfg.evolution.replace(budget=budget))
     with RunLock(out):
-        return run_search(out, objective=ProxyObjective(cfg), progress=progress,
-                          executor=executor)
+        return resume_run(out, ProxyObjective(cfg), cfg, progress=progress, executor=executor)
 
 
 def check_proxy_run(cfg, run: str | Path) -> None:

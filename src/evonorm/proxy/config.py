@@ -63,7 +63,10 @@ class ProxyConfig:
     train: dict = field(default_factory=dict, metadata=MEASURED)
     # per-architecture overrides on top of `train`
     arch_train: dict = field(default_factory=dict, metadata=MEASURED)
-    # rejection
+    # rejection: the stability and quality tests, and the staged training's quality bar (off: every
+    # candidate trained fully, as the paper's random search without rejection; the engine's checks
+    # of the layer alone are its own setting, `prechecks`)
+    rejection: bool = field(default=True, metadata=MEASURED)
     stability_steps: int = field(default=100, metadata=MEASURED)
     stability_threshold: float = field(default=1e8, metadata=MEASURED)
     stability_batch: int = field(default=8, metadata=MEASURED)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from evonorm.proxy.config import proxy_config, with_task_settings
 from evonorm.proxy.rejection import quality, stability
+from evonorm.proxy.rerank import RERANK_FILE
+from evonorm.proxy.retrain import RETRAIN_FILE
 from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
@@ -33,6 +35,9 @@ class ProxyObjective:
     it to its workers like a user's function."""
 
     config: SearchConfig
+    # the task's records in the run folder, which name the store's candidates: a search started
+    # over (`force`) clears them with the store
+    run_files = (RERANK_FILE, RETRAIN_FILE)
 
     def __call__(self, norm_act, trial: Trial) -> dict[str, float]:
         """The task on `trial.graph`, at the trial's seed and device (`objective`)."""
@@ -41,6 +46,17 @@ class ProxyObjective:
         if trial.data_dir:  # the data folder as a remote worker received it
             cfg = with_task_settings(cfg, data_root=trial.data_dir)
         return objective(cfg, trial)
+
+    def run_facts(self, cfg: SearchConfig) -> dict:
+        """What the run trains on, for its start line and report: the dataset's name and train /
+        held-out sizes after the search's split, and the device the trainer resolves."""
+        ds, task = search_dataset(cfg), proxy_config(cfg)
+        ex = cfg.execution
+        return {"dataset": {"name": task.dataset, "train": len(ds.train_y),
+                            "held_out": len(ds.test_y), "classes": ds.num_classes,
+                            "image_size": ds.image_size},
+                "device": {"type": train_config(cfg, task.archs[0]).device,
+                           "workers": ex.num_workers, "executor": ex.executor}}
 
     def prescreen_features(self, graph, cfg: SearchConfig) -> dict[str, float | None]:
         """What the task hands the engine's prescreen: each anchor architecture's features of the new
@@ -78,7 +94,7 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
     ds = search_dataset(cfg)  # outside the try: missing data is the run's problem
     lap("data")
     try:
-        screen = cfg.evolution.screened
+        screen = task.rejection
         if screen and task.stability_steps > 0:
             for arch in task.archs[:task.stability_archs]:
                 tcfg = train_config(cfg, arch)
@@ -117,7 +133,6 @@ def evaluate_candidate(payload: dict) -> Evaluation:
     payload: {"graph": graph JSON, "config": SearchConfig.to_dict()}."""
     cfg = SearchConfig.from_dict(payload["config"])
     return run_trial(ProxyObjective(cfg), {"graph": payload["graph"], "seed": cfg.seed,
-                                           "prechecks": cfg.evolution.screened
-                                           and cfg.evolution.prechecks,
+                                           "prechecks": cfg.evolution.prechecks,
                                            "device": cfg.execution.device,
                                            "staged": bool(cfg.hurdles.stage_steps)})

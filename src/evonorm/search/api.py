@@ -8,12 +8,12 @@ a run searched on an objective of one's own takes that function again, and check
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 from evonorm.search.config import SearchConfig
-from evonorm.search.driver import SearchResult, Tally, init_run, run_search
+from evonorm.search.driver import SearchResult, Tally, init_run, record_run, run_search
+from evonorm.search.executors import Executor
 from evonorm.search.lock import RunLock
 from evonorm.search.objective import (SCORE_NAME, Objective, check_objective, check_picklable,
                                       objective_name)
@@ -43,7 +43,7 @@ def search(objective: Objective, *, out: str | Path, preset: str = "demo",
     cfg = own_objective_config(cfg, objective)
     Path(out).mkdir(parents=True, exist_ok=True)
     with RunLock(out):
-        init_run(out, cfg, force=force)
+        init_run(out, cfg, objective, force=force)
         return run_search(out, objective=objective, progress=progress, ship=ship)
 
 
@@ -65,15 +65,25 @@ def resume(out: str | Path, objective: Objective | None = None, *, budget: int |
         raise ValueError(f"the run in {out} was searched on the built-in proxy task: "
                          f"{BUILTIN_ELSEWHERE}")
     check_resume_objective(cfg.objective, objective, "the objective")
+    if budget is not None and budget < cfg.evolution.budget:
+        raise ValueError(f"budget={budget} cannot shrink the run's budget of "
+                         f"{cfg.evolution.budget}")
+    if budget is not None:
+        cfg = cfg.replace(evolution=cfg.evolution.replace(budget=budget))
     with RunLock(out):
-        if budget is not None:
-            if budget < cfg.evolution.budget:
-                raise ValueError(f"budget={budget} cannot shrink the run's budget of "
-                                 f"{cfg.evolution.budget}")
-            with Store(out) as store:
-                store.set_config(dataclasses.replace(
-                    cfg, evolution=dataclasses.replace(cfg.evolution, budget=budget)).to_dict())
-        return run_search(out, objective=objective, progress=progress, ship=ship)
+        return resume_run(out, objective, cfg, progress=progress, ship=ship)
+
+
+def resume_run(out: str | Path, objective: Objective, cfg: SearchConfig | None = None, *,
+               progress: bool = True, ship: list[str] | None = None,
+               executor: Executor | None = None) -> SearchResult:
+    """Continue the run in `out` (its lock held, its objective checked) under `cfg` (the stored
+    config with the caller's changes: budget, workers, device; default as stored), its facts
+    recorded again (`record_run`): the one resume of every caller (Python's, the built-in
+    task's, the command's)."""
+    with Store(out) as store:
+        record_run(store, cfg or store.search_config(), objective)
+    return run_search(out, objective=objective, progress=progress, ship=ship, executor=executor)
 
 
 def check_resume_objective(stored: str | None, objective: Objective | None, flag: str) -> None:

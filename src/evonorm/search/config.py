@@ -115,11 +115,6 @@ class Evolution(_Part):
         return e
 
     @property
-    def screened(self) -> bool:
-        """Whether candidates are screened at all: `random-norej` trains every one fully."""
-        return self.algorithm != "random-norej"
-
-    @property
     def allow_batch(self) -> bool:
         """B search allows every op; S search excludes the batch_* aggregations."""
         return self.space == "b"

@@ -104,22 +104,53 @@ class SearchResult:
             return [row.best for row in top_layers(store.candidates(), k, same=same_layer_keys())]
 
 
-def init_run(run_dir: str | Path, cfg: SearchConfig, *, force: bool = False) -> Path:
-    """Create a run folder and store its config. A non-empty folder needs `force` (it is cleared
-    of an earlier store only; other files are left alone)."""
+def init_run(run_dir: str | Path, cfg: SearchConfig, objective: Objective | None = None, *,
+             force: bool = False) -> Path:
+    """Create a run folder, store its config and its facts (`record_run`): the one start of every
+    search (Python's `search`, the built-in task's, the command's), so that each reports alike. A
+    non-empty folder needs `force`: it is cleared of an earlier store, and of the files the
+    objective keeps there (`run_files`: they name that store's candidates); others are left alone."""
     run = Path(run_dir)
     if run.exists() and not run.is_dir():
         raise FileExistsError(f"{run} exists and is not a folder")
     if run.is_dir() and any(p.name != LOCK_NAME for p in run.iterdir()):  # the lock is ours
         if not force:
             raise FileExistsError(f"run folder {run} is not empty (use --force to overwrite)")
-        for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm"):
+        for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm",
+                     *getattr(objective, "run_files", ())):
             (run / name).unlink(missing_ok=True)
     with Store(run) as store:  # the caller has resolved what the config names (e.g. its dataset)
-        store.set_config(cfg.to_dict())
+        record_run(store, cfg, objective)
         store.set_meta("status", "created")  # "running" only once run_search has its workers
         store.set_meta("created_at", time.time())
     return run
+
+
+def run_facts(cfg: SearchConfig, objective: Objective | None = None) -> dict[str, Any]:
+    """What a run trains on, for its start line and report (meta keys): its preset, objective and
+    device, and what the objective adds of its own (`objective.run_facts(cfg)`, e.g. the built-in
+    task's dataset and sizes), which the engine cannot know."""
+    ex = cfg.execution
+    facts: dict[str, Any] = {"preset": cfg.preset,
+                             "device": {"type": ex.device, "workers": ex.num_workers,
+                                        "executor": ex.executor}}
+    if cfg.objective:
+        facts["objective"] = cfg.objective
+    own = getattr(objective, "run_facts", None)
+    if own is not None:
+        facts.update(own(cfg))
+    return facts
+
+
+def record_run(store: Store, cfg: SearchConfig, objective: Objective | None = None
+               ) -> dict[str, Any]:
+    """Store a run's config and facts (`run_facts`): at its start, and again on resume, where the
+    workers, device or data file may have changed."""
+    store.set_config(cfg.to_dict())
+    facts = run_facts(cfg, objective)
+    for key, value in facts.items():
+        store.set_meta(key, value)
+    return facts
 
 
 @dataclass
@@ -378,7 +409,7 @@ class _Search:
         payload = {"graph": job.proposal.graph, "seed": self.cfg.seed,
                    "device": self.cfg.execution.device,
                    "staged": bool(self.cfg.hurdles.stage_steps),
-                   "prechecks": self.cfg.evolution.screened and self.cfg.evolution.prechecks}
+                   "prechecks": self.cfg.evolution.prechecks}
         if self.cfg.hurdles.stage_steps:  # a retried or resumed candidate continues from its last stage
             payload["hurdles"] = self.hurdles()
             if self.cfg.execution.executor == "local":

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 CRITERIA = ("pareto", "average")
-ALGORITHMS = ("evolution", "random", "random-norej")
+ALGORITHMS = ("evolution", "random")
 
 
 def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
