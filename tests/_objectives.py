@@ -80,7 +80,7 @@ class NeedsMaxWithPrior:
     def __call__(self, norm_act, trial) -> float:
         return needs_max(norm_act, trial)
 
-    def prescreen_prior(self, cfg):
+    def prescreen_prior(self):
         rows = [{"features": {"graph_op_max": float(i % 2 == 0)}, "valid": i % 2 == 0,
                  "fitness": 0.55 if i % 2 == 0 else None} for i in range(12)]
         return rows + ([{"features": {}, "valid": "yes"}] if self.broken else [])

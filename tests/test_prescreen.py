@@ -50,7 +50,7 @@ def test_task_features_are_the_proxy_objectives_and_deterministic():
     cfg = PRESETS["tiny"]
     g = resolve_graph("evonorm_s0")
     # handed over by the task's objective, never looked up by the engine
-    a = ProxyObjective(cfg).prescreen_features(g, cfg)
+    a = ProxyObjective(cfg).prescreen_features(g)
     assert a == task_features(g, cfg)
     assert a == task_features(g, cfg)
     for arch in proxy_config(cfg).archs:
@@ -124,7 +124,7 @@ def test_features_are_computed_at_one_torch_thread_and_the_count_is_restored():
 
     seen = []
 
-    def task_features(graph, cfg):
+    def task_features(graph):
         seen.append(torch.get_num_threads())
         return {"x": 1.0}
 

@@ -119,3 +119,17 @@ def test_the_tasks_rejection_is_its_own_setting_not_an_algorithm(tmp_path):
     assert {c.reason for c in cands if c.status != "valid"} <= {"nonfinite"}, [
         (c.status, c.reason) for c in cands]
     assert len(cands) == 3 and any(c.status == "valid" for c in cands)
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"train": {"stepz": 5}}, "^train: unknown training setting 'stepz' .TrainConfig fields: arch, "),
+    ({"train": {"steps": "10"}}, "^train.steps: a string"),
+    ({"rerank_train": {"lr": [0.1]}}, "^rerank_train.lr: "),
+    ({"arch_train": {"resnet50_cifar": {"flip": 1}}}, "^arch_train.resnet50_cifar.flip: "),
+])
+def test_training_overrides_are_typed_and_checked_before_the_run_folder_is_written(
+        tmp_path, settings, says):
+    with pytest.raises(ValueError, match=says):
+        proxy.search(out=tmp_path / "run", preset="tiny", budget=1, workers=1, progress=False,
+                     **settings)
+    assert not (tmp_path / "run").exists()

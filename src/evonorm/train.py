@@ -117,6 +117,28 @@ TRAIN_PRESETS: dict[str, TrainConfig] = {
 }
 
 
+def check_overrides(overrides: Any, where: str) -> None:
+    """ValueError, in one line naming `where` and the field, unless `overrides` is a mapping of
+    TrainConfig fields to values of their declared types: a task's training overrides are stored
+    as JSON, and a typo or a string for a number would otherwise surface in the first candidate's
+    training, as if the layer had failed."""
+    import typing
+
+    from evonorm.files import type_problem
+
+    if not isinstance(overrides, dict):
+        raise ValueError(f"{where}: training overrides are an object of TrainConfig fields, got "
+                         f"{type(overrides).__name__}")
+    hints = typing.get_type_hints(TrainConfig)
+    for name, value in overrides.items():
+        if name not in hints:
+            raise ValueError(f"{where}: unknown training setting {name!r} (TrainConfig fields: "
+                             f"{', '.join(hints)})")
+        problem = type_problem(list(value) if isinstance(value, tuple) else value, hints[name])
+        if problem is not None:
+            raise ValueError(f"{where}.{name}: {problem}")
+
+
 def get_train_preset(name: str, **overrides) -> TrainConfig:
     """A training preset by name, with `overrides` (None values ignored)."""
     if name not in TRAIN_PRESETS:

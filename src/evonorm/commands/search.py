@@ -18,7 +18,7 @@ from evonorm.search.driver import init_run, run_facts, run_search
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.presets import PRESETS, calibration_note, get_preset
-from evonorm.proxy.training import search_dataset, train_config, with_dataset
+from evonorm.proxy.training import check_training, search_dataset, with_dataset
 from evonorm.search.evolution import ALGORITHMS, CRITERIA
 from evonorm.search.lock import LOCK_NAME
 from evonorm.search.objective import load_objective
@@ -177,8 +177,7 @@ def check_setup(cfg):
     try:
         cfg = with_dataset(cfg)  # never a silent fall-back to the synthetic set
         _check_seed_layers(cfg, resolve_graph)
-        train_config(cfg, task.archs[0])
-        train_config(cfg, task.archs[0], task.rerank_training)
+        check_training(cfg)
         ds = search_dataset(cfg)
         probe_archs(cfg, ds)
     except (ValueError, FileNotFoundError, TypeError) as err:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evonorm.proxy.objective import ProxyObjective
-from evonorm.proxy.training import search_dataset, with_dataset
+from evonorm.proxy.training import check_training, search_dataset, with_dataset
 from evonorm.search.api import resume_run
 from evonorm.search.driver import SearchResult, init_run, run_search
 from evonorm.search.executors import Executor
@@ -28,6 +28,7 @@ def search(*, out: str | Path, preset: str = "demo", space: str = "s", budget: i
     cfg = get_preset(preset, space=space, budget=budget, workers=workers, executor=executor,
                      seed=seed, **settings)
     cfg = with_dataset(cfg)
+    check_training(cfg)
     search_dataset(cfg)  # a missing or changed dataset fails here, in one line
     Path(out).mkdir(parents=True, exist_ok=True)
     objective = ProxyObjective(cfg)

@@ -47,9 +47,10 @@ class ProxyObjective:
             cfg = with_task_settings(cfg, data_root=trial.data_dir)
         return objective(cfg, trial)
 
-    def run_facts(self, cfg: SearchConfig) -> dict:
+    def run_facts(self) -> dict:
         """What the run trains on, for its start line and report: the dataset's name and train /
         held-out sizes after the search's split, and the device the trainer resolves."""
+        cfg = self.config
         ds, task = search_dataset(cfg), proxy_config(cfg)
         ex = cfg.execution
         return {"dataset": {"name": task.dataset, "train": len(ds.train_y),
@@ -58,14 +59,14 @@ class ProxyObjective:
                 "device": {"type": train_config(cfg, task.archs[0]).device,
                            "workers": ex.num_workers, "executor": ex.executor}}
 
-    def prescreen_features(self, graph, cfg: SearchConfig) -> dict[str, float | None]:
+    def prescreen_features(self, graph) -> dict[str, float | None]:
         """What the task hands the engine's prescreen: each anchor architecture's features of the new
         layer at initialisation (`evonorm.proxy.features`), under the task's own settings."""
         from evonorm.proxy.features import task_features
 
         return task_features(graph, self.config)
 
-    def prescreen_prior(self, cfg: SearchConfig) -> list[dict] | None:
+    def prescreen_prior(self) -> list[dict] | None:
         """The labelled candidates the task ships for the run's setting (`evonorm.proxy.prior`),
         from which the prescreen's surrogate starts; None where it ships none."""
         from evonorm.proxy.prior import prior_for

@@ -17,6 +17,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -119,7 +120,8 @@ def build_prior(runs: Sequence[str | Path], command: str) -> Prior:
     rows: list[dict] = []
     sources: list[dict] = []
     for run, cfg, cands, status in read:
-        found = labelled_rows(cands, Prescreen(cfg, task_features_module.task_features))
+        found = labelled_rows(cands, Prescreen(cfg, partial(task_features_module.task_features,
+                                                            cfg=cfg)))
         rows.extend(found)
         sources.append({"run": Path(run).name, "preset": cfg.preset,
                         "algorithm": cfg.evolution.algorithm,

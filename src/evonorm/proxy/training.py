@@ -87,13 +87,15 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
     """
     task = proxy_config(cfg)
     from evonorm.models import is_builtin
-    from evonorm.train import TRAIN_PRESETS
+    from evonorm.train import TRAIN_PRESETS, check_overrides
 
     setting = setting or task.training
     staged = setting == task.training and steps is None and bool(cfg.hurdles.stage_steps)
     if setting.preset not in TRAIN_PRESETS:
         raise ValueError(f"unknown training preset {setting.preset!r} "
                          f"(choose from {', '.join(TRAIN_PRESETS)})")
+    check_overrides(dict(setting.overrides), "train" if setting.presized else "rerank_train")
+    check_overrides(task.arch_train.get(arch, {}), f"arch_train.{arch}")
     over: dict[str, Any] = dict(setting.overrides)
     over.update(task.arch_train.get(arch, {}))
     if setting.presized:  # the data is already the run's subset: the preset must not cut it again
@@ -113,6 +115,18 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
         over["steps"] = steps
     over.update(extra)
     return dataclasses.replace(TRAIN_PRESETS[setting.preset], **over)
+
+
+def check_training(cfg: SearchConfig) -> None:
+    """ValueError (one line) unless every architecture's training, the search's and the rerank's,
+    makes a TrainConfig: checked where a run starts, before any candidate trains."""
+    task = proxy_config(cfg)
+    for arch in task.archs:
+        for setting in (task.training, task.rerank_training):
+            try:
+                train_config(cfg, arch, setting)
+            except TypeError as err:  # e.g. a value a TrainConfig check cannot compare
+                raise ValueError(f"training on {arch}: {err}") from None
 
 
 def quality_config(cfg, arch: str, schedule: str = "constant"):

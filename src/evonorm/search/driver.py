@@ -113,6 +113,7 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, objective: Objective | None
     run = Path(run_dir)
     if run.exists() and not run.is_dir():
         raise FileExistsError(f"{run} exists and is not a folder")
+    facts = run_facts(cfg, objective)  # what they need read before anything is written
     if run.is_dir() and any(p.name != LOCK_NAME for p in run.iterdir()):  # the lock is ours
         if not force:
             raise FileExistsError(f"run folder {run} is not empty (use --force to overwrite)")
@@ -120,7 +121,7 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, objective: Objective | None
                      *getattr(objective, "run_files", ())):
             (run / name).unlink(missing_ok=True)
     with Store(run) as store:  # the caller has resolved what the config names (e.g. its dataset)
-        record_run(store, cfg, objective)
+        record_run(store, cfg, facts=facts)
         store.set_meta("status", "created")  # "running" only once run_search has its workers
         store.set_meta("created_at", time.time())
     return run
@@ -128,7 +129,7 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, objective: Objective | None
 
 def run_facts(cfg: SearchConfig, objective: Objective | None = None) -> dict[str, Any]:
     """What a run trains on, for its start line and report (meta keys): its preset, objective and
-    device, and what the objective adds of its own (`objective.run_facts(cfg)`, e.g. the built-in
+    device, and what the objective adds of its own (`objective.run_facts()`, e.g. the built-in
     task's dataset and sizes), which the engine cannot know."""
     ex = cfg.execution
     facts: dict[str, Any] = {"preset": cfg.preset,
@@ -138,16 +139,16 @@ def run_facts(cfg: SearchConfig, objective: Objective | None = None) -> dict[str
         facts["objective"] = cfg.objective
     own = getattr(objective, "run_facts", None)
     if own is not None:
-        facts.update(own(cfg))
+        facts.update(own())
     return facts
 
 
-def record_run(store: Store, cfg: SearchConfig, objective: Objective | None = None
-               ) -> dict[str, Any]:
-    """Store a run's config and facts (`run_facts`): at its start, and again on resume, where the
-    workers, device or data file may have changed."""
+def record_run(store: Store, cfg: SearchConfig, objective: Objective | None = None, *,
+               facts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Store a run's config and facts (`run_facts`, unless given): at its start, and again on
+    resume, where the workers, device or data file may have changed."""
+    facts = run_facts(cfg, objective) if facts is None else facts
     store.set_config(cfg.to_dict())
-    facts = run_facts(cfg, objective)
     for key, value in facts.items():
         store.set_meta(key, value)
     return facts
@@ -194,7 +195,7 @@ def prescreen_prior(objective, cfg: SearchConfig,
     attribute), or none: with `prescreen_prior` off, or where it has none. Said on the log, since
     it decides when the surrogate first predicts."""
     fn = getattr(objective, "prescreen_prior", None)
-    rows = list(fn(cfg) or []) if cfg.evolution.prescreen_prior and fn is not None else []
+    rows = list(fn() or []) if cfg.evolution.prescreen_prior and fn is not None else []
     check_prior(rows, "the objective's prescreen prior")
     if log is not None:
         valid = sum(bool(r["valid"]) for r in rows)

@@ -19,12 +19,12 @@ layers it would have rejected) is measured on them.
 
 Features: the engine's (`evonorm.search.features`, from the layer alone) for every objective,
 plus the task's when the objective hands a feature function over as its `prescreen_features`
-attribute (`fn(graph, config) -> dict[str, float]`; the built-in proxy task does).
+attribute (`fn(graph) -> dict[str, float]`; the built-in proxy task does).
 
 A prior: a short search finds too few valid layers to end the cold start (the `demo` main job
 finds 2-3 in 75 candidates), so the surrogate may start from labelled candidates of earlier runs
 under the same setting. The objective hands them over as its `prescreen_prior` attribute
-(`fn(config) -> list of {"features", "valid", "fitness"} rows, or None` where it has none for
+(`fn() -> list of {"features", "valid", "fitness"} rows, or None` where it has none for
 that setting); they count as learned from the start, beside what the search adds.
 
 scikit-learn is imported where a surrogate is fitted (the `prescreen` extra): a search with the
@@ -43,7 +43,7 @@ from evonorm.search.candidates import Candidate
 from evonorm.search.config import SearchConfig
 
 PRESCREEN_REASON = "prescreen"
-FeatureFn = Callable[[Any, SearchConfig], Mapping[str, Any]]
+FeatureFn = Callable[[Any], Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -273,7 +273,7 @@ class Prescreen:
             feats = None
         if feats is not None and self.task_features is not None:
             feats.update({f"task_{k}": v for k, v in
-                          self.task_features(Graph.from_json(graph_json), self.cfg).items()})
+                          self.task_features(Graph.from_json(graph_json)).items()})
         return feats
 
     def learn(self, c: Candidate) -> None:
