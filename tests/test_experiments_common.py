@@ -2,11 +2,11 @@
 time the results were finished, so a rerun leaves the committed files as they were."""
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-import _common  # noqa: E402
+from _scripts import load_script
+
+_common = load_script("_common")
 
 
 def _finished(d: Path) -> str:
