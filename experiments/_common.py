@@ -15,7 +15,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -98,6 +98,34 @@ def search_settings(args: argparse.Namespace, seed: int | None = None) -> dict[s
     if seed is not None and given.get("data_seed") == "seed":
         given["data_seed"] = seed
     return given
+
+
+def call(job: dict) -> Any:
+    """A task of `map_jobs` in a worker: `job["fn"](*job["args"])`."""
+    return job["fn"](*job["args"])
+
+
+def map_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, *,
+             threads: int = 1) -> Iterator[Any]:
+    """`fn(*job)` for each job, results as they finish: in this process for one worker, else in
+    the package's local executor (spawned workers of `threads` torch threads; one that dies is
+    replaced, and its job reported); RuntimeError naming the first job that did not finish."""
+    if workers <= 1:
+        for job in jobs:
+            yield fn(*job)
+        return
+    if not jobs:
+        return
+    from evonorm.search.executors import OK, make_executor, run_tasks
+
+    payloads = {i: {"fn": fn, "args": tuple(job)} for i, job in enumerate(jobs)}
+    with make_executor("local", call, min(workers, len(jobs)), timeout=math.inf,
+                       threads=threads) as pool:
+        for arrived in run_tasks(pool, payloads):
+            for o in arrived:
+                if o.kind != OK:
+                    raise RuntimeError(f"{fn.__name__} job {o.task_id} {o.kind}: {o.error}")
+                yield o.result
 
 
 def save_png(fig: Any, path: Path) -> None:

@@ -57,7 +57,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, add_search_flags, log, out_dir, save_png, search_settings  # noqa: E402
+from _common import ROOT, add_search_flags, log, map_jobs, out_dir, save_png, search_settings  # noqa: E402
 
 from evonorm.search.executors import die_with_parent  # noqa: E402
 from evonorm.stats import mann_whitney_greater, paired_sign_flip_greater  # noqa: E402
@@ -103,8 +103,8 @@ def _one_run(run: str, cfg_dict: dict) -> None:
 
 def run_seed(runs_dir: Path, seed: int, configs: dict, budget_seconds: float, t0: float) -> None:
     """The arms of one search seed side by side, `configs[arm]` into runs_dir/<arm>_s<seed>, so
-    that they see the same machine load. Plain processes, each with its own pool (a
-    multiprocessing.Pool's workers may not have children); a progress line a minute, since a
+    that they see the same machine load. Plain processes, each with its own pool (a pool's
+    workers, `evonorm.search.executors`' too, are daemons, which may not have children); a progress line a minute, since a
     seed's runs take a quarter of an hour in silence otherwise."""
     procs = [get_context("spawn").Process(target=_one_run, args=(
         str(runs_dir / f"{arm}_s{seed}"), cfg.to_dict())) for arm, cfg in configs.items()]
@@ -303,8 +303,8 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
         rows.append(row)
     if jobs:
         log(f"fresh seeds: {len(jobs)} layers x {n} seeds, two at a time")
-        with get_context("spawn").Pool(2) as pool:
-            pool.starmap(_train_fresh, jobs)
+        for _ in map_jobs(_train_fresh, jobs, 2):
+            pass
     for row in rows:
         for arm in ARMS:
             fits = [r.fitness if r.fitness is not None else row["chance"]
