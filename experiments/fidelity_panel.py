@@ -106,11 +106,15 @@ def main() -> None:
                       **(DRY_RUN if args.dry_run else {}))
     log(f"panel: {args.workers} workers into {args.out}")
     try:
-        build_panel(args.out, setting, workers=args.workers, layers=panel, only=args.only,
-                    seeds=args.seeds, command=" ".join(["python", *sys.argv]),
-                    on_done=lambda prog: log(progress_line(prog)))
+        failed = build_panel(args.out, setting, workers=args.workers, layers=panel,
+                             only=args.only, seeds=args.seeds,
+                             command=" ".join(["python", *sys.argv]),
+                             on_done=lambda prog: log(progress_line(prog)))
     except ValueError as err:
         refuse("fidelity_panel", str(err))
+    if failed:
+        log(f"{failed} run(s) failed (above): run the same command again to retry them")
+        sys.exit(1)
     log("panel complete")
 
 
