@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -128,12 +129,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def build_panel_main(args, argv: list[str]) -> int:
+def build_panel_main(args: argparse.Namespace, argv: list[str]) -> int:
     """`--build-panel DIR`: the reference panel at the reference setting (or the one the flags
     change), trained into DIR; exit 1 when some run failed (a rerun retries it)."""
+    import os
     import shlex
     from dataclasses import replace
 
+    from evonorm.data import load_dataset
     from evonorm.proxy.panel import build_panel, progress_line, with_dataset
 
     if args.panel is not None:
@@ -149,11 +152,10 @@ def build_panel_main(args, argv: list[str]) -> int:
                       lr_warmup=setting.lr_warmup if args.steps is None
                       else min(setting.lr_warmup, args.steps // 10),
                       device=check_device(args.device) or setting.device)
-    from evonorm.data import load_dataset
-
+    workers = 1 if args.workers is None else args.workers or os.cpu_count() or 1
     try:
         load_dataset(setting.dataset, args.data_root)  # the data is there and reads: checked once
-        failed = build_panel(args.build_panel, setting, workers=args.workers or 1,
+        failed = build_panel(args.build_panel, setting, workers=workers,
                              data_root=args.data_root,
                              command=shlex.join(["evonorm", "calibrate", *argv]),
                              on_done=lambda p: print(progress_line(p), file=sys.stderr, flush=True))

@@ -300,50 +300,42 @@ def build_panel(out: Path, setting: PanelSetting = REFERENCE, *, workers: int = 
         raise ValueError(f"{out} is in use by another panel process; wait for it or stop it "
                          "first") from None
     try:
-        return _train_missing(out, setting, workers, layers, only, seeds, data_root, command,
-                              on_done)
+        rows_path = out / "runs.jsonl"
+        done = {run_key(r["layer"], r["arch"], r["seed"]) for r in read_rows(rows_path)}
+        jobs = [{"layer": name, "spec": spec, "arch": arch, "seed": seed, "out": str(out),
+                 "setting": setting.to_dict(), "data_root": data_root}
+                for seed in seeds or setting.seeds for name, spec in layers for arch in setting.lr
+                if (not only or name in only) and run_key(name, arch, seed) not in done]
+        wall_path = out / "wall_seconds.txt"
+        wall0 = float(wall_path.read_text()) if wall_path.exists() else 0.0
+        t0 = time.time()
+        failed = 0
+        with make_executor("local", train_run, max(1, min(workers, len(jobs))), timeout=math.inf,
+                           threads=setting.threads_per_run) as pool:
+            arrived = (o for batch in run_tasks(pool, dict(enumerate(jobs)), retries=1)
+                       for o in batch)
+            for i, o in enumerate(arrived, 1):
+                left = (time.time() - t0) / i * (len(jobs) - i)
+                if o.kind != OK:
+                    failed += 1
+                    if on_done is not None:
+                        on_done(PanelProgress(i, len(jobs), None, o.error, left))
+                    continue
+                row = dict(o.result)
+                ckpt = Path(row.pop("ckpt"))
+                with open(rows_path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                ckpt.unlink(missing_ok=True)
+                wall = wall0 + time.time() - t0
+                wall_path.write_text(f"{wall:.1f}\n")
+                rows = read_rows(rows_path)
+                write_panel(out, rows, wall, command, setting, [name for name, _ in layers])
+                (out / "panel.md").write_text(panel_table(rows))
+                if on_done is not None:
+                    on_done(PanelProgress(i, len(jobs), row, None, left))
+        return failed
     finally:
         lock.release()
-
-
-def _train_missing(out, setting, workers, layers, only, seeds, data_root, command,
-                   on_done) -> int:
-    rows_path = out / "runs.jsonl"
-    done = {run_key(r["layer"], r["arch"], r["seed"]) for r in read_rows(rows_path)}
-    jobs = [{"layer": name, "spec": spec, "arch": arch, "seed": seed, "out": str(out),
-             "setting": setting.to_dict(), "data_root": data_root}
-            for seed in seeds or setting.seeds for name, spec in layers for arch in setting.lr
-            if (not only or name in only) and run_key(name, arch, seed) not in done]
-    if not jobs:
-        return 0
-    wall_path = out / "wall_seconds.txt"
-    wall0 = float(wall_path.read_text()) if wall_path.exists() else 0.0
-    t0 = time.time()
-    failed = 0
-    pool = make_executor("local", train_run, min(workers, len(jobs)), timeout=math.inf,
-                         threads=setting.threads_per_run)
-    with pool:
-        arrived = (o for batch in run_tasks(pool, dict(enumerate(jobs)), retries=1) for o in batch)
-        for i, o in enumerate(arrived, 1):
-            left = (time.time() - t0) / i * (len(jobs) - i)
-            if o.kind != OK:
-                failed += 1
-                if on_done is not None:
-                    on_done(PanelProgress(i, len(jobs), None, o.error, left))
-                continue
-            row = dict(o.result)
-            ckpt = Path(row.pop("ckpt"))
-            with open(rows_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            ckpt.unlink(missing_ok=True)
-            wall = wall0 + time.time() - t0
-            wall_path.write_text(f"{wall:.1f}\n")
-            rows = read_rows(rows_path)
-            write_panel(out, rows, wall, command, setting, [name for name, _ in layers])
-            (out / "panel.md").write_text(panel_table(rows))
-            if on_done is not None:
-                on_done(PanelProgress(i, len(jobs), row, None, left))
-    return failed
 
 
 def progress_line(p: PanelProgress) -> str:
