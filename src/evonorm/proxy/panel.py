@@ -242,7 +242,7 @@ def named_layers(items: list[str]) -> list[tuple[str, str | dict]]:
     for item in items:
         name, sep, text = item.partition("=")
         if not sep or not name or not text:
-            raise ValueError(f"--layer {item!r}: expected NAME=LAYER")
+            raise ValueError(f"layer {item!r}: expected NAME=LAYER")
         spec = read_layer(text)
         if isinstance(spec, Graph):
             spec = spec.to_json()
