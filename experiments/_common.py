@@ -6,6 +6,7 @@ command line and settings, so every number in docs/ can be traced to the run tha
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import math
@@ -14,7 +15,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -62,26 +63,69 @@ def _unstamped(table: dict) -> dict:
     return {**table, "meta": {k: v for k, v in table["meta"].items() if k != "finished"}}
 
 
-def parse_sets(items: list[str]) -> dict:
-    """`key=value` pairs as settings by plain keyword (`evonorm.proxy.presets.get_preset`; values
-    read as JSON, else kept as text)."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {item!r}: expected key=value")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+SEARCH_FLAGS = ("train_runs", "final_train_runs", "data_seed", "threads", "prescreen")
 
 
-def for_seed(overrides: dict, seed: int) -> dict:
-    """`overrides` for the search at `seed`: a value "seed" becomes that seed, so `--set
-    data_seed=seed` puts each search on the split of its own seed, as `demo` did before it fixed
-    every search seed's split at 0 (the runs recorded before then)."""
-    return {k: seed if v == "seed" else v for k, v in overrides.items()}
+def data_seed_arg(text: str) -> int | str:
+    """--data-seed: a seed, or `seed` for the split of each search's own seed."""
+    if text == "seed":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'seed', got {text!r}") from None
+
+
+def add_search_flags(p: argparse.ArgumentParser) -> None:
+    """The search settings the experiments vary, as typed flags (keywords of
+    `evonorm.proxy.presets.get_preset`; not given: the preset's)."""
+    g = p.add_argument_group("search settings (default: the preset's)")
+    g.add_argument("--train-runs", type=int, metavar="N", help="training runs per architecture")
+    g.add_argument("--final-train-runs", type=int, metavar="N",
+                   help="training runs per architecture at the last stage")
+    g.add_argument("--data-seed", type=data_seed_arg, metavar="N|seed",
+                   help="the seed of the data split; `seed`: each search on its own seed's split, "
+                        "as `demo` did before it fixed every search's split at 0")
+    g.add_argument("--threads", type=int, metavar="N", help="torch threads per worker")
+    g.add_argument("--prescreen", action="store_true", default=None,
+                   help="rank children with the surrogate before training them")
+
+
+def search_settings(args: argparse.Namespace, seed: int | None = None) -> dict[str, Any]:
+    """The search settings given as flags, by keyword; for the search at `seed`, a data seed
+    `seed` becomes that seed."""
+    given = {k: getattr(args, k, None) for k in SEARCH_FLAGS if getattr(args, k, None) is not None}
+    if seed is not None and given.get("data_seed") == "seed":
+        given["data_seed"] = seed
+    return given
+
+
+def call(job: dict) -> Any:
+    """A task of `map_jobs` in a worker: `job["fn"](*job["args"])`."""
+    return job["fn"](*job["args"])
+
+
+def map_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, *,
+             threads: int = 1) -> Iterator[Any]:
+    """`fn(*job)` for each job, results as they finish: in this process for one worker, else in
+    the package's local executor (spawned workers of `threads` torch threads; one that dies is
+    replaced, and its job reported); RuntimeError naming the first job that did not finish."""
+    if workers <= 1:
+        for job in jobs:
+            yield fn(*job)
+        return
+    if not jobs:
+        return
+    from evonorm.search.executors import OK, make_executor, run_tasks
+
+    payloads = {i: {"fn": fn, "args": tuple(job)} for i, job in enumerate(jobs)}
+    with make_executor("local", call, min(workers, len(jobs)), timeout=math.inf,
+                       threads=threads) as pool:
+        for arrived in run_tasks(pool, payloads):
+            for o in arrived:
+                if o.kind != OK:
+                    raise RuntimeError(f"{fn.__name__} job {o.task_id} {o.kind}: {o.error}")
+                yield o.result
 
 
 def save_png(fig: Any, path: Path) -> None:

@@ -19,12 +19,11 @@ import csv
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import lru_cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import fmt, log, out_dir, write_table  # noqa: E402
+from _common import fmt, log, map_jobs, out_dir, write_table  # noqa: E402
 
 LAYERS = ("bn_relu", "gn_relu", "evonorm_s0", "evonorm_b0")
 RUN_FIELDS = ("layer", "batch_size", "seed", "lr", "steps", "accuracy", "status", "reason",
@@ -153,22 +152,11 @@ def main(argv=None) -> int:
     log(f"{len(todo)} runs to do ({len(done)} already in {runs_path}), {args.jobs} at a time, "
         f"{args.threads} threads each")
     start = time.perf_counter()
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as pool:
-            futures = {pool.submit(run_one, args, *job): job for job in todo}
-            for fut in as_completed(futures):
-                row = fut.result()
-                append_run(runs_path, row)
-                done.append(row)
-                log(f"{row['layer']:11s} batch {row['batch_size']:4d}: accuracy "
-                    f"{fmt(row['accuracy'])} ({row['seconds']:.0f}s)")
-    else:
-        for job in todo:
-            row = run_one(args, *job)
-            append_run(runs_path, row)
-            done.append(row)
-            log(f"{row['layer']:11s} batch {row['batch_size']:4d}: accuracy "
-                f"{fmt(row['accuracy'])} ({row['seconds']:.0f}s)")
+    for row in map_jobs(run_one, [(args, *job) for job in todo], args.jobs, threads=args.threads):
+        append_run(runs_path, row)
+        done.append(row)
+        log(f"{row['layer']:11s} batch {row['batch_size']:4d}: accuracy "
+            f"{fmt(row['accuracy'])} ({row['seconds']:.0f}s)")
     rows = [r for r in done if r["layer"] in args.layers and r["batch_size"] in args.batches
             and r["seed"] in args.seeds]
     table = summarize(rows, args.layers, args.batches)

@@ -28,11 +28,10 @@ import argparse
 import json
 import statistics
 import sys
-from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import log, out_dir  # noqa: E402
+from _common import log, map_jobs, out_dir  # noqa: E402
 from evonorm.proxy.config import configured
 
 SEED_BASE = 2000  # training seeds: apart from the search's (cfg.seed) and retrain's (1000 + ...)
@@ -161,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"confirm_layer: {len(labels)} layers x {len(args.data_seeds)} splits x {args.seeds} seeds, "
             f"{len(jobs)} (split, layer) jobs to train, {args.workers} at a time -> {d}")
         if jobs:
-            with get_context("spawn").Pool(args.workers) as pool:
-                pool.starmap(_train, jobs)
+            for _ in map_jobs(_train, jobs, args.workers):
+                pass
     chance = 1.0 / search_dataset(cfgs[args.data_seeds[0]]).num_classes
     out = analyze(d, labels, args.data_seeds, seeds, chance, args.primary)
     out.update(graph=spec, layer=text, preset=args.preset, setting=args.setting, command=" ".join(sys.argv))

@@ -40,10 +40,10 @@ Runs so far: docs/findings.md, each with its protocol, in results/evolution_vs_r
 
     python experiments/evolution_vs_random.py                      # 5 seeds x 2 arms, scratch
     python experiments/evolution_vs_random.py --preset demo --test paired
-    python experiments/evolution_vs_random.py --preset demo --test paired --set final_train_runs=4
+    python experiments/evolution_vs_random.py --preset demo --test paired --final-train-runs 4
     python experiments/evolution_vs_random.py --summarize-only     # tables from the runs so far
     python experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
-        --set final_train_runs=4 --seeds 0 1 2 3 4 5 6 7 8 9 --summarize-only --fresh-seeds 4
+        --final-train-runs 4 --seeds 0 1 2 3 4 5 6 7 8 9 --summarize-only --fresh-seeds 4
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, for_seed, log, out_dir, parse_sets, save_png  # noqa: E402
+from _common import ROOT, add_search_flags, log, map_jobs, out_dir, save_png, search_settings  # noqa: E402
 
 from evonorm.search.executors import die_with_parent  # noqa: E402
 from evonorm.stats import mann_whitney_greater, paired_sign_flip_greater  # noqa: E402
@@ -69,12 +69,13 @@ TESTS = {"mann-whitney": "one-sided exact Mann-Whitney U (evolution > random)",
                    "split and training seeds)"}
 
 
-def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float, overrides: dict | None = None):
-    """One arm's search: the preset with `overrides` (the same for both arms), one worker of one thread."""
+def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float, settings: dict | None = None):
+    """One arm's search: the preset with `settings` (the same for both arms, by keyword of
+    `get_preset`, a data seed already resolved), one worker of one thread."""
     from evonorm.proxy.training import with_dataset
     from evonorm.proxy.presets import get_preset
 
-    return with_dataset(get_preset(preset, **for_seed(overrides or {}, seed), algorithm=algorithm, seed=seed,
+    return with_dataset(get_preset(preset, **(settings or {}), algorithm=algorithm, seed=seed,
                       budget=100_000, budget_seconds=budget_seconds, workers=1, threads=1,
                       executor="local"))
 
@@ -102,8 +103,8 @@ def _one_run(run: str, cfg_dict: dict) -> None:
 
 def run_seed(runs_dir: Path, seed: int, configs: dict, budget_seconds: float, t0: float) -> None:
     """The arms of one search seed side by side, `configs[arm]` into runs_dir/<arm>_s<seed>, so
-    that they see the same machine load. Plain processes, each with its own pool (a
-    multiprocessing.Pool's workers may not have children); a progress line a minute, since a
+    that they see the same machine load. Plain processes, each with its own pool (a pool's
+    workers, `evonorm.search.executors`' too, are daemons, which may not have children); a progress line a minute, since a
     seed's runs take a quarter of an hour in silence otherwise."""
     procs = [get_context("spawn").Process(target=_one_run, args=(
         str(runs_dir / f"{arm}_s{seed}"), cfg.to_dict())) for arm, cfg in configs.items()]
@@ -229,7 +230,7 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
                    "every stage, among the candidates finished within the budget; 0.1 (chance) "
                    "when none"),
         "budget_worker_seconds": args.budget_seconds,
-        "preset": args.preset, "overrides": parse_sets(args.set),
+        "preset": args.preset, "overrides": search_settings(args),
         "evolution": values["evolution"], "random": values["random"],
         "test": TESTS[args.test],
         "p_value": p_paired if args.test == "paired" else p,
@@ -302,8 +303,8 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
         rows.append(row)
     if jobs:
         log(f"fresh seeds: {len(jobs)} layers x {n} seeds, two at a time")
-        with get_context("spawn").Pool(2) as pool:
-            pool.starmap(_train_fresh, jobs)
+        for _ in map_jobs(_train_fresh, jobs, 2):
+            pass
     for row in rows:
         for arm in ARMS:
             fits = [r.fitness if r.fitness is not None else row["chance"]
@@ -377,8 +378,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--test", choices=sorted(TESTS), default="mann-whitney",
                    help="the test behind summary.json's p_value, fixed before the runs "
                         "(paired: for presets with seed layers, which both arms evaluate alike)")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="SearchConfig overrides for both arms, e.g. final_train_runs=4")
     p.add_argument("--runs", default=None,
                    help="folder for the run stores (not committed; default "
                         "runs/evolution_vs_random/PRESET_BUDGETs)")
@@ -390,10 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh-seeds", type=int, default=0, metavar="N",
                    help="after the runs, train each seed's two best layers again with N fresh "
                         "training seeds and test those (fresh_seeds.json)")
+    add_search_flags(p)  # for both arms, e.g. --final-train-runs 4
     args = p.parse_args(argv)
     if args.evolution_arm != "evolution" and not args.summarize_only:
         p.error("--evolution-arm reads another experiment's runs: give it with --summarize-only")
-    overrides = parse_sets(args.set)
+    overrides = search_settings(args)
     suffix = "".join(f"_{k}{v}" for k, v in sorted(overrides.items()))
     runs_dir = Path(args.runs or ROOT / "runs" / "evolution_vs_random"
                     / f"{args.preset}_{args.budget_seconds:g}s{suffix}")
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         for seed in args.seeds:
             run_seed(runs_dir, seed, {arm: run_config(args.preset, arm, seed, args.budget_seconds,
-                                                      overrides) for arm in ARMS},
+                                                      search_settings(args, seed)) for arm in ARMS},
                      args.budget_seconds, t0)
             summarize(runs_dir, args, d)
     s = summarize(runs_dir, args, d)

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, for_seed, log, out_dir, parse_sets, write_table  # noqa: E402
+from _common import ROOT, add_search_flags, log, out_dir, search_settings, write_table  # noqa: E402
 
 
 def table(run: Path, candidates: list) -> tuple[list[dict], list[str]]:
@@ -89,12 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-seconds", type=float, default=7200.0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="SearchConfig overrides, e.g. final_train_runs=2 (as the one-hour run had)")
     p.add_argument("--seeds", type=int, default=5, help="re-training seeds per layer")
     p.add_argument("--top", type=int, default=3, help="found layers to re-train")
     p.add_argument("--run", type=Path, default=ROOT / "runs" / "long_search")
     p.add_argument("--out", default=None, help="default results/long_search")
+    add_search_flags(p)  # e.g. --final-train-runs 2, as the one-hour run had
     args = p.parse_args(argv)
 
     from evonorm.report import write_report
@@ -106,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"search {args.preset}, {args.budget_seconds:g} worker-s -> {args.run}")
         search(out=args.run, preset=args.preset, seed=args.seed, budget=1_000_000,
                budget_seconds=args.budget_seconds, workers=args.workers,
-               **for_seed(parse_sets(args.set), args.seed))
+               **search_settings(args, args.seed))
     else:
         with Store(args.run, readonly=True) as store:
             complete = store.get_meta("status") == "complete"

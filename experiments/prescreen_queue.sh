@@ -53,7 +53,7 @@ EVR=results/evolution_vs_random
 "$PY" experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
     --seeds $SEEDS --runs runs/prescreen --evolution-arm evolution --summarize-only \
     --fresh-seeds 4 --out "$EVR/prescreen_arms_plain_evolution"
-"$PY" experiments/long_search.py --set prescreen=true --run runs/long_search_prescreen \
+"$PY" experiments/long_search.py --prescreen --run runs/long_search_prescreen \
     --out results/long_search_prescreen
 "$PY" experiments/fidelity_panel.py --run runs/long_search_prescreen --top 3 \
     --out results/long_search_prescreen/reference

@@ -2,8 +2,9 @@
 docs/calibration.md, from which `demo`'s setting is chosen.
 
 Protocol (fixed before the runs):
-- ground truth: the reference panel `results/fidelity/panel.json` (experiments/fidelity_panel.py),
-  every layer in it, its reference accuracy the mean over both architectures and its seeds;
+- ground truth: the reference panel `results/fidelity/panel.json` (experiments/fidelity_panel.py,
+  `evonorm.proxy.panel`), every layer in it, its reference accuracy the mean over both
+  architectures and its seeds;
 - settings: `SETTINGS` below, each a change of the `demo` preset, chosen to span what could matter
   at about demo's cost or up to 1.5x it: training length against runs averaged, images, the full
   image against crops, learning rate, width, batch, one architecture against two;

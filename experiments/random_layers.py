@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import log, out_dir, save_png, write_table  # noqa: E402
+from _common import log, map_jobs, out_dir, save_png, write_table  # noqa: E402
 from evonorm.proxy.config import proxy_config
 
 ARCHS = ["resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar"]
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(label, g, cfg.to_dict()) for label, g in todo if label not in done]
     t0 = time.time()
     with open(rec_path, "a") as f:
-        for k, rec in enumerate(_map(evaluate_layer, jobs, args.workers)):
+        for k, rec in enumerate(map_jobs(evaluate_layer, [(job,) for job in jobs], args.workers)):
             f.write(json.dumps(rec) + "\n")
             f.flush()
             done[rec["name"]] = rec
@@ -146,20 +146,6 @@ def evaluate_layer(job) -> dict:
         rec["outcomes"][a] = outcome
     rec["seconds"] = round(time.time() - ts, 2)
     return rec
-
-
-def _map(fn, jobs, workers: int):
-    """Results as they finish: in this process for one worker, else in spawned processes."""
-    if workers <= 1:
-        yield from map(fn, jobs)
-        return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(fn, j) for j in jobs]
-        for fut in as_completed(futures):
-            yield fut.result()
 
 
 def summarize(records, archs, chance, d: Path, settings: dict) -> None:

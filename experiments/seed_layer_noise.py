@@ -7,13 +7,13 @@ Protocol, fixed before the runs:
   search does with a candidate: pre-checks, stability, the staged training with its quality bar.
 - Per layer: is it valid in every seed, and the mean and sample standard deviation (n - 1) of its
   search fitness over the seeds. The bar: valid in every seed and a std <= 0.03 for each layer.
-- A configuration is the preset plus field overrides (`--set train_runs=4`; `data_seed=seed` puts
-  each search on its own seed's split); each configuration's runs go to their own folder under
+- A configuration is the preset plus settings (`--train-runs 4`; `--data-seed seed` puts each
+  search on its own seed's split); each configuration's runs go to their own folder under
   `--runs`, so an interrupted experiment resumes and a finished search is read back, not trained
   again. Every run is reported in `<name>.json`.
 
     python experiments/seed_layer_noise.py                                 # demo as shipped
-    python experiments/seed_layer_noise.py --set train_runs=4 --name demo-4runs
+    python experiments/seed_layer_noise.py --train-runs 4 --name demo-4runs
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, for_seed, log, out_dir, parse_sets, write_table  # noqa: E402
+from _common import ROOT, add_search_flags, log, out_dir, search_settings, write_table  # noqa: E402
 
 LAYERS = ("evonorm_s0", "evonorm_s1", "evonorm_s2")
 
 
-def one_search(run: Path, preset: str, seed: int, workers: int, overrides: dict) -> list[dict]:
+def one_search(run: Path, preset: str, seed: int, workers: int, settings: dict) -> list[dict]:
     """The seed layers' outcomes in one search (run, or read back when it is complete)."""
     from evonorm.graph.library import NAMED_GRAPHS
     from evonorm.proxy import resume, search
@@ -45,7 +45,7 @@ def one_search(run: Path, preset: str, seed: int, workers: int, overrides: dict)
             resume(run, progress=False)
     else:
         search(out=run, preset=preset, seed=seed, budget=len(LAYERS), workers=workers,
-               seed_layers=seeds, progress=False, **for_seed(overrides, seed))
+               seed_layers=seeds, progress=False, **settings)
     with Store(run, readonly=True) as store:  # the seed layers are the proposals 0, 1, 2 in order
         by_proposal = {c.proposal: c for c in store.candidates()}
     rows = []
@@ -63,21 +63,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="demo")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="SearchConfig overrides, e.g. train_runs=4")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--name", default=None, help="the configuration's name (default: the preset)")
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "seed_layer_noise")
     p.add_argument("--out", default=None)
+    add_search_flags(p)
     args = p.parse_args(argv)
-    overrides = parse_sets(args.set)
+    overrides = search_settings(args)
     name = args.name or args.preset
     start = time.perf_counter()
     rows = []
     for seed in args.seeds:
         log(f"{name}: search seed {seed}")
         rows += one_search(args.runs / name / f"seed{seed}", args.preset, seed, args.workers,
-                           overrides)
+                           search_settings(args, seed))
         for r in rows[-len(LAYERS):]:
             log(f"  {r['layer']}: {r['status']} fitness {r['fitness']} ({r['seconds']} s)")
     summary = []

@@ -2,8 +2,8 @@
 features at birth alone, which candidates pass rejection and how valid ones rank.
 
 Protocol (fixed before the run):
-- Data: the candidates of one run folder, or of several of one setting pooled (default
-  /work/fixture/main-2e787d5, the main job of 2026-11-27: `demo` preset, S space,
+- Data: the candidates of one run folder, or of several of one setting pooled (`--run`; the first
+  measurement read the main job of 2026-11-27, main-2e787d5: `demo` preset, S space,
   Fashion-MNIST, 2 cores), read-only. Kept: evaluated ones
   (not cache hits, not failed, not prescreen rejections) whose layer is not degenerate (the
   engine's features exist: constant, x-independent or non-finite layers are the pre-checks'
@@ -24,7 +24,6 @@ Protocol (fixed before the run):
 - Outputs: results/prescreen/holdout.json (every number, the command, the run's counts) and
   holdout.md. Minutes of CPU at most.
 
-    python experiments/surrogate_holdout.py                        # the default run folder
     python experiments/surrogate_holdout.py --run RUN --sizes 10,20,30 --splits 20
 """
 
@@ -143,7 +142,7 @@ def fmt(values: list[float]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--run", nargs="+", default=["/work/fixture/main-2e787d5"],
+    p.add_argument("--run", nargs="+", required=True,
                    help="run folders of one setting (their candidates pooled)")
     p.add_argument("--sizes", default="8,12,16,20,24,28")
     p.add_argument("--splits", type=int, default=20)

@@ -3,7 +3,7 @@
 Why a found layer works can turn on the values its parameters take: a per-channel divisor that
 stays positive before a ReLU only rescales the affine after it (the ReLU is positively
 homogeneous), one that turns negative lets a channel pass its negative part. This trains one
-(layer, architecture, seed) run exactly as the rank-fidelity panel does (`fidelity_panel.train_one`)
+(layer, architecture, seed) run exactly as the rank-fidelity panel does (`evonorm.proxy.panel.train_run`)
 and summarises one of the layer's parameters (`v0`, `v1`, `weight`, ...) over every layer of the
 network: how many values, how many negative, their range.
 
@@ -21,11 +21,14 @@ import json
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import log, refuse  # noqa: E402
-from fidelity_panel import ARCH_LR, DRY_RUN, SETTING, other_layers, train_one  # noqa: E402
+from fidelity_panel import DRY_RUN  # noqa: E402
+
+from evonorm.proxy.panel import ARCH_LR, REFERENCE, named_layers, train_run  # noqa: E402
 
 
 def layer_params(spec: str | dict) -> list[str]:
@@ -63,25 +66,24 @@ def main(argv: list[str] | None = None) -> None:
                    help="a few steps on 640 images (a check of the script, not a measurement)")
     args = p.parse_args(argv)
     try:
-        (name, spec), = other_layers([args.layer])
+        (name, spec), = named_layers([args.layer])
     except ValueError as err:
         refuse("trained_params", str(err))
     params = layer_params(spec)
     if args.param not in params:
         refuse("trained_params", f"the layer {name!r} has no parameter {args.param!r} (it "
                f"has {', '.join(params) or 'none'})")
-    setting = dict(SETTING)
-    if args.dry_run:
-        setting.update(DRY_RUN)
+    setting = replace(REFERENCE, **(DRY_RUN if args.dry_run else {}))
     import torch
 
-    log(f"training {name} on {args.arch}, seed {args.seed}, {setting['steps']} steps")
+    log(f"training {name} on {args.arch}, seed {args.seed}, {setting.steps} steps")
     with tempfile.TemporaryDirectory() as tmp:
-        row = train_one((name, spec, args.arch, args.seed, tmp, setting))
+        row = train_run({"layer": name, "spec": spec, "arch": args.arch, "seed": args.seed,
+                         "out": tmp, "setting": setting.to_dict(), "data_root": None})
         weights = torch.load(row["ckpt"], weights_only=True)["run"]["model"]
     summary = {"layer": name, "graph": row["graph"], "arch": args.arch, "seed": args.seed,
                "param": args.param, "test_accuracy": row["test_accuracy"],
-               "status": row["status"], "setting": setting,
+               "status": row["status"], "setting": setting.to_dict(),
                "command": " ".join(["python", "experiments/trained_params.py",
                                     *(argv if argv is not None else sys.argv[1:])]),
                **summarise(weights, args.param)}

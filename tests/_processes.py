@@ -14,3 +14,12 @@ def alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return not (stat.exists() and stat.read_text().split()[2] == "Z")
+
+
+def env_with_path(*folders) -> dict:
+    """This process's environment with `folders` first on PYTHONPATH: a child interpreter that
+    imports the test helpers (or spawned workers of it) finds them."""
+    import os
+
+    path = [str(f) for f in folders] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}

@@ -1,17 +1,18 @@
 """The confirmatory experiment: every layer on the same (split, seed) pairs, the paired tests, resuming."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from confirm_layer import analyze, main  # noqa: E402
+from _scripts import load_script
 
-from evonorm.proxy.retrain import pending  # noqa: E402
-from evonorm.stats import paired_sign_flip_greater  # noqa: E402
+from evonorm.proxy.retrain import pending
+from evonorm.stats import paired_sign_flip_greater
 from evonorm.proxy.config import configured, proxy_config
+
+cl = load_script("confirm_layer")
+analyze, main = cl.analyze, cl.main
 
 
 def _rows(path: Path, label: str, fits: dict[int, float | None]) -> None:

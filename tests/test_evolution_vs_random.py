@@ -1,17 +1,20 @@
 """The Fig. 10 experiment's protocol pieces: equal worker-seconds, the metric, the exact test."""
 
+import argparse
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from evolution_vs_random import (first_full_at, fresh_seeds, main, progress_line, read_run,  # noqa: E402
-                                 run_config, run_metric, summarize, top_mean, within_budget)
+from _scripts import load_script
 
-from evonorm.search.candidates import Candidate  # noqa: E402
+from evonorm.search.candidates import Candidate
 from evonorm.proxy.config import configured, proxy_config
+
+evr = load_script("evolution_vs_random")
+(first_full_at, fresh_seeds, main, progress_line, read_run, run_config, run_metric, summarize,
+ top_mean, within_budget) = (evr.first_full_at, evr.fresh_seeds, evr.main, evr.progress_line,
+                             evr.read_run, evr.run_config, evr.run_metric, evr.summarize,
+                             evr.top_mean, evr.within_budget)
 
 
 def _cand(i, seconds, status="valid", fitness=0.5, stages=2):
@@ -81,9 +84,13 @@ def test_overrides_reach_both_arms_and_progress_reads_a_run(tmp_path):
 
     evo, rnd = (run_config("demo", a, 0, 900.0, {"final_train_runs": 4}) for a in ("evolution", "random"))
     assert proxy_config(evo).final_train_runs == proxy_config(rnd).final_train_runs == 4
-    # demo puts every search seed on split 0; `data_seed=seed` gives each its own, as before
+    # demo puts every search seed on split 0; `--data-seed seed` gives each its own, as before
     assert proxy_config(evo).data_seed == 0 and split_seed(evo) == 0
-    own = run_config("demo", "random", 3, 900.0, {"data_seed": "seed", "final_train_runs": 4})
+    p = argparse.ArgumentParser()
+    evr.add_search_flags(p)
+    flags = p.parse_args(["--data-seed", "seed", "--final-train-runs", "4"])
+    assert evr.search_settings(flags) == {"data_seed": "seed", "final_train_runs": 4}
+    own = run_config("demo", "random", 3, 900.0, evr.search_settings(flags, 3))
     assert proxy_config(own).data_seed == split_seed(own) == 3 and proxy_config(own).final_train_runs == 4
     assert progress_line(tmp_path / "absent", "random", 900.0) == "random starting"
     init_run(tmp_path / "run", evo)

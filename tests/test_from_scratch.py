@@ -1,17 +1,18 @@
 """The from-primitives experiment's protocol pieces: its metrics, where worker-seconds went, the
 prescreen's false negatives, the layers chosen for the reference training and its tests."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from from_scratch import (ARMS, arm_config, exact_sign_flip, exact_two_sample,  # noqa: E402
-                          false_negatives, per_seed_means, run_metrics, spending, top_layers)
+from _scripts import load_script
 
-from evonorm.search.candidates import Candidate  # noqa: E402
-from evonorm.search.evaluation import Evaluation  # noqa: E402
+from evonorm.search.candidates import Candidate
+from evonorm.search.evaluation import Evaluation
+
+fs = load_script("from_scratch")
+(ARMS, arm_config, exact_sign_flip, exact_two_sample, false_negatives, per_seed_means, run_metrics,
+ spending, top_layers) = (fs.ARMS, fs.arm_config, fs.exact_sign_flip, fs.exact_two_sample,
+                          fs.false_negatives, fs.per_seed_means, fs.run_metrics, fs.spending,
+                          fs.top_layers)
 
 
 def _valid(i, fitness, stages=2, seconds=100.0, **kw):

@@ -3,14 +3,15 @@ restore that neither overwrites a machine's own work nor writes outside its fold
 
 import io
 import sqlite3
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from keep_runs import main, restore, save  # noqa: E402
+from _scripts import load_script
+
+kr = load_script("keep_runs")
+main, restore, save = kr.main, kr.restore, kr.save
 
 
 def _run_folder(root: Path) -> tuple[Path, sqlite3.Connection]:

@@ -1,13 +1,9 @@
 """The experiment scripts that search the built-in task start its search as it expects (the long
 search's verdict words are the report's Welch verdict: test_welch.py)."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-
+from _scripts import load_script
 
 class _Started(Exception):
     """Raised by the stand-in search once it has checked how it was called."""
@@ -37,22 +33,36 @@ def _checked_search(calls: list):
 
 def test_the_long_search_starts_the_built_in_tasks_search(tmp_path, monkeypatch):
     import evonorm.proxy
-    import long_search
+    long_search = load_script("long_search")
 
     calls = []
     monkeypatch.setattr(evonorm.proxy, "search", _checked_search(calls))
     with pytest.raises(_Started):
         long_search.main(["--run", str(tmp_path / "run"), "--budget-seconds", "60",
-                          "--set", "prescreen=true", "--out", str(tmp_path / "out")])
+                          "--prescreen", "--out", str(tmp_path / "out")])
     assert calls[0].evolution.prescreen is True and calls[0].evolution.budget_seconds == 60
 
 
 def test_the_seed_layer_noise_searches_start_the_built_in_tasks_search(tmp_path, monkeypatch):
     import evonorm.proxy
-    import seed_layer_noise
+    seed_layer_noise = load_script("seed_layer_noise")
 
     calls = []
     monkeypatch.setattr(evonorm.proxy, "search", _checked_search(calls))
     with pytest.raises(_Started):
         seed_layer_noise.one_search(tmp_path / "run", "demo", 3, 1, {})
     assert calls[0].seed == 3 and len(calls[0].evolution.seed_layers) == len(seed_layer_noise.LAYERS)
+
+
+def test_the_seed_layer_noise_flags_reach_each_search_with_its_own_data_seed(tmp_path, monkeypatch):
+    import evonorm.proxy
+    from evonorm.proxy.config import proxy_config
+
+    seed_layer_noise = load_script("seed_layer_noise")
+    calls = []
+    monkeypatch.setattr(evonorm.proxy, "search", _checked_search(calls))
+    with pytest.raises(_Started):
+        seed_layer_noise.main(["--seeds", "3", "--data-seed", "seed", "--final-train-runs", "2",
+                               "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    assert calls[0].seed == 3 and proxy_config(calls[0]).data_seed == 3
+    assert proxy_config(calls[0]).final_train_runs == 2

@@ -1,13 +1,11 @@
 """The shipped prior's script keeps a prior it would write again unchanged (a queue's rerun), so
 that its provenance says when it was built, not when the queue last passed."""
 
-import sys
-from pathlib import Path
+from _scripts import load_script
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from prescreen_prior import _same  # noqa: E402
+from evonorm.proxy.prior import Prior
 
-from evonorm.proxy.prior import Prior  # noqa: E402
+_same = load_script("prescreen_prior")._same
 
 
 def test_a_prior_of_the_same_rows_and_setting_is_the_same_whenever_built():

@@ -9,8 +9,9 @@ import pytest
 
 from evonorm.proxy.calibrate import RunRecord
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-import proxy_fidelity as pf  # noqa: E402
+from _scripts import load_script  # noqa: E402
+
+pf = load_script("proxy_fidelity")
 
 R, M = "resnet50_cifar", "mobilenetv2_cifar"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from _processes import env_with_path
 from _rerank_fakes import fake_train
 from evonorm.data import Dataset, holdout_split, load_dataset, subset
 from evonorm.search.config import SearchConfig
@@ -159,7 +160,6 @@ def test_rows_already_saved_are_skipped(tmp_path, monkeypatch):
 
 KILLED_DRIVER = """
 import sys
-sys.path.insert(0, sys.argv[2])
 from _rerank_fakes import kill_driver_on_second
 from evonorm.proxy.rerank import rerank
 rerank(sys.argv[1], workers=1, fn=kill_driver_on_second)
@@ -171,8 +171,8 @@ def test_a_killed_rerank_continues_where_it_stopped(tmp_path, monkeypatch):
     monkeypatch.setenv("EVONORM_TEST_CALLS", str(calls))
     cfg = get_preset("tiny", workers=1)
     cids = make_run(tmp_path / "run", cfg)
-    proc = subprocess.run([sys.executable, "-c", KILLED_DRIVER, str(tmp_path / "run"), str(TESTS)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", KILLED_DRIVER, str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=300, env=env_with_path(TESTS))
     assert proc.returncode == -9, proc.stderr  # SIGKILLed while the second layer trained
     (first,) = read_reranks(tmp_path / "run")
     assert first.candidate_id == cids[0] and first.mean == pytest.approx(0.7)

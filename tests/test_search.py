@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from _processes import env_with_path
 from _search_fakes import (crashy_fake, detailed_fake, fake_config, fake_objective, near_miss_fake, sigkill_after,
                            slow_fake)
 from evonorm.search.driver import init_run, run_search
@@ -154,8 +155,6 @@ def test_resume_continues_the_random_stream(tmp_path):
 
 
 KILLABLE = """
-import sys
-sys.path.insert(0, {tests!r})
 from _search_fakes import slow_fake
 from evonorm.search.driver import run_search
 run_search({run!r}, objective=slow_fake, progress=False)
@@ -168,7 +167,8 @@ def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path):
     init_run(whole, cfg)
     run_search(whole, objective=fake_objective, progress=False)
     init_run(run, cfg)
-    proc = subprocess.Popen([sys.executable, "-c", KILLABLE.format(tests=str(TESTS), run=str(run))])
+    proc = subprocess.Popen([sys.executable, "-c", KILLABLE.format(run=str(run))],
+                            env=env_with_path(TESTS))
     sigkill_after(proc, run, 6, timeout=120)
     with Store(run, readonly=True) as s:
         before = s.candidates()

@@ -2,16 +2,15 @@
 two-sided test over the seeds."""
 
 import json
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-import stability_ablation as sa  # noqa: E402
+from _scripts import load_script
 
-from evonorm.search.candidates import Candidate  # noqa: E402
+from evonorm.search.candidates import Candidate
+
+sa = load_script("stability_ablation")
 
 
 def _cand(i, seconds, status="valid", fitness=0.5, reason=None, test_seconds=0.0):

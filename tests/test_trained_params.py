@@ -2,14 +2,13 @@
 does not have is refused before any training."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-import trained_params as tp  # noqa: E402
+from _scripts import load_script
+
+tp = load_script("trained_params")
 
 X_OVER_V1 = json.dumps({"nodes": [["div", 0, 3], ["group_std", 0], ["div", 4, 5],
                                   ["max", 6, 1]]})

@@ -40,3 +40,17 @@ def test_wheel_builds_installs_and_runs(tmp_path):
     where = subprocess.run([str(py), "-c", "import evonorm.layers, sys; print(evonorm.layers.__file__)"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True).stdout
     assert str(venv) in where and str(ROOT) not in where
+    # a panel the installed package writes is one its `calibrate --panel` reads
+    build = ("import dataclasses, pathlib; from evonorm.proxy import panel as pn; "
+             "s = dataclasses.replace(pn.with_dataset(pn.REFERENCE, 'synthetic'), steps=10, "
+             "lr_warmup=2, seeds=(0,)); "
+             "print(pn.build_panel(pathlib.Path('panel'), s, workers=2, layers=[(n, n) for n in "
+             "('bn_relu', 'gn_relu', 'evonorm_s0')]))")
+    made = subprocess.run([str(py), "-c", build], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=900)
+    assert made.returncode == 0 and made.stdout.strip() == "0", made.stderr
+    cal = subprocess.run([str(venv / "bin" / "evonorm"), "calibrate", "--preset", "tiny", "--seeds",
+                          "1", "--random", "0", "--workers", "2", "--panel", "panel/panel.json",
+                          "--out", "cal"], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert cal.returncode == 0, cal.stderr
+    assert "rank fidelity of tiny against the reference panel (3 layers, " in cal.stdout

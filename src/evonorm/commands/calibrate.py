@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
-from evonorm.commands._common import ARCHS_HELP, DATA_HELP, dataset_arg
+from evonorm.commands._common import ARCHS_HELP, DATA_HELP, check_device, dataset_arg
 from evonorm.commands.search import check_setup
 from evonorm.files import check_writable, write_atomic
 from evonorm.proxy.calibrate import (calibration_jobs, calibration_setup, format_summary, load_runs,
@@ -15,6 +16,7 @@ from evonorm.proxy.calibrate import (calibration_jobs, calibration_setup, format
                                      summarize)
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.fidelity import format_fidelity, load_panel, rank_fidelity, write_proxy
+from evonorm.proxy.panel import REFERENCE
 from evonorm.proxy.presets import PRESETS, get_preset
 from evonorm.proxy.rejection import quality_threshold
 from evonorm.proxy.training import search_dataset
@@ -30,7 +32,8 @@ def build_parser() -> ArgumentParser:
         "is saved in OUT/runs.jsonl; run the same command again to resume. With --panel, the "
         "panel's layers are trained as the search trains a candidate, and the table adds how "
         "their fitness ranks against the panel's long training (Spearman, Kendall, bootstrap "
-        "95%% intervals, the cost per candidate)."))
+        "95%% intervals, the cost per candidate). With --build-panel DIR, train the reference "
+        "panel itself into DIR instead (DIR/panel.json is what --panel reads; resumable)."))
     p.add_argument("--preset", default="demo", choices=list(PRESETS), help="search preset")
     p.add_argument("--space", choices=SPACES, default=None, help="default: the preset's")
     p.add_argument("--seeds", type=int, default=3, metavar="N",
@@ -43,9 +46,17 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--archs", default=None, help=ARCHS_HELP)
     p.add_argument("--workers", type=int, default=None, help="parallel runs (0: one per core)")
     p.add_argument("--panel", type=Path, default=None, metavar="PANEL.json",
-                   help="a reference panel (results/fidelity/panel.json, written by "
-                   "experiments/fidelity_panel.py): measure the preset's rank fidelity against it "
-                   "and store it there under proxies.PRESET")
+                   help="a reference panel (DIR/panel.json, written by --build-panel DIR): measure "
+                   "the preset's rank fidelity against it and store it there under proxies.PRESET")
+    p.add_argument("--build-panel", type=Path, default=None, metavar="DIR",
+                   help="train the reference panel into DIR (its layers on both anchor "
+                   "architectures, training seeds 0..N-1 of --seeds, on --dataset or --data) and stop")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"with --build-panel: training steps per run (default {REFERENCE.steps})")
+    p.add_argument("--width", type=float, default=None,
+                   help=f"with --build-panel: channel multiplier (default {REFERENCE.width})")
+    p.add_argument("--device", default=None,
+                   help="with --build-panel: cpu (default) or cuda")
     p.add_argument("--out", type=Path, default=None,
                    help="folder for runs.jsonl and the table (default runs/calibrate-PRESET-SPACE)")
     return p
@@ -59,6 +70,11 @@ def main(argv: list[str]) -> int:
         raise CommandError(f"--random must be >= 0, got {args.random}")
     if args.workers is not None and args.workers < 0:
         raise CommandError(f"--workers must be >= 0, got {args.workers}")
+    if args.build_panel is not None:
+        return build_panel_main(args, argv)
+    for flag, value in (("--steps", args.steps), ("--width", args.width), ("--device", args.device)):
+        if value is not None:
+            raise CommandError(f"{flag} applies to --build-panel only")
 
     try:
         cfg = get_preset(args.preset, space=args.space,
@@ -111,6 +127,43 @@ def main(argv: list[str]) -> int:
     print(f"calibration done in {time.perf_counter() - start:.0f}s; table in {out / 'table.md'}",
           file=sys.stderr)
     return 0
+
+
+def build_panel_main(args: argparse.Namespace, argv: list[str]) -> int:
+    """`--build-panel DIR`: the reference panel at the reference setting (or the one the flags
+    change), trained into DIR; exit 1 when some run failed (a rerun retries it)."""
+    import os
+    import shlex
+    from dataclasses import replace
+
+    from evonorm.data import load_dataset
+    from evonorm.proxy.panel import build_panel, progress_line, with_dataset
+
+    if args.panel is not None:
+        raise CommandError("--panel and --build-panel: build the panel first, then calibrate "
+                           "against DIR/panel.json")
+    if args.steps is not None and args.steps < 10:
+        raise CommandError(f"--steps must be >= 10 (scored at fifths of training), got {args.steps}")
+    if args.width is not None and args.width <= 0:
+        raise CommandError(f"--width must be > 0, got {args.width}")
+    setting = with_dataset(REFERENCE, dataset_arg(args.dataset, args.data))
+    setting = replace(setting, seeds=tuple(range(args.seeds)),
+                      steps=args.steps or setting.steps, width=args.width or setting.width,
+                      lr_warmup=setting.lr_warmup if args.steps is None
+                      else min(setting.lr_warmup, args.steps // 10),
+                      device=check_device(args.device) or setting.device)
+    workers = 1 if args.workers is None else args.workers or os.cpu_count() or 1
+    try:
+        load_dataset(setting.dataset, args.data_root)  # the data is there and reads: checked once
+        failed = build_panel(args.build_panel, setting, workers=workers,
+                             data_root=args.data_root,
+                             command=shlex.join(["evonorm", "calibrate", *argv]),
+                             on_done=lambda p: print(progress_line(p), file=sys.stderr, flush=True))
+    except (ValueError, OSError) as err:
+        raise CommandError(str(err).splitlines()[0]) from None
+    print(f"panel in {args.build_panel / 'panel.json'}"
+          + (f"; {failed} run(s) failed: run the same command again to retry them" if failed else ""))
+    return 1 if failed else 0
 
 
 def rank_fidelity_section(records, layers, preset: str, out: Path, panel: Path, argv: list[str],

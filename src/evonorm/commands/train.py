@@ -62,26 +62,12 @@ def width_note(cfg) -> str:
     return "" if width is None else f" (width {width:g})"
 
 
-def read_layer(text: str):
-    """A layer argument: a name, inline JSON, or @path to a graph JSON file."""
-    if text.startswith("@"):
-        from evonorm.graph import Graph
-
-        path = Path(text[1:])
-        try:
-            return Graph.from_json(path.read_bytes())
-        except OSError as err:
-            raise CommandError(f"cannot read layer JSON from {path}: {err.strerror or err}") from None
-        except ValueError as err:
-            raise CommandError(f"invalid layer JSON in {path}: {err}") from None
-    return text
-
-
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     import torch
 
     from evonorm.data import default_dataset_name, holdout_split, load_dataset
+    from evonorm.graph.library import read_layer
     from evonorm.models import is_builtin, probe_arch, resolve_norm_act
     from evonorm.train import get_train_preset, train
 

@@ -9,6 +9,7 @@ layer (v1 would be 1 only at init).
 from __future__ import annotations
 
 import reprlib
+from pathlib import Path
 
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -101,3 +102,17 @@ def resolve_graph(spec: Any) -> Graph:
                              f"({', '.join(sorted(NAMED_GRAPHS)[:6])}, ...) nor graph JSON")
         spec = text
     return Graph.from_json(spec)
+
+
+def read_layer(text: str) -> str | Graph:
+    """A layer argument as `evonorm train --layer` reads it: a name or inline JSON (kept as text),
+    or @path to a graph JSON file (read); ValueError, one line, for a file that cannot be read."""
+    if not text.startswith("@"):
+        return text
+    path = Path(text[1:])
+    try:
+        return Graph.from_json(path.read_bytes())
+    except OSError as err:
+        raise ValueError(f"cannot read layer JSON from {path}: {err.strerror or err}") from None
+    except ValueError as err:
+        raise ValueError(f"invalid layer JSON in {path}: {err}") from None
