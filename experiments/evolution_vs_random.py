@@ -95,9 +95,10 @@ def _one_run(run: str, cfg_dict: dict) -> None:
         if (run / "store.sqlite").is_file():
             with Store(run, readonly=True) as st:
                 stored = SearchConfig.from_dict(st.config())
+        objective = ProxyObjective(cfg)
         if stored != cfg:
-            init_run(run, cfg, force=True)
-        tally = run_search(run, objective=ProxyObjective(cfg), progress=False).tally
+            init_run(run, cfg, objective, force=True)
+        tally = run_search(run, objective=objective, progress=False).tally
     log(f"{run.name}: {tally.line()}")
 
 
