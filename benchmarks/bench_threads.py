@@ -14,7 +14,7 @@ count and, for each count after the first, its speed over the first's in the sam
 range over rounds. OpenMP's default wait policy, as a user's process has it (`OMP_WAIT_POLICY` is
 printed; tests/conftest.py sets PASSIVE for the tests, not for this).
 
-    python benchmarks/bench_threads.py                       # 3 rounds x 8 steps: about 12 minutes on 2 busy cores
+    python benchmarks/bench_threads.py                       # 3 rounds x 8 steps: about 8 minutes on 2 busy cores
     python benchmarks/bench_threads.py --rounds 3 --archs resnet50_cifar --json out.json
 """
 
@@ -80,6 +80,15 @@ def cpu_busy(seconds: float = 1.0) -> float | None:
     except OSError:
         return None
     return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def cpu_model() -> str:
+    """The processor's model name (Linux /proc/cpuinfo), else the machine type."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
 
 
 @contextmanager
@@ -152,7 +161,7 @@ def main() -> int:
         return 2
     busy = cpu_busy()
     before = os.getloadavg()
-    conditions = dict(torch=torch.__version__, cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
+    conditions = dict(torch=torch.__version__, cpu=cpu_model(), cores=os.cpu_count(),
                       omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "(unset: default)"),
                       load_average_at_start=before, cpu_busy_before_start=busy, load_procs=args.load_procs,
                       date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
