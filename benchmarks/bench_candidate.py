@@ -39,7 +39,7 @@ from evonorm.proxy.presets import PRESETS
 NATIVE = ("bn_relu", "gn_relu", "evonorm_s0")
 
 
-def _graphs(names: list[str]) -> dict[str, Graph]:
+def named_graphs(names: list[str]) -> dict[str, Graph]:
     """The graphs by short name: GN/LN/IN-ReLU (the `demo` seed layers) or a named graph of the library."""
     seeds = dict(zip(("GN-ReLU", "LN-ReLU", "IN-ReLU"), (Graph.from_json(s) for s in PRESETS["demo"].evolution.seed_layers)))
     return {f"{n} graph": seeds[n] if n in seeds else get_graph(n) for n in names}
@@ -48,13 +48,14 @@ def _graphs(names: list[str]) -> dict[str, Graph]:
 def _variants(impls: list[str], graphs: list[str]) -> dict[str, object]:
     """Label -> layer (a registry name, or a factory for a graph with its impl)."""
     out: dict[str, object] = {f"native {n}": n for n in NATIVE}
-    for label, g in _graphs(graphs).items():
+    for label, g in named_graphs(graphs).items():
         for impl in impls:
             out[f"{label} ({impl})"] = lambda c, g=g, impl=impl, **kw: g.to_module(c, impl=impl, **kw)
     return out
 
 
-def _dataset(cfg):
+def demo_dataset(cfg):
+    """The demo's data (Fashion-MNIST) when installed, else a synthetic set of its shape; and its name."""
     from evonorm.data import default_dataset_name, synthetic_dataset
     from evonorm.proxy.training import search_dataset, with_dataset
 
@@ -100,7 +101,7 @@ def bench_train(args) -> list[dict]:
     from evonorm.proxy.training import train_config
 
     cfg = PRESETS["demo"]
-    ds, ds_name = _dataset(cfg)
+    ds, ds_name = demo_dataset(cfg)
     variants = {k: v for k, v in _variants(args.impls, args.graphs).items()
                 if k == "native gn_relu" or not args.only or any(o in k for o in args.only)}
     times = {(a, v): [] for a in args.archs for v in variants}
@@ -135,7 +136,7 @@ def bench_layer(args) -> list[dict]:
     clock = _clock(args.device)
     x = torch.randn(n, c, h, w, device=args.device, requires_grad=True)
     mods = {f"native {n_}": create_norm_act(n_, c) for n_ in NATIVE}
-    for label, g in _graphs(args.graphs).items():
+    for label, g in named_graphs(args.graphs).items():
         for impl in args.impls:
             mods[f"{label} ({impl})"] = g.to_module(c, impl=impl)
     for m in mods.values():

@@ -30,10 +30,10 @@ FASHION_MISSING = ("Fashion-MNIST is not installed: run `apt-get install dataset
 
 def pytest_configure(config):
     if os.environ.get(NO_DATA_ENV) == "1":
-        import evonorm.data
+        import evonorm.datafiles
 
         hidden = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"evonorm-no-data-{os.getpid()}")
-        evonorm.data.FASHION_MNIST_SYSTEM_DIR = evonorm.data.Path(hidden, "absent")
+        evonorm.datafiles.FASHION_MNIST_SYSTEM_DIR = evonorm.datafiles.Path(hidden, "absent")
         os.environ["EVONORM_DATA"] = hidden
 
 

@@ -1,6 +1,9 @@
+import os
 import subprocess
 import sys
+from pathlib import Path
 
+import evonorm
 from evonorm.cli import COMMANDS, main
 from evonorm.layers import resolve_groups
 
@@ -17,6 +20,23 @@ def test_unknown_command_exits_2_with_one_line():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "frobnicate" in proc.stderr
+
+
+def test_list_starts_without_torch():
+    """`evonorm list` prints names and settings only, so it must not wait seconds for torch (or numpy)
+    to load: run in a fresh interpreter on this checkout's code, every section, text and JSON."""
+    code = ("import sys\nfrom evonorm.cli import main\n"
+            "rc = main(['list']) + main(['list', '--json'])\n"
+            "print('loaded:', [m for m in ('torch', 'numpy') if m in sys.modules], file=sys.stderr)\n"
+            "sys.exit(rc)")
+    env = {**os.environ, "PYTHONPATH": str(Path(evonorm.__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "loaded: []" in proc.stderr
+    assert "unavailable" not in proc.stdout  # a section that failed to import would also load nothing
+    for name in ("evonorm_s0", "s_top1", "resnet50_cifar (width 0.25, CIFAR strides)", "paper-b:", "demo",
+                 "fashion_mnist"):
+        assert name in proc.stdout
 
 
 def test_group_rule():

@@ -177,11 +177,11 @@ def test_subset_and_synthetic():
 def test_default_dataset_is_looked_for_in_the_given_data_root(tmp_path, monkeypatch):
     # a search given --data-root (and no dataset) finds Fashion-MNIST where it will read it, also on
     # a machine without the system package or the default folder
-    import evonorm.data
+    import evonorm.datafiles
     from evonorm.proxy.training import with_dataset
     from evonorm.proxy.presets import PRESETS
 
-    monkeypatch.setattr(evonorm.data, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "absent")
+    monkeypatch.setattr(evonorm.datafiles, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "absent")
     monkeypatch.setenv("EVONORM_DATA", str(tmp_path / "default"))
     root = tmp_path / "root"
     (root / "fashion-mnist").mkdir(parents=True)

@@ -5,6 +5,7 @@ synthetic set), and a run's start line and store name its dataset, sizes, preset
 import pytest
 
 import evonorm.data
+import evonorm.datafiles
 from evonorm.cli import main
 from evonorm.proxy import presets
 from evonorm.search.store import Store
@@ -13,7 +14,7 @@ from evonorm.proxy.config import configured, proxy_config
 
 @pytest.fixture
 def no_fashion(tmp_path, monkeypatch):
-    monkeypatch.setattr(evonorm.data, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "absent")
+    monkeypatch.setattr(evonorm.datafiles, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "absent")
     monkeypatch.setenv("EVONORM_DATA", str(tmp_path / "data"))
 
 

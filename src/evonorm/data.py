@@ -27,8 +27,10 @@ from typing import Iterator
 import numpy as np
 import torch
 
-DATASETS = ("cifar10", "cifar100", "fashion_mnist", "synthetic")
-FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
+from evonorm import datafiles
+from evonorm.datafiles import (DATASETS, FASHION_FILES, default_dataset_name, default_root,
+                               find_fashion_dir, idx_path)
+
 SYNTHETIC_MAX = (50_000, 10_000)  # train, test: CIFAR's sizes; generated, so bounded by hand
 NPZ_MAX_BYTES = 8 << 30  # a .npz file's arrays, uncompressed: past it a file is refused, not read
 NPZ_TEST_FRACTION = 0.2  # held out (seed 0) as the test split of a .npz without x_test / y_test
@@ -42,10 +44,6 @@ _CIFAR = {
                      train=["train"], test=["test"],
                      url="https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
                      md5="eb9058c3a382ffc7106e4002c42a8d85"),
-}
-_FASHION_FILES = {
-    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
 
 
@@ -75,33 +73,6 @@ class Dataset:
     def __repr__(self) -> str:
         return (f"Dataset({self.name!r}, train={tuple(self.train_x.shape)}, "
                 f"test={tuple(self.test_x.shape)}, classes={self.num_classes})")
-
-
-def default_root() -> Path:
-    """Where datasets live unless a root is given: $EVONORM_DATA or ~/.cache/evonorm/data."""
-    return Path(os.environ.get("EVONORM_DATA", Path.home() / ".cache" / "evonorm" / "data"))
-
-
-def default_dataset_name(root: str | Path | None = None, *, fallback: bool = True) -> str:
-    """"fashion_mnist" where its files are installed (works offline), else "synthetic".
-
-    `root` is the data folder the caller will load from (`--data-root`): the files are looked for
-    where they will be read. With `fallback=False` a missing Fashion-MNIST raises FileNotFoundError
-    saying how to install it, so a search never trains on the synthetic set unless asked to.
-    """
-    if _find_fashion_dir(root) is not None:
-        return "fashion_mnist"
-    if fallback:
-        return "synthetic"
-    if root:
-        raise FileNotFoundError(f"Fashion-MNIST, the default data, is not in --data-root {root}: expected "
-                                f"its four IDX files there or in {Path(root) / 'fashion-mnist'}; or pass "
-                                f"--dataset synthetic for the built-in synthetic task")
-    raise FileNotFoundError(
-        f"Fashion-MNIST, the default data, is not installed: run `apt-get install "
-        f"dataset-fashion-mnist` as root (-> {FASHION_MNIST_SYSTEM_DIR}) or put its four IDX files "
-        f"in {default_root() / 'fashion-mnist'}; or pass --dataset synthetic for the built-in "
-        f"synthetic task")
 
 
 def is_npz(name: str | None) -> bool:
@@ -364,34 +335,18 @@ def _download_cifar(info: dict, root: Path) -> None:
 
 # ----------------------------------------------------------------------------- Fashion-MNIST
 
-def _find_fashion_dir(root: str | Path | None) -> Path | None:
-    candidates = [Path(root), Path(root) / "fashion-mnist", Path(root) / "fashion_mnist"] if root \
-        else [default_root() / "fashion-mnist", FASHION_MNIST_SYSTEM_DIR]
-    for folder in candidates:
-        if all(_idx_path(folder, f) is not None for pair in _FASHION_FILES.values() for f in pair):
-            return folder
-    return None
-
-
-def _idx_path(folder: Path, stem: str) -> Path | None:
-    for p in (folder / f"{stem}.gz", folder / stem):
-        if p.is_file():
-            return p
-    return None
-
-
 def _load_fashion_mnist(root: str | Path | None) -> Dataset:
-    folder = _find_fashion_dir(root)
+    folder = find_fashion_dir(root)
     if folder is None:
-        where = root if root else f"{default_root() / 'fashion-mnist'} or {FASHION_MNIST_SYSTEM_DIR}"
+        where = root if root else f"{default_root() / 'fashion-mnist'} or {datafiles.FASHION_MNIST_SYSTEM_DIR}"
         raise FileNotFoundError(
             f"fashion_mnist: expected train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
             f"t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz] in {where} "
             f"(Debian/Ubuntu: apt install dataset-fashion-mnist)")
     splits = {}
-    for split, (img_stem, lbl_stem) in _FASHION_FILES.items():
-        x = read_idx(_idx_path(folder, img_stem))
-        y = read_idx(_idx_path(folder, lbl_stem))
+    for split, (img_stem, lbl_stem) in FASHION_FILES.items():
+        x = read_idx(idx_path(folder, img_stem))
+        y = read_idx(idx_path(folder, lbl_stem))
         if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
             raise ValueError(f"corrupt Fashion-MNIST files in {folder}: images {tuple(x.shape)} "
                              f"and labels {tuple(y.shape)} do not match")

@@ -3,7 +3,8 @@
 Each section comes from its own module; a section whose module is not importable is reported as
 such instead of failing the whole listing.
 
-Each section imports its module when listed: they load torch, which `--help` does not need.
+Each section imports its module when listed; each reads plain data (`evonorm.catalog`,
+`evonorm.train_config`, `evonorm.datafiles`, the search presets), so listing loads no torch.
 """
 
 from __future__ import annotations
@@ -17,25 +18,25 @@ SECTIONS = ("layers", "graphs", "archs", "presets", "search-presets", "datasets"
 
 
 def _layers() -> list[str]:
-    from evonorm.layers import list_norm_acts
-    return list(list_norm_acts())
+    from evonorm.catalog import LAYERS
+    return list(LAYERS)
 
 
 def _graphs() -> list[str]:
-    from evonorm.graph.library import NAMED_GRAPHS
-    return list(NAMED_GRAPHS)
+    from evonorm.catalog import GRAPH_SPECS
+    return list(GRAPH_SPECS)
 
 
 def _archs() -> list[str]:
-    from evonorm.models import ARCHS
-    return [f"{name} (width {spec.width:g}{', CIFAR strides' if spec.cifar else ''})"
-            for name, spec in ARCHS.items()] + [
+    from evonorm.catalog import ARCHS
+    return [f"{name} (width {width:g}{', CIFAR strides' if cifar else ''})"
+            for name, (_, width, cifar) in ARCHS.items()] + [
         "timm:NAME (a timm model, the layer at every BatchNorm-activation pair)",
         "MODULE:FUNCTION (your builder fn(norm_act, num_classes, in_chans) -> nn.Module)"]
 
 
 def _presets() -> list[str]:
-    from evonorm.train import TRAIN_PRESETS
+    from evonorm.train_config import TRAIN_PRESETS
     return [f"{name}: {c.steps} steps x {c.batch_size}, lr {c.lr:g} {c.schedule}, "
             f"width x{c.width_scale:g}"
             + (f", {c.n_train} train images" if c.n_train else "") for name, c in TRAIN_PRESETS.items()]
@@ -54,7 +55,7 @@ def _search_presets() -> list[str]:
 
 
 def _datasets() -> list[str]:
-    from evonorm.data import DATASETS, default_dataset_name
+    from evonorm.datafiles import DATASETS, default_dataset_name
     default = default_dataset_name()
     return [f"{name}{' (default)' if name == default else ''}" for name in DATASETS] + [
         "FILE.npz (--data: your own images x and labels y, optionally x_test / y_test)"]

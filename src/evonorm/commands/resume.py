@@ -30,7 +30,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--budget", type=int, default=None, help="raise the candidate budget")
     p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: per core)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per local worker "
-                   "(default: the run's; 0: the cores divided among the workers)")
+                   "(default: the run's; 0: 1, see `evonorm search --help`)")
     p.add_argument("--executor", choices=EXECUTORS, default=None, help="local or ray")
     p.add_argument("--address", default=None, help="Ray cluster address")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: the device the "

@@ -56,8 +56,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--archs", default=None, help=ARCHS_HELP)
     p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: one per core)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per local worker "
-                   "(default 0: the cores divided among the workers, so 1 each with a worker per "
-                   "core; threads beyond the cores slow every worker down); the start line says it")
+                   "(default 0: 1, with a worker per core: beside other work on the cores 2 threads "
+                   "trained 5-20x slower than 1; docs/performance.md); the start line says it")
     p.add_argument("--executor", choices=EXECUTORS, default=None, help="local (default) or ray")
     p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
     p.add_argument("--device", default=None, help="where every candidate trains: cpu (default), "
@@ -276,7 +276,7 @@ def _workers(ex) -> str:
     """'2 local worker(s) of 1 torch thread': what each candidate trains on."""
     if ex.executor != "local":
         return f"{ex.num_workers} {ex.executor} worker(s)"
-    from evonorm.search.executors import threads_per_worker
+    from evonorm.search.executors import THREADS_PER_WORKER
 
-    threads = ex.threads or threads_per_worker(ex.num_workers)
+    threads = ex.threads or THREADS_PER_WORKER
     return f"{ex.num_workers} local worker(s) of {threads} torch thread{'s' if threads > 1 else ''}"

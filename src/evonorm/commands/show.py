@@ -1,6 +1,7 @@
 """`evonorm show`: a layer (library name, JSON file or JSON text) as formula, properties and code.
 
-The graph library is imported where the layer is read: it loads torch, which `--help` does not need.
+The graph library is imported where the layer is read: it loads torch (the fingerprint evaluates the
+graph), which `--help` does not need; the layer registry only for a registry layer without a graph.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ def _load(spec: str):
     """A named graph, a registry layer, JSON text, or a JSON file (read here) as a Graph, or the
     registry's class of a layer that has no graph; a one-line error if none, with the nearest
     names."""
+    from evonorm.catalog import LAYERS
     from evonorm.graph.library import NAMED_GRAPHS, resolve_graph
-    from evonorm.layers import get_norm_act, list_norm_acts
 
     if spec in NAMED_GRAPHS:
         return NAMED_GRAPHS[spec]
@@ -29,7 +30,9 @@ def _load(spec: str):
         from evonorm.search.settings import norm_relu
 
         return resolve_graph(norm_relu(AS_GRAPH[spec]))
-    if spec in list_norm_acts():
+    if spec in LAYERS:
+        from evonorm.layers import get_norm_act
+
         return get_norm_act(spec)
     text: str | bytes
     if spec.lstrip().startswith("{"):
@@ -43,7 +46,7 @@ def _load(spec: str):
     else:
         import difflib
 
-        near = difflib.get_close_matches(spec, list(dict.fromkeys([*NAMED_GRAPHS, *list_norm_acts()])),
+        near = difflib.get_close_matches(spec, list(dict.fromkeys([*NAMED_GRAPHS, *LAYERS])),
                                        n=3, cutoff=0.5)
         hint = f"; did you mean {' or '.join(near)}?" if near else ""
         raise CommandError(f"{reprlib.repr(spec)} is not a layer name (`evonorm list` shows them), "

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.files import write_atomic
+from evonorm.search.executors import THREADS_PER_WORKER
 from evonorm.commands._common import (ARCH_HELP, DATA_HELP, check_device, check_writable,
                                       dataset_arg, probe_batch, write_errors)
 
@@ -44,7 +44,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--groups", type=int, default=None, help="group count for group ops (32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: min(2, CPU count))")
+                   help="torch threads (default 1: beside other work on the cores 2 threads "
+                   "trained 5-20x slower; docs/performance.md)")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                    help="channels_last memory format")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model")
@@ -79,7 +80,7 @@ def main(argv: list[str]) -> int:
     dataset = dataset_arg(args.dataset, args.data)
     if args.out is not None:
         check_writable(args.out)
-    torch.set_num_threads(args.threads or min(2, os.cpu_count() or 1))
+    torch.set_num_threads(args.threads or THREADS_PER_WORKER)
     try:
         cfg = get_train_preset(preset, arch=args.arch, batch_size=args.batch_size, steps=args.steps,
                          lr=args.lr, schedule=args.schedule, width=args.width,

@@ -2,34 +2,21 @@
 
 from __future__ import annotations
 
+from importlib import import_module
 from types import MappingProxyType
 
 from torch import nn
 
-from evonorm.layers import baselines
-from evonorm.layers.evonorm_b import EvoNormB0, EvoNormB1, EvoNormB2
-from evonorm.layers.evonorm_s import EvoNormS0, EvoNormS1, EvoNormS2
+from evonorm.catalog import BATCH_DEPENDENT_LAYERS, LAYERS
 
-NORM_ACTS: MappingProxyType[str, type[nn.Module]] = MappingProxyType({
-    "evonorm_b0": EvoNormB0,
-    "evonorm_b1": EvoNormB1,
-    "evonorm_b2": EvoNormB2,
-    "evonorm_s0": EvoNormS0,
-    "evonorm_s1": EvoNormS1,
-    "evonorm_s2": EvoNormS2,
-    "bn_relu": baselines.BatchNormReLU2d,
-    "bn_prelu": baselines.BatchNormPReLU2d,
-    "bn_swish1": baselines.BatchNormSwish1,
-    "bn_swish": baselines.BatchNormSwish,
-    "gn_relu": baselines.GroupNormReLU,
-    "gn_swish": baselines.GroupNormSwish,
-    "frn": baselines.FilterResponseNorm2d,
-    "ln_relu": baselines.LayerNormReLU,
-    "pixelnorm_relu": baselines.PixelNormReLU,
-})
 
-_BATCH_DEPENDENT = frozenset({"evonorm_b0", "evonorm_b1", "evonorm_b2", "bn_relu", "bn_prelu", "bn_swish1",
-                              "bn_swish"})
+def _class(where: str) -> type[nn.Module]:
+    module, name = where.split(":")
+    return getattr(import_module(f"evonorm.layers.{module}"), name)
+
+
+# the names are data in evonorm.catalog, so that `evonorm list` names them without torch
+NORM_ACTS: MappingProxyType[str, type[nn.Module]] = MappingProxyType({n: _class(w) for n, w in LAYERS.items()})
 
 
 def _key(name: str) -> str:
@@ -56,4 +43,4 @@ def create_norm_act(name: str, num_features: int, **kwargs) -> nn.Module:
 
 def is_batch_dependent(name: str) -> bool:
     """Whether the layer uses batch statistics (the B layers and the bn_* baselines)."""
-    return _key(name) in _BATCH_DEPENDENT
+    return _key(name) in BATCH_DEPENDENT_LAYERS

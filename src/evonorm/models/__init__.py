@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 from torch import nn
 
+from evonorm import catalog
+
 from evonorm.models._factory import NormActFactory, affine, make_divisible, resolve_norm_act
 from evonorm.models.efficientnet import efficientnet_b0
 from evonorm.models.external import (FORMS, arch_kind, build_external, check_arch,
@@ -33,14 +35,11 @@ class ArchSpec:
     cifar: bool   # stride 1 in the first two spatially reducing convs
 
 
+# the names and shapes are data in evonorm.catalog, so that `evonorm list` names them without torch
 ARCHS: dict[str, ArchSpec] = {
-    "resnet50_cifar": ArchSpec(resnet50, 0.25, True),
-    "mobilenetv2_cifar": ArchSpec(mobilenetv2, 0.5, True),
-    "efficientnet_b0_cifar": ArchSpec(efficientnet_b0, 0.5, True),
-    "resnet50": ArchSpec(resnet50, 1.0, False),
-    "mobilenetv2": ArchSpec(mobilenetv2, 1.0, False),
-    "efficientnet_b0": ArchSpec(efficientnet_b0, 1.0, False),
-}
+    name: ArchSpec({"resnet50": resnet50, "mobilenetv2": mobilenetv2, "efficientnet_b0": efficientnet_b0}[builder],
+                   width, cifar)
+    for name, (builder, width, cifar) in catalog.ARCHS.items()}
 
 # build_model keywords that configure the layer rather than the architecture
 LAYER_KWARGS = ("groups", "eps", "momentum")

@@ -241,7 +241,7 @@ def run_jobs(jobs: Iterable[Job], cfg: SearchConfig, out: Path, *, workers: int,
              fn: Callable[[dict], dict] | None = None,
              threads: int | None = None) -> list[RunRecord]:
     """Run the jobs not yet in `out` on a local pool (`threads` torch threads per worker, default
-    the cores split among the workers); each result is saved as it arrives."""
+    one); each result is saved as it arrives."""
 
     done = {r.key for r in load_runs(out)}
     todo = [j for j in jobs if j.key not in done]

@@ -87,7 +87,7 @@ def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = No
     """
     task = proxy_config(cfg)
     from evonorm.models import is_builtin
-    from evonorm.train import TRAIN_PRESETS, check_overrides
+    from evonorm.train_config import TRAIN_PRESETS, check_overrides
 
     setting = setting or task.training
     staged = setting == task.training and steps is None and bool(cfg.hurdles.stage_steps)

@@ -154,7 +154,7 @@ class Execution(_Part):
     """Where candidates run: workers, executor, device, limits."""
 
     workers: int = 0  # 0 -> one per core
-    threads: int = 0  # torch threads per local worker (0: the cores divided among the workers)
+    threads: int = 0  # torch threads per local worker (0: one; more run slower beside other work)
     executor: str = "local"
     address: str | None = None
     timeout: float = 3600.0  # seconds per candidate before its worker is killed

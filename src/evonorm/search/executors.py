@@ -55,9 +55,10 @@ class Executor(Protocol):
         """Stop every worker (tasks still running are abandoned)."""
 
 
-def threads_per_worker(workers: int, cores: int | None = None) -> int:
-    """Split the cores evenly so workers do not oversubscribe the machine."""
-    return max(1, (cores or os.cpu_count() or 1) // max(1, workers))
+# torch threads per local worker unless the config says: one, with a worker per core. Beside other
+# work on the cores two threads trained a `demo` candidate 5-20x slower than one (OpenMP's threads
+# spin waiting for each other; benchmarks/bench_threads.py), and a search's other workers are such work.
+THREADS_PER_WORKER = 1
 
 
 class WorkerStartError(RuntimeError):
@@ -147,7 +148,7 @@ class LocalExecutor:
         self.fn = fn
         self.workers = workers or os.cpu_count() or 1
         self.timeout = timeout
-        self.threads = threads or threads_per_worker(self.workers)
+        self.threads = threads or THREADS_PER_WORKER
         self._ctx = mp.get_context("spawn")  # fork after torch threads exist can deadlock
         self._slots = [_Slot(i) for i in range(self.workers)]
         self.startup_timeout = 300.0
@@ -406,14 +407,14 @@ def make_executor(kind: str, fn: Callable[[dict], Any], workers: int, *, timeout
     package and the data folder are shipped to the workers; `device` "cuda" asks Ray for GPU shares
     (`gpu_share`). Local workers on "cuda" all share the machine's GPU: `workers` processes, each
     with its own copy of the model and the data on it. `threads`: torch threads per worker on
-    this machine (0: its cores divided among the workers; a remote cluster's workers get 1).
+    this machine (0: THREADS_PER_WORKER; a remote cluster's workers get 1).
     `ship`: the objective's package folders or module files, shipped to Ray workers (on a local
     Ray too, whose workers need not see the driver's import path)."""
     if kind == "local":
         return LocalExecutor(fn, workers, timeout=timeout, threads=threads or None)
     if kind == "ray":
         return RayExecutor(fn, workers, timeout=timeout,
-                           threads=(threads or threads_per_worker(workers)) if address is None else 1,
+                           threads=(threads or THREADS_PER_WORKER) if address is None else 1,
                            address=address,
                            runtime_env=(ray_runtime_env(data_dir if address else None, ship)
                                         if address or ship else None),
