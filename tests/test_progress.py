@@ -79,3 +79,65 @@ def test_the_bar_moves_while_the_first_candidate_trains(tmp_path, monkeypatch):
     clocks = {m.group(1) for f in waiting if (m := re.search(r"\[(\d\d:\d\d)<", f))}
     assert len(clocks) >= 2, waiting  # the elapsed time ticks before anything has finished
     assert any("1 training" in f for f in waiting)
+
+
+def test_the_status_line_says_the_stage_and_step_of_each_running_candidate(tmp_path, capsys):
+    from _search_fakes import CountedStages, counted_stages_config
+
+    (tmp_path / "marks").mkdir()
+    run = init_run(tmp_path / "run", counted_stages_config(budget=2))
+    run_search(run, objective=CountedStages(tmp_path / "marks"), progress=True, progress_every=0.05)
+    running = re.findall(r"\| running: (.*)$", capsys.readouterr().err, re.M)
+    # proposal numbers as the candidates' ids; a stage once the worker said it trains, then the
+    # stage it is in after each report, with the step it reported last
+    assert {"#1 stage 1/3", "#1 stage 2/3 (step 1)", "#1 stage 3/3 (step 2)",
+            "#2 stage 2/3 (step 1)"} <= set(running), running
+    assert not list((run / "stages").iterdir())  # no progress file outlives its candidate
+
+
+def test_the_bar_says_where_the_running_candidate_is(tmp_path, monkeypatch):
+    from _search_fakes import CountedStages, counted_stages_config
+
+    (tmp_path / "marks").mkdir()
+    run = init_run(tmp_path / "run", counted_stages_config(budget=1))
+    tty = FakeTTY()
+    monkeypatch.setattr("sys.stderr", tty)
+    run_search(run, objective=CountedStages(tmp_path / "marks", seconds=1.5), progress=True)
+    assert "running: #1 stage 2/3 (step 1)" in tty.getvalue()
+
+
+def test_before_its_own_timings_the_eta_is_the_objectives_expected_cost_and_says_so(tmp_path,
+                                                                                   capsys):
+    import _objectives
+
+    run = init_run(tmp_path / "run", fake_config(budget=4, workers=1))
+    run_search(run, objective=_objectives.Priced(100.0), progress=True, progress_every=0.05)
+    lines = re.findall(r"^search: (\d)/4 done .* ETA (.*?)(?: \| running: .*)?$",
+                       capsys.readouterr().err, re.M)
+    # the first line, before any worker has started: 4 candidates of 100 worker-seconds, 1 worker
+    assert lines[0] == ("0", "~7 min (test's measured cost)"), lines
+    assert all(eta.endswith("(test's measured cost)") for done, eta in lines if done == "0")
+    assert any(re.fullmatch(r"\d+s", eta) for done, eta in lines if done != "0"), lines
+
+
+def test_an_expected_cost_that_is_not_one_is_a_one_line_error(tmp_path):
+    import _objectives
+
+    run = init_run(tmp_path / "run", fake_config(budget=1, workers=1))
+    with pytest.raises(ValueError, match="expected_cost returned .*not a CandidateCost"):
+        run_search(run, objective=_objectives.Priced(None), progress=False)
+
+
+def test_a_progress_file_that_is_not_one_reads_as_none(tmp_path):
+    from evonorm.search.objective import TrialProgress
+
+    path = tmp_path / "p.json"
+    assert TrialProgress.read(path) is None  # not written yet
+    for text in ("{", "[]", '{"phase": null}', '{"phase": null, "reports": "x", "step": null}'):
+        path.write_text(text)
+        assert TrialProgress.read(path) is None
+    TrialProgress("quality test", 0, None).write(path)
+    assert TrialProgress.read(path).describe(2) == "quality test"
+    assert TrialProgress("training", 0, None).describe(3) == "stage 1/3"
+    assert TrialProgress("training", 1, 150).describe(2) == "stage 2/2 (step 150)"
+    assert TrialProgress("evaluating", 1, 40).describe(1) == "evaluating (step 40)"

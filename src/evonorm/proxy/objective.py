@@ -57,6 +57,14 @@ class ProxyObjective:
         prior = prior_for(self.config)
         return None if prior is None else prior.rows
 
+    def expected_cost(self, cfg: SearchConfig) -> CandidateCost | None:
+        """What a candidate of the run's preset was measured to cost (measured.json's "cost"), for
+        the search's ETA before it has timings of its own; None for a run whose settings are not
+        the preset's as measured (`evonorm.proxy.presets.unmeasured`), or a preset not measured."""
+        from evonorm.proxy.presets import measured_cost
+
+        return measured_cost(self.config)
+
 
 def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
     """The proxy task on `trial.graph` under `cfg` (see the module docstring).
@@ -80,6 +88,7 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
     try:
         screen = cfg.evolution.screened
         if screen and task.stability_steps > 0:
+            trial.phase("stability test")
             for arch in task.archs[:task.stability_archs]:
                 tcfg = train_config(cfg, arch)
                 rej = stability(graph, ds, arch=arch, width=tcfg.resolved_width(),
