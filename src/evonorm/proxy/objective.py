@@ -19,7 +19,7 @@ from evonorm.proxy.rejection import quality, stability
 from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.objective import Reject, Trial, run_trial
+from evonorm.search.objective import CandidateCost, Reject, Trial, run_trial
 
 
 def _error(err: BaseException) -> Reject:
@@ -100,6 +100,7 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
                     raise rej
             lap("stability")
         if screen and task.quality_steps > 0:
+            trial.phase("quality test")
             rej = quality(graph, ds, task.archs, lambda a: quality_config(cfg, a),
                           factor=task.quality_factor)[0]
             lap("quality")
