@@ -141,3 +141,21 @@ def test_a_progress_file_that_is_not_one_reads_as_none(tmp_path):
     assert TrialProgress("training", 0, None).describe(3) == "stage 1/3"
     assert TrialProgress("training", 1, 150).describe(2) == "stage 2/2 (step 150)"
     assert TrialProgress("evaluating", 1, 40).describe(1) == "evaluating (step 40)"
+
+
+def test_workers_that_do_not_see_the_run_folder_get_no_progress_file_and_show_the_number(tmp_path,
+                                                                                       capsys):
+    from functools import partial
+
+    from _search_fakes import CountedStages, counted_stages_config
+    from evonorm.search.executors import LocalExecutor
+    from evonorm.search.objective import run_trial
+
+    (tmp_path / "marks").mkdir()
+    objective = CountedStages(tmp_path / "marks")
+    run = init_run(tmp_path / "run", counted_stages_config(budget=1, executor="ray"))
+    with LocalExecutor(partial(run_trial, objective), 1) as pool:  # as a Ray cluster's workers
+        run_search(run, objective=objective, executor=pool, progress=True, progress_every=0.05)
+    running = re.findall(r"\| running: (.*)$", capsys.readouterr().err, re.M)
+    assert running and set(running) == {"#1"}
+    assert not (run / "stages").exists()
