@@ -159,3 +159,25 @@ def test_workers_that_do_not_see_the_run_folder_get_no_progress_file_and_show_th
     running = re.findall(r"\| running: (.*)$", capsys.readouterr().err, re.M)
     assert running and set(running) == {"#1"}
     assert not (run / "stages").exists()
+
+
+def test_the_proxy_task_names_its_phases_and_reports_its_stages(tmp_path):
+    from evonorm.graph.library import NAMED_GRAPHS
+    from evonorm.proxy.objective import ProxyObjective
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.training import with_dataset
+    from evonorm.search.objective import Trial, TrialProgress
+
+    seen = []
+
+    class Watched(Trial):
+        def tell(self):
+            super().tell()
+            seen.append(TrialProgress.read(self.progress_file).describe(2))
+
+    cfg = with_dataset(get_preset("tiny", stage_steps=(2,), quality_steps=0, workers=1))
+    g = NAMED_GRAPHS["evonorm_s0"]
+    trial = Watched(g, progress_file=str(tmp_path / "p.json"))
+    ProxyObjective(cfg)(g.to_module, trial)
+    assert seen[:2] == ["stability test", "quality test"]  # staged: the first stage is the test
+    assert "stage 2/2 (step 2)" in seen

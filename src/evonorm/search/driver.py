@@ -405,12 +405,14 @@ class _Search:
 
     def running(self) -> tuple[str, ...]:
         """Each running candidate by its proposal's number (from 1, as the candidates' ids), with
-        its stage and last step or its phase where its worker says (local runs; elsewhere the
-        number alone)."""
+        its stage and last step or its phase where its worker says (local runs: "starting" until
+        it says anything; elsewhere the number alone)."""
         out = []
         for idx in sorted(self.in_flight):
-            said = TrialProgress.read(self._progress(idx)) if self._local() else None
-            where = said.describe(self.cfg.hurdles.num_stages) if said is not None else ""
+            where = ""
+            if self._local():
+                said = TrialProgress.read(self._progress(idx))
+                where = said.describe(self.cfg.hurdles.num_stages) if said else "starting"
             out.append(f"#{idx + 1} {where}".rstrip())
         return tuple(out)
 
