@@ -66,6 +66,8 @@ def test_the_eta_counts_the_candidates_still_running():
     # queued candidates at the mean cost, shared among the workers, beside the running ones
     assert eta_seconds(quick, [1.0, 1.0], 10, 5.0, 2) == pytest.approx((4.0 + 4.0 + 50.0) / 2)
     assert eta_seconds([], [], 3, None, 2) is None
+    # before any has finished, an expected cost stands for the finished ones too
+    assert eta_seconds([], [30.0], 2, 100.0, 1) == pytest.approx(70.0 + 200.0)
 
 
 def test_the_bar_moves_while_the_first_candidate_trains(tmp_path, monkeypatch):
