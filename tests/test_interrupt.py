@@ -21,7 +21,7 @@ import sys
 sys.path[:0] = [{tests!r}, {src!r}]
 from _search_fakes import CountedStages
 from evonorm.search.driver import run_search
-run_search({run!r}, objective=CountedStages({marks!r}), progress=False)
+run_search({run!r}, objective=CountedStages({marks!r}, seconds=1.0), progress=False)
 """
 
 
@@ -38,7 +38,8 @@ def _stages(marks: Path) -> list[str]:
 
 def _ctrl_c_after_a_checkpoint(proc: subprocess.Popen, run: Path, timeout: float) -> None:
     """Once a candidate has saved its first stage, SIGINT to the search's process group, as Ctrl-C
-    in a terminal sends it to the driver and its workers alike."""
+    in a terminal sends it to the driver and its workers alike. Its stages of a second each leave
+    two seconds before that candidate is decided, so the signal lands in mid-candidate."""
     deadline = time.monotonic() + timeout
     try:
         while not list((run / "stages").glob("*.pt")):
