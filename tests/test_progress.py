@@ -2,6 +2,7 @@
 with one, the bar keeps the best fitness inside 80 columns."""
 
 import io
+import os
 import re
 
 import pytest
@@ -140,6 +141,10 @@ def test_a_progress_file_that_is_not_one_reads_as_none(tmp_path):
         assert TrialProgress.read(path) is None
     TrialProgress("quality test", 0, None).write(path)
     assert TrialProgress.read(path).describe(2) == "quality test"
+    (tmp_path / "link.json").symlink_to(path)
+    os.mkfifo(tmp_path / "fifo.json")
+    assert TrialProgress.read(tmp_path / "link.json") is None  # never followed
+    assert TrialProgress.read(tmp_path / "fifo.json") is None  # nor waited on
     assert TrialProgress("training", 0, None).describe(3) == "stage 1/3"
     assert TrialProgress("training", 1, 150).describe(2) == "stage 2/2 (step 150)"
     assert TrialProgress("evaluating", 1, 40).describe(1) == "evaluating (step 40)"

@@ -86,9 +86,12 @@ class TrialProgress:
 
     @classmethod
     def read(cls, path: str | Path) -> "TrialProgress | None":
-        """What the file says; None where there is none (yet) or it is not one of these."""
+        """What the file says; None where there is none (yet) or it is not one of these (a link or
+        a FIFO planted there is never followed, nor waited on)."""
+        from evonorm.files import parse_json, read_bytes
+
         try:
-            d = json.loads(Path(path).read_text())
+            d = parse_json(read_bytes(path) or b"null")
             step = d["step"]
             return cls(None if d["phase"] is None else str(d["phase"])[:40], int(d["reports"]),
                        None if step is None else int(step))
