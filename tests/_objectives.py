@@ -143,3 +143,25 @@ def tiny_run(out, budget: int):
 
     search(two, out=out, preset="tiny", budget=budget, workers=1, seed_layers=(), progress=False)
     return out
+
+
+class Priced:
+    """`sleepy` (1 s), with an expected cost per candidate handed to the engine
+    (`expected_cost`), as the built-in task hands its preset's measured cost; `seconds` None:
+    a value that is not a cost."""
+
+    def __init__(self, seconds: float | None = 100.0):
+        self.seconds = seconds
+
+    def __call__(self, norm_act, trial) -> float:
+        import time
+
+        time.sleep(1.0)
+        return 0.5
+
+    def expected_cost(self):
+        from evonorm.search.objective import CandidateCost
+
+        if self.seconds is None:
+            return {"seconds": 5}
+        return CandidateCost(self.seconds, "test's measured cost")

@@ -168,3 +168,43 @@ def demo_run(folder):
                                 key=key, fingerprint=fp, join_population=cfg.evolution.window)
         store.set_meta("status", "complete")
     return folder
+
+
+class CountedStages:
+    """A staged objective of `STAGE_STEPS` plus the end, each stage `seconds` of sleep: it keeps the
+    stages it has done in `trial.checkpoint` and continues from there, and writes a line to
+    `folder`/stages.log as it starts each stage it trains, so that a test counts the training
+    repeated after an interrupt. Its fitness is the hash fitness plus 0.1 per stage."""
+
+    STAGE_STEPS = (1, 2)
+
+    def __init__(self, folder, seconds: float = 0.5):
+        self.folder, self.seconds = str(folder), seconds
+
+    def __call__(self, norm_act, trial) -> dict:
+        from pathlib import Path
+
+        from evonorm.files import write_atomic
+
+        base = fitness_of(trial.graph.to_json(), ARCHS)
+        ckpt = Path(trial.checkpoint) if trial.checkpoint else None
+        done = int(ckpt.read_text()) if ckpt is not None and ckpt.is_file() else 0
+        ends = [*self.STAGE_STEPS, self.STAGE_STEPS[-1] + 1]
+        for k, step in enumerate(ends):
+            accs = {a: v + 0.1 * k for a, v in base.items()}
+            if k >= done:
+                trial.phase("training")
+                with open(Path(self.folder) / "stages.log", "a") as log:
+                    log.write(f"{trial.graph.key()} {k}\n")
+                time.sleep(self.seconds)
+            trial.report(accs, step)
+            if k == len(ends) - 1 or trial.should_stop():
+                return accs
+            if ckpt is not None and k >= done:
+                write_atomic(ckpt, str(k + 1).encode())
+        return accs
+
+
+def counted_stages_config(**kw):
+    """`fake_config` staged as `CountedStages` trains, one worker."""
+    return fake_config(stage_steps=CountedStages.STAGE_STEPS, quality_steps=0, workers=1, **kw)

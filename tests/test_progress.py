@@ -2,6 +2,7 @@
 with one, the bar keeps the best fitness inside 80 columns."""
 
 import io
+import os
 import re
 
 import pytest
@@ -66,6 +67,8 @@ def test_the_eta_counts_the_candidates_still_running():
     # queued candidates at the mean cost, shared among the workers, beside the running ones
     assert eta_seconds(quick, [1.0, 1.0], 10, 5.0, 2) == pytest.approx((4.0 + 4.0 + 50.0) / 2)
     assert eta_seconds([], [], 3, None, 2) is None
+    # before any has finished, an expected cost stands for the finished ones too
+    assert eta_seconds([], [30.0], 2, 100.0, 1) == pytest.approx(70.0 + 200.0)
 
 
 def test_the_bar_moves_while_the_first_candidate_trains(tmp_path, monkeypatch):
@@ -79,3 +82,109 @@ def test_the_bar_moves_while_the_first_candidate_trains(tmp_path, monkeypatch):
     clocks = {m.group(1) for f in waiting if (m := re.search(r"\[(\d\d:\d\d)<", f))}
     assert len(clocks) >= 2, waiting  # the elapsed time ticks before anything has finished
     assert any("1 training" in f for f in waiting)
+
+
+def test_the_status_line_says_the_stage_and_step_of_each_running_candidate(tmp_path, capsys):
+    from _search_fakes import CountedStages, counted_stages_config
+
+    (tmp_path / "marks").mkdir()
+    run = init_run(tmp_path / "run", counted_stages_config(budget=2))
+    run_search(run, objective=CountedStages(tmp_path / "marks"), progress=True, progress_every=0.05)
+    running = re.findall(r"\| running: (.*)$", capsys.readouterr().err, re.M)
+    # proposal numbers as the candidates' ids; a stage once the worker said it trains, then the
+    # stage it is in after each report, with the step it reported last
+    assert {"#1 stage 1/3", "#1 stage 2/3 (step 1)", "#1 stage 3/3 (step 2)",
+            "#2 stage 2/3 (step 1)"} <= set(running), running
+    assert not list((run / "stages").iterdir())  # no progress file outlives its candidate
+
+
+def test_the_bar_says_where_the_running_candidate_is(tmp_path, monkeypatch):
+    from _search_fakes import CountedStages, counted_stages_config
+
+    (tmp_path / "marks").mkdir()
+    run = init_run(tmp_path / "run", counted_stages_config(budget=1))
+    tty = FakeTTY()
+    monkeypatch.setattr("sys.stderr", tty)
+    run_search(run, objective=CountedStages(tmp_path / "marks", seconds=1.5), progress=True)
+    assert "running: #1 stage 2/3 (step 1)" in tty.getvalue()
+
+
+def test_before_its_own_timings_the_eta_is_the_objectives_expected_cost_and_says_so(tmp_path,
+                                                                                   capsys):
+    import _objectives
+
+    run = init_run(tmp_path / "run", fake_config(budget=4, workers=1))
+    run_search(run, objective=_objectives.Priced(100.0), progress=True, progress_every=0.05)
+    lines = re.findall(r"^search: (\d)/4 done .* ETA (.*?)(?: \| running: .*)?$",
+                       capsys.readouterr().err, re.M)
+    # the first line, before any worker has started: 4 candidates of 100 worker-seconds, 1 worker
+    assert lines[0] == ("0", "~7 min (test's measured cost)"), lines
+    assert all(eta.endswith("(test's measured cost)") for done, eta in lines if done == "0")
+    assert any(re.fullmatch(r"\d+s", eta) for done, eta in lines if done != "0"), lines
+
+
+def test_an_expected_cost_that_is_not_one_is_a_one_line_error(tmp_path):
+    import _objectives
+
+    run = init_run(tmp_path / "run", fake_config(budget=1, workers=1))
+    with pytest.raises(ValueError, match="expected_cost returned .*not a CandidateCost"):
+        run_search(run, objective=_objectives.Priced(None), progress=False)
+
+
+def test_a_progress_file_that_is_not_one_reads_as_none(tmp_path):
+    from evonorm.search.objective import TrialProgress
+
+    path = tmp_path / "p.json"
+    assert TrialProgress.read(path) is None  # not written yet
+    for text in ("{", "[]", '{"phase": null}', '{"phase": null, "reports": "x", "step": null}'):
+        path.write_text(text)
+        assert TrialProgress.read(path) is None
+    TrialProgress("quality test", 0, None).write(path)
+    assert TrialProgress.read(path).describe(2) == "quality test"
+    (tmp_path / "link.json").symlink_to(path)
+    os.mkfifo(tmp_path / "fifo.json")
+    assert TrialProgress.read(tmp_path / "link.json") is None  # never followed
+    assert TrialProgress.read(tmp_path / "fifo.json") is None  # nor waited on
+    assert TrialProgress("training", 0, None).describe(3) == "stage 1/3"
+    assert TrialProgress("training", 1, 150).describe(2) == "stage 2/2 (step 150)"
+    assert TrialProgress("evaluating", 1, 40).describe(1) == "evaluating (step 40)"
+
+
+def test_workers_that_do_not_see_the_run_folder_get_no_progress_file_and_show_the_number(tmp_path,
+                                                                                       capsys):
+    from functools import partial
+
+    from _search_fakes import CountedStages, counted_stages_config
+    from evonorm.search.executors import LocalExecutor
+    from evonorm.search.objective import run_trial
+
+    (tmp_path / "marks").mkdir()
+    objective = CountedStages(tmp_path / "marks")
+    run = init_run(tmp_path / "run", counted_stages_config(budget=1, executor="ray"))
+    with LocalExecutor(partial(run_trial, objective), 1) as pool:  # as a Ray cluster's workers
+        run_search(run, objective=objective, executor=pool, progress=True, progress_every=0.05)
+    running = re.findall(r"\| running: (.*)$", capsys.readouterr().err, re.M)
+    assert running and set(running) == {"#1"}
+    assert not (run / "stages").exists()
+
+
+def test_the_proxy_task_names_its_phases_and_reports_its_stages(tmp_path):
+    from evonorm.graph.library import NAMED_GRAPHS
+    from evonorm.proxy.objective import ProxyObjective
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.training import with_dataset
+    from evonorm.search.objective import Trial, TrialProgress
+
+    seen = []
+
+    class Watched(Trial):
+        def tell(self):
+            super().tell()
+            seen.append(TrialProgress.read(self.progress_file).describe(2))
+
+    cfg = with_dataset(get_preset("tiny", stage_steps=(2,), quality_steps=0, workers=1))
+    g = NAMED_GRAPHS["evonorm_s0"]
+    trial = Watched(g, progress_file=str(tmp_path / "p.json"))
+    ProxyObjective(cfg)(g.to_module, trial)
+    assert seen[:2] == ["stability test", "quality test"]  # staged: the first stage is the test
+    assert "stage 2/2 (step 2)" in seen

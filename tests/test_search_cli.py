@@ -106,7 +106,7 @@ def test_each_shipped_measurement_names_its_preset_numbers_and_command():
     from evonorm.proxy import presets
 
     data = json.loads((Path(presets.__file__).parent / "measured.json").read_text())
-    for entry in data["calibration"] + data["fidelity"]:
+    for entry in data["calibration"] + data["fidelity"] + data["cost"]:
         assert entry["preset"] in presets.PRESETS and entry["space"] in ("s", "b")
         assert entry["command"].split()[0] in ("evonorm", "python") and entry["measured"]
         assert entry["numbers"] and entry["summary"].format(**entry["numbers"])
@@ -148,3 +148,30 @@ def test_the_start_line_says_threads_and_a_synthetic_dataset_and_a_file_is_no_ru
         assert _run(["search", "--preset", "tiny", "--out", str(tmp_path / "f"), *extra]) == 2
         line = capsys.readouterr().err.strip()
         assert "is a file, not a folder" in line and line.count(str(tmp_path / "f")) == 1
+
+
+def test_the_preset_help_states_each_measured_cost_per_candidate_and_no_total():
+    from evonorm.commands.search import build_parser
+    from evonorm.proxy.presets import measurement
+
+    text = "".join(build_parser().format_help().split())  # as wrapped, at any width
+    for name in ("demo", "tiny"):
+        assert "".join(f"{name}: {measurement('cost', name, 's')}".split()) in text
+    assert "10minutes" not in text
+
+
+def test_the_task_hands_the_engine_its_presets_measured_cost_at_the_presets_settings_only():
+    import json
+
+    from evonorm.proxy import presets
+    from evonorm.proxy.objective import ProxyObjective
+
+    data = json.loads((Path(presets.__file__).parent / "measured.json").read_text())
+    demo = next(e for e in data["cost"] if e["preset"] == "demo")["numbers"]["seconds_per_candidate"]
+    at = presets.get_preset("demo", dataset="fashion_mnist", budget=8, workers=1)
+    cost = ProxyObjective(at).expected_cost()
+    assert cost.seconds == demo and cost.source == "demo's measured cost"
+    off = presets.get_preset("demo", dataset="fashion_mnist", n_train=500)
+    assert ProxyObjective(off).expected_cost() is None  # not what was measured
+    paper = presets.get_preset("paper-s")
+    assert ProxyObjective(paper).expected_cost() is None  # not measured

@@ -17,7 +17,7 @@ from evonorm.search.config import EXECUTORS, SPACES
 from evonorm.search.driver import init_run, run_facts, run_search
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.objective import ProxyObjective
-from evonorm.proxy.presets import PRESETS, calibration_note, get_preset
+from evonorm.proxy.presets import PRESETS, calibration_note, get_preset, measurement
 from evonorm.proxy.training import check_training, search_dataset, with_dataset
 from evonorm.search.evolution import ALGORITHMS, CRITERIA
 from evonorm.search.lock import LOCK_NAME
@@ -30,8 +30,7 @@ def build_parser() -> ArgumentParser:
         "Search normalization-activation layers: regularized evolution (or random search) over "
         "several anchor architectures with quality and stability rejection. Every candidate is "
         "stored in OUT/store.sqlite; a stopped search continues with `evonorm resume OUT`."))
-    p.add_argument("--preset", default="demo", choices=list(PRESETS),
-                   help="search preset (default demo: about 10 minutes on 2 cores)")
+    p.add_argument("--preset", default="demo", choices=list(PRESETS), help=preset_help())
     p.add_argument("--out", type=Path, required=True, help="run folder (created; must be empty)")
     p.add_argument("--force", action="store_true", help="start over in a non-empty run folder")
     p.add_argument("--space", choices=SPACES, default=None,
@@ -105,6 +104,14 @@ def build_parser() -> ArgumentParser:
                    help="layers listed in the final table (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     return p
+
+
+def preset_help() -> str:
+    """The presets' measured cost per candidate (measured.json), not a promise of a total: a
+    search's length is its budget times that, and a loaded machine's cores are slower."""
+    costs = [f"{name}: {note}" for name, cfg in PRESETS.items()
+             if (note := measurement("cost", name, cfg.evolution.space))]
+    return "search preset (default demo)" + (f"; measured: {'; '.join(costs)}" if costs else "")
 
 
 def config_from_args(args):

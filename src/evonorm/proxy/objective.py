@@ -21,7 +21,7 @@ from evonorm.proxy.retrain import RETRAIN_FILE
 from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.objective import Reject, Trial, run_trial
+from evonorm.search.objective import CandidateCost, Reject, Trial, run_trial
 
 
 def _error(err: BaseException) -> Reject:
@@ -74,6 +74,14 @@ class ProxyObjective:
         prior = prior_for(self.config)
         return None if prior is None else prior.rows
 
+    def expected_cost(self) -> CandidateCost | None:
+        """What a candidate of the run's preset was measured to cost (measured.json's "cost"), for
+        the search's ETA before it has timings of its own; None for a run whose settings are not
+        the preset's as measured (`evonorm.proxy.presets.unmeasured`), or a preset not measured."""
+        from evonorm.proxy.presets import measured_cost
+
+        return measured_cost(self.config)
+
 
 def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
     """The proxy task on `trial.graph` under `cfg` (see the module docstring).
@@ -97,6 +105,7 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
     try:
         screen = task.rejection
         if screen and task.stability_steps > 0:
+            trial.phase("stability test")
             for arch in task.archs[:task.stability_archs]:
                 tcfg = train_config(cfg, arch)
                 rej = stability(graph, ds, arch=arch, width=tcfg.resolved_width(),
@@ -108,6 +117,7 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
                     raise rej
             lap("stability")
         if screen and task.quality_steps > 0:
+            trial.phase("quality test")
             rej = quality(graph, ds, task.archs, lambda a: quality_config(cfg, a),
                           factor=task.quality_factor)[0]
             lap("quality")

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from evonorm.proxy.config import ProxyConfig, configured, measured, with_task
 from evonorm.search.config import SearchConfig
+from evonorm.search.objective import CandidateCost
 from evonorm.search.settings import ENGINE_PRESETS
 
 # Sized for the 2-core reference machine (docs/search.md).
@@ -103,6 +104,20 @@ def measurement(kind: str, preset: str, space: str) -> str | None:
     entries = json.loads((Path(__file__).parent / "measured.json").read_text())[kind]
     found = [e for e in entries if (e["preset"], e["space"]) == (preset, space)]
     return found[0]["summary"].format(**found[0]["numbers"]) if found else None
+
+
+def measured_cost(config: SearchConfig) -> CandidateCost | None:
+    """What a candidate of the run's preset was measured to cost, in worker-seconds (measured.json's
+    "cost", with the command that measured it), for the search's ETA before the run has timings of
+    its own; None for a preset not measured, or a run not at its settings as measured
+    (`unmeasured`)."""
+    entries = json.loads((Path(__file__).parent / "measured.json").read_text())["cost"]
+    preset, space = config.preset, config.evolution.space
+    found = [e for e in entries if (e["preset"], e["space"]) == (preset, space)]
+    if not found or unmeasured(preset, config.to_dict()):
+        return None
+    return CandidateCost(float(found[0]["numbers"]["seconds_per_candidate"]),
+                         f"{preset}'s measured cost")
 
 
 def calibration_note(preset: str, space: str, config: Mapping[str, Any] | None = None) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from evonorm.proxy.config import TrainSetting, proxy_config, split_seed, with_task_settings
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.objective import Reject, Trial
+from evonorm.search.objective import TRAINING, Reject, Trial
 from evonorm.proxy.rejection import quality_threshold
 
 
@@ -206,6 +206,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
         trial.report(accs, ends[k])
     staged = bool(cfg.hurdles.stage_steps)
     bar = quality_threshold(ds.num_classes, task.quality_factor) if staged and screen else None
+    trial.phase("quality test" if bar is not None and not stages else TRAINING)
 
     def decided(e: Evaluation) -> Evaluation:
         if ckpt is not None:
@@ -240,6 +241,8 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
                                  detail={"accuracy": acc, "threshold": bar})
                     return decided(Evaluation.rejected(rej, accs))
             stages.append(accs)
+            if k == 0:
+                trial.phase(TRAINING)
             trial.report(accs, ends[k])
             if k < len(ends) - 1 and trial.should_stop():
                 break

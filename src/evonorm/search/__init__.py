@@ -13,8 +13,8 @@ from evonorm.search.candidates import Candidate
 from evonorm.search.config import Evolution, Execution, Hurdles, SearchConfig
 from evonorm.search.driver import SearchResult
 from evonorm.search.evaluation import Evaluation
-from evonorm.search.objective import Reject, Trial
+from evonorm.search.objective import CandidateCost, Reject, Trial
 from evonorm.search.store import Store
 
 __all__ = ["SearchConfig", "Evolution", "Hurdles", "Execution", "Candidate", "Evaluation", "Store",
-           "search", "resume", "load", "Reject", "Trial", "SearchResult"]
+           "search", "resume", "load", "Reject", "Trial", "CandidateCost", "SearchResult"]

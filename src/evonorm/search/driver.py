@@ -20,13 +20,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
+from evonorm.files import check_folder
 from evonorm.search.candidates import Candidate, reason_group, same_layer_keys, top_layers
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, Executor, make_executor
 from evonorm.search.lock import LOCK_NAME
-from evonorm.search.objective import Objective, layer_identity, run_trial, ship_path
+from evonorm.search.objective import (CandidateCost, Objective, TrialProgress, layer_identity,
+                                      run_trial, ship_path)
 from evonorm.search.store import STORE_NAME, PendingProposal, Store
 from evonorm.search.surrogate import (PRESCREEN_REASON, Born, Prescreen, check_prior,
                                       require_sklearn)
@@ -176,10 +178,13 @@ def eta_seconds(durations: list[float], ages: list[float], unstarted: int, cost:
     A candidate running for `age` seconds is expected to need the mean excess over `age` of the
     finished candidates that ran longer than it (a long training at the end of a search is not
     "almost done" because the average candidate is quick); one that has run longer than all of
-    them is taken to need as long again. None before anything is known.
+    them is taken to need as long again. Before any has finished, `cost` (an expected cost) stands
+    for them. None before anything is known.
     """
+    finished = durations if durations or cost is None else [cost]
+
     def remaining(age: float) -> float:
-        longer = [d for d in durations if d > age]
+        longer = [d for d in finished if d > age]
         return sum(longer) / len(longer) - age if longer else age
 
     running = [remaining(a) for a in ages]
@@ -187,6 +192,51 @@ def eta_seconds(durations: list[float], ages: list[float], unstarted: int, cost:
         return None
     queued = unstarted * (cost or 0.0)
     return max(max(running, default=0.0), (sum(running) + queued) / max(1, workers))
+
+
+def expected_cost(objective) -> CandidateCost | None:
+    """The objective's expected cost per candidate (its `expected_cost()`: it knows its own
+    settings), or None where it has none. ValueError, one line, for a value that is not one."""
+    fn = getattr(objective, "expected_cost", None)
+    got = fn() if fn is not None else None
+    if got is None:
+        return None
+    if not isinstance(got, CandidateCost) or not 0 < got.seconds < float("inf"):
+        raise ValueError(f"the objective's expected_cost returned {got!r}, not a CandidateCost "
+                         "of positive finite seconds")
+    return got
+
+
+def duration_text(seconds: float) -> str:
+    """"45s" under two minutes, "12 min" under two hours, else "4.2 h"."""
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+@dataclass(frozen=True)
+class Status:
+    """The parts of the search's status line (`_Search.status`): the bar shows some of them in its
+    postfix, the log all of them (`line`)."""
+
+    done: int
+    budget: int
+    valid: int
+    best: str
+    training: int
+    elapsed: float
+    eta: str  # "95s"; "~12 min (demo's measured cost)" before this session's own timings; "?"
+    running: tuple[str, ...] = ()  # each running candidate: "#12 stage 2/3 (step 300)"
+
+    def tail(self) -> str:
+        """What a bar adds to its own count and best: the candidates training, the clock, the ETA
+        and where each running candidate is."""
+        running = f" | running: {', '.join(self.running)}" if self.running else ""
+        return f"{self.training} training | {self.elapsed:.0f}s elapsed, ETA {self.eta}{running}"
+
+    def line(self) -> str:
+        return (f"search: {self.done}/{self.budget} done | valid {self.valid} | best {self.best} | "
+                f"{self.tail()}")
 
 
 def prescreen_prior(objective, cfg: SearchConfig,
@@ -209,8 +259,9 @@ class _Search:
 
     def __init__(self, store: Store, cfg: SearchConfig, executor: Executor,
                  bar=None, log: Callable[[str], None] | None = None, every: float = 10.0,
-                 prescreen: Prescreen | None = None):
+                 prescreen: Prescreen | None = None, expected: CandidateCost | None = None):
         self.store, self.cfg, self.executor = store, cfg, executor
+        self.expected = expected  # the objective's cost per candidate, until this session has its own
         self.prescreen = prescreen
         self.born: dict[int, Born] = {}  # features at birth of the proposals not yet recorded
         self.bar, self.log = bar, log or (lambda s: None)
@@ -353,36 +404,61 @@ class _Search:
             f"error: the objective returned {', '.join(sorted(names))}, not the run's "
             f"{', '.join(self.cfg.scores)}")[:300], timings=e.timings)
 
-    def status_line(self) -> str:
+    def status(self) -> Status:
         """done / valid / best / ETA: the candidates still running and those not yet started
-        (`eta_seconds`), or the worker-seconds budget at this session's pace."""
+        (`eta_seconds`), or the worker-seconds budget at this session's pace; before this session
+        has finished a candidate, at the objective's expected cost, said as such. And where each
+        running candidate is, as its worker last said (`TrialProgress`)."""
         now = time.perf_counter()
         elapsed = now - self.started
         done, now_done = self.tally.done, self.tally.done - self.done_before  # all, this session's
         left = max(0, self.cfg.evolution.budget - done)
         ages = [now - t for t in self.submitted.values()]
         cost = (self.spent - self.spent_before) / now_done if now_done else None
+        guessed = cost is None and self.expected is not None
+        if guessed:
+            cost = self.expected.seconds
         eta_now = eta_seconds(self.durations, ages, max(0, left - len(ages)), cost,
                               self.cfg.execution.num_workers)
         etas = [eta_now] if eta_now is not None else []
         spent = self.spent - self.spent_before  # and the worker-seconds budget, at this pace
         if self.cfg.evolution.budget_seconds is not None and spent > 0:
             etas.append(elapsed / spent * max(0.0, self.cfg.evolution.budget_seconds - self.spent))
-        eta = f"{min(etas):.0f}s" if etas else "?"
-        return (f"search: {done}/{self.cfg.evolution.budget} done | valid {self.tally.valid} | best "
-                f"{self.tally.best_text()} | {len(self.in_flight)} training | {elapsed:.0f}s elapsed, ETA {eta}")
+        eta = "?"
+        if etas and guessed:
+            eta = f"~{duration_text(min(etas))} ({self.expected.source})"
+        elif etas:
+            eta = f"{min(etas):.0f}s"
+        return Status(done, self.cfg.evolution.budget, self.tally.valid, self.tally.best_text(),
+                      len(self.in_flight), elapsed, eta, self.running())
 
-    def heartbeat(self) -> None:
-        """Without a bar, a plain status line every `every` seconds, so a long wait is not silent;
-        with one, its clock, the candidates training and the ETA move every second (tqdm redraws
-        only on an update, and the first candidate may take minutes)."""
+    def status_line(self) -> str:
+        return self.status().line()
+
+    def running(self) -> tuple[str, ...]:
+        """Each running candidate by its proposal's number (from 1, as the candidates' ids), with
+        its stage and last step or its phase where its worker says (local runs: "starting" until
+        it says anything; elsewhere the number alone)."""
+        out = []
+        for idx in sorted(self.in_flight):
+            where = ""
+            if self._local():
+                said = TrialProgress.read(self._progress(idx))
+                where = said.describe(self.cfg.hurdles.num_stages) if said else "starting"
+            out.append(f"#{idx + 1} {where}".rstrip())
+        return tuple(out)
+
+    def heartbeat(self, force: bool = False) -> None:
+        """Without a bar, a plain status line every `every` seconds (and at once with `force`), so
+        a long wait is not silent; with one, its clock, the candidates training and where they
+        are, and the ETA move every second (tqdm redraws only on an update, and the first
+        candidate may take minutes)."""
         now = time.perf_counter()
-        if self.bar is None and now - self.last_line >= self.every:
+        if self.bar is None and (force or now - self.last_line >= self.every):
             self.log(self.status_line())
             self.last_line = now
-        elif self.bar is not None and now - self.last_line >= 1.0:
-            self.bar.set_postfix_str(f"{self.tally.short()} | {self.status_line().split(' | ', 3)[-1]}",
-                                     refresh=False)
+        elif self.bar is not None and (force or now - self.last_line >= 1.0):
+            self.bar.set_postfix_str(f"{self.tally.short()} | {self.status().tail()}", refresh=False)
             self.bar.refresh()
             self.last_line = now
 
@@ -413,8 +489,13 @@ class _Search:
                    "prechecks": self.cfg.evolution.prechecks}
         if self.cfg.hurdles.stage_steps:  # a retried or resumed candidate continues from its last stage
             payload["hurdles"] = self.hurdles()
-            if self.cfg.execution.executor == "local":
+            if self._local():
                 payload["checkpoint"] = str(self._checkpoint(job.proposal.idx))
+        if self._local():  # where the worker says how far it is: the run folder, which it sees
+            progress = self._progress(job.proposal.idx)
+            check_folder(progress.parent, create=True)
+            progress.unlink(missing_ok=True)  # an earlier attempt's
+            payload["progress"] = str(progress)
         self.executor.submit(job.proposal.idx, payload)
         self.in_flight[job.proposal.idx] = job
         self.submitted[job.proposal.idx] = time.perf_counter()
@@ -422,6 +503,20 @@ class _Search:
     def _checkpoint(self, idx: int) -> Path:
         """Where the objective may keep a candidate's state across a killed worker (`Trial`)."""
         return self.store.path.parent / "stages" / f"{idx}.pt"
+
+    def _progress(self, idx: int) -> Path:
+        """Where a running candidate's worker says how far it is (`TrialProgress`)."""
+        return self.store.path.parent / "stages" / f"{idx}.progress.json"
+
+    def _local(self) -> bool:
+        """Workers on this machine, which see the run folder (not so a Ray cluster's)."""
+        return self.cfg.execution.executor == "local"
+
+    def forget_progress(self) -> None:
+        """Remove the progress files of the candidates in flight (a stopped session's; their
+        checkpoints stay, so that a resumed search continues them)."""
+        for idx in self.in_flight:
+            self._progress(idx).unlink(missing_ok=True)
 
     def out_of_time(self) -> bool:
         """The worker-seconds budget is spent (never, without one)."""
@@ -458,16 +553,22 @@ class _Search:
                              Evaluation.failed(reason or ""), worker=out.worker,
                              seconds=out.seconds)
             self._checkpoint(job.proposal.idx).unlink(missing_ok=True)  # decided: not resumed
+            self._progress(job.proposal.idx).unlink(missing_ok=True)
             for waiter in self.waiting.pop(job.key, []):
                 self.pending.appendleft(waiter)  # now answered from the cache (or re-run if failed)
 
     def run(self) -> None:
+        self.heartbeat(force=True)  # the ETA from the start, before the workers have started
+        first = True
         while True:
             self._fill()
             if not self.in_flight and not self.pending:
                 if self.waiting:  # cannot happen: waiters are released with their original
                     raise RuntimeError("search stalled with layers waiting on nothing")
                 return
+            if first:  # and what runs, not only after `every` seconds
+                self.heartbeat(force=True)
+                first = False
             self._collect(min(0.5, self.every))
             self.heartbeat()
 
@@ -520,6 +621,7 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
         if objective is None:
             raise ValueError("run_search needs the objective to score candidates with (the built-in "
                              "proxy task's: evonorm.proxy.ProxyObjective)")
+        expected = expected_cost(objective)
         if ship is None:
             ship = [p for p in [ship_path(objective)] if p]
         fn = partial(run_trial, objective)
@@ -543,7 +645,7 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
                                                "valid": sum(r["valid"] for r in prior)})
             screen = Prescreen(cfg, getattr(objective, "prescreen_features", None), prior=prior)
         search = _Search(store, cfg, executor, bar=bar, log=log, every=progress_every,
-                         prescreen=screen)
+                         prescreen=screen, expected=expected)
         store.set_meta("status", "running")
         term = _sigterm_as_interrupt()
         try:
@@ -554,6 +656,7 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
                 bar.close()
             if own_executor:
                 executor.close()
+            search.forget_progress()
             done = store.num_candidates()
             complete = done >= cfg.evolution.budget or (search.out_of_time() and not search.in_flight
                                                and not search.pending)

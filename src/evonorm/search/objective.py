@@ -8,7 +8,8 @@ An objective is a function `objective(norm_act, trial) -> float | dict[str, floa
 - `trial` carries `seed`, `device`, `graph` (the candidate's `evonorm.graph.Graph`, for checks that
   need the layer itself), `checkpoint` (a file where a staged objective may keep its state across a
   killed worker; local runs only, else None), `data_dir` (the run's data folder where a remote
-  worker received it, else None), `report(value, step)` and `should_stop()` (the search's hurdles).
+  worker received it, else None), `report(value, step)` and `should_stop()` (the search's hurdles),
+  and `phase(name)` (what it is doing now, e.g. "quality test", for the search's progress).
   It carries nothing else of the run's settings: an objective that needs settings holds them
   itself (a callable object, such as the built-in proxy task's `evonorm.proxy.ProxyObjective`).
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import json
 import math
 import os
 import sys
@@ -66,6 +68,59 @@ def _mean(scores: Mapping[str, float]) -> float:
     return sum(scores.values()) / len(scores)
 
 
+@dataclass(frozen=True)
+class TrialProgress:
+    """Where a running candidate is, as its worker last said: the phase it named (`Trial.phase`),
+    how many stages it has reported and the step of the last. A worker writes it to a small file
+    the driver reads for its progress display (local runs: the file is in the run folder)."""
+
+    phase: str | None = None
+    reports: int = 0
+    step: int | None = None
+
+    def write(self, path: str | Path) -> None:
+        """Atomically: the driver never reads half a file."""
+        from evonorm.files import write_atomic
+
+        write_atomic(path, json.dumps(dataclasses.asdict(self)).encode())
+
+    @classmethod
+    def read(cls, path: str | Path) -> "TrialProgress | None":
+        """What the file says; None where there is none (yet) or it is not one of these (a link or
+        a FIFO planted there is never followed, nor waited on)."""
+        from evonorm.files import parse_json, read_bytes
+
+        try:
+            d = parse_json(read_bytes(path) or b"null")
+            step = d["step"]
+            return cls(None if d["phase"] is None else str(d["phase"])[:40], int(d["reports"]),
+                       None if step is None else int(step))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def describe(self, num_stages: int) -> str:
+        """E.g. "stage 2/3 (step 300)" once it reported a stage of several, else its phase."""
+        if self.reports and num_stages > 1:
+            return (f"stage {min(self.reports + 1, num_stages)}/{num_stages}"
+                    + ("" if self.step is None else f" (step {self.step})"))
+        if num_stages > 1 and self.phase == TRAINING:
+            return f"stage 1/{num_stages}"
+        return (self.phase or "") + ("" if self.step is None else f" (step {self.step})")
+
+
+@dataclass(frozen=True)
+class CandidateCost:
+    """What the objective expects a candidate to cost before the run has timings of its own
+    (its `expected_cost()`): mean worker-seconds per candidate, and where the number is from
+    ("demo's measured cost"), which the ETA says until this session's own timings replace it."""
+
+    seconds: float
+    source: str
+
+
+TRAINING = "training"  # the phase of a staged objective's stages (`Trial.phase`)
+
+
 @dataclass
 class Trial:
     """One candidate's evaluation, as the objective sees it (see the module docstring)."""
@@ -80,10 +135,30 @@ class Trial:
     reports: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # (step, scores)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase, if it says
     stopped: bool = False  # should_stop() said so: the last report is where the layer stopped
+    progress_file: str | None = None  # where the driver reads `TrialProgress` (local runs)
+    current_phase: str | None = None
 
     def report(self, value: float | Mapping[str, float], step: int) -> None:
         """Record the candidate's fitness after a stage of its evaluation (training step `step`)."""
         self.reports.append((int(step), as_scores(value)))
+        self.tell()
+
+    def phase(self, name: str) -> None:
+        """Say what the evaluation is doing now ("stability test", "quality test", "training"),
+        for the search's progress display."""
+        self.current_phase = str(name)
+        self.tell()
+
+    def tell(self) -> None:
+        """Hand the driver where this evaluation is (`TrialProgress`), where it listens. Progress
+        is only shown: a file that cannot be written never fails the candidate."""
+        if self.progress_file is None:
+            return
+        step = self.reports[-1][0] if self.reports else None
+        try:
+            TrialProgress(self.current_phase, len(self.reports), step).write(self.progress_file)
+        except OSError:
+            pass
 
     def should_stop(self) -> bool:
         """True when the last report is non-finite, or below the search's hurdle for its stage
@@ -116,7 +191,8 @@ def run_trial(objective: Objective, payload: dict) -> Evaluation:
     """Evaluate one candidate with `objective` (runs in a worker).
 
     payload: {"graph": graph JSON, "seed", "device", and optional "staged" (the run scores in
-    stages), "hurdles", "checkpoint", "data_dir" and "prechecks" (default on: the checks of the
+    stages), "hurdles", "checkpoint", "progress" (where `Trial` tells the driver how far it is),
+    "data_dir" and "prechecks" (default on: the checks of the
     layer alone, `evonorm.search.checks`, before the objective)}: what the `Trial` carries. In a
     staged run the candidate's stored stages are its reports, then the returned value (unless it
     was the last report, or a hurdle stopped the layer there). What leaves is storable
@@ -135,7 +211,8 @@ def _evaluate(objective: Objective, payload: dict) -> Evaluation:
     start = time.perf_counter()
     trial = Trial(Graph.from_json(payload["graph"]), seed=int(payload.get("seed", 0)),
                   device=str(payload.get("device", "cpu")), checkpoint=payload.get("checkpoint"),
-                  data_dir=payload.get("data_dir"), hurdles=payload.get("hurdles") or ())
+                  data_dir=payload.get("data_dir"), hurdles=payload.get("hurdles") or (),
+                  progress_file=payload.get("progress"))
 
     def timings() -> dict[str, Any]:
         spent = dict(trial.timings) or {SCORE_NAME: time.perf_counter() - start}
@@ -144,6 +221,7 @@ def _evaluate(objective: Objective, payload: dict) -> Evaluation:
     if payload.get("prechecks", True):  # the layer alone, before the objective trains it
         from evonorm.search.checks import layer_checks
 
+        trial.phase("pre-checks")
         t0 = time.perf_counter()
         try:
             rej = layer_checks(trial.graph, seed=trial.seed)
@@ -152,6 +230,7 @@ def _evaluate(objective: Objective, payload: dict) -> Evaluation:
         trial.timings["precheck"] = time.perf_counter() - t0
         if rej is not None:
             return Evaluation.rejected(rej, timings=dict(trial.timings))
+    trial.phase("evaluating")
     try:
         with recording() as calls:  # which implementation the layer ran on: a kernel, or a slower path
             scores = as_scores(objective(trial.graph.to_module, trial))

@@ -1,0 +1,81 @@
+"""Ctrl-C in the middle of a staged candidate loses at most the stage it was in: its checkpoint
+survives the stop, the resumed search continues it, and the run ends as if never stopped."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import evonorm
+from _search_fakes import CountedStages, counted_stages_config
+from evonorm.search.driver import init_run, run_search
+from evonorm.search.store import Store
+
+TESTS = Path(__file__).parent
+SRC = Path(evonorm.__file__).parents[1]  # the search in a subprocess runs this evonorm too
+
+INTERRUPTIBLE = """
+import sys
+sys.path[:0] = [{tests!r}, {src!r}]
+from _search_fakes import CountedStages
+from evonorm.search.driver import run_search
+run_search({run!r}, objective=CountedStages({marks!r}, seconds=1.0), progress=False)
+"""
+
+
+def _outcomes(run: Path) -> list[tuple]:
+    with Store(run, readonly=True) as s:
+        return [(c.graph, c.status, c.reason, c.fitness, c.evaluation.stage_fitness, c.cache_hit)
+                for c in s.candidates()]
+
+
+def _stages(marks: Path) -> list[str]:
+    log = marks / "stages.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def _ctrl_c_after_a_checkpoint(proc: subprocess.Popen, run: Path, timeout: float) -> None:
+    """Once a candidate has saved its first stage, SIGINT to the search's process group, as Ctrl-C
+    in a terminal sends it to the driver and its workers alike. Its stages of a second each leave
+    two seconds before that candidate is decided, so the signal lands in mid-candidate."""
+    deadline = time.monotonic() + timeout
+    try:
+        while not list((run / "stages").glob("*.pt")):
+            assert proc.poll() is None, "the search ended before any candidate saved a stage"
+            assert time.monotonic() < deadline, "no candidate saved a stage"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_ctrl_c_mid_candidate_then_resume_repeats_at_most_one_stage(tmp_path):
+    cfg = counted_stages_config(budget=3)
+    whole, run = tmp_path / "whole", tmp_path / "stopped"
+    (tmp_path / "marks-whole").mkdir()
+    (tmp_path / "marks-stopped").mkdir()
+    init_run(whole, cfg)
+    run_search(whole, objective=CountedStages(tmp_path / "marks-whole"), progress=False)
+
+    init_run(run, cfg)
+    script = INTERRUPTIBLE.format(tests=str(TESTS), src=str(SRC), run=str(run),
+                                  marks=str(tmp_path / "marks-stopped"))
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True,
+                            stderr=subprocess.PIPE, text=True)
+    _ctrl_c_after_a_checkpoint(proc, run, timeout=120)
+    with Store(run, readonly=True) as s:
+        assert s.get_meta("status") == "stopped" and s.num_candidates() < 3
+    assert list((run / "stages").glob("*.pt")), "the interrupted candidate's checkpoint is gone"
+    assert not list((run / "stages").glob("*.progress.json"))
+
+    res = run_search(run, objective=CountedStages(tmp_path / "marks-stopped"), progress=False)
+    assert res.complete
+    assert _outcomes(run) == _outcomes(whole)
+    once, twice = _stages(tmp_path / "marks-whole"), _stages(tmp_path / "marks-stopped")
+    assert sorted(set(twice)) == sorted(once)  # the same stages trained, each layer to the same end
+    assert len(twice) - len(once) <= 1  # at most the stage the interrupt cut short, again
+    assert not list((run / "stages").glob("*.pt"))  # decided candidates keep no checkpoint
