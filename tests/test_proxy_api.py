@@ -77,8 +77,8 @@ def test_a_run_started_from_python_stores_and_reports_as_one_from_the_command_li
     import _objectives
     from evonorm.cli import main
 
-    argv = ["search", "--preset", "tiny", "--budget", "2", "--workers", "1", "--quiet",
-            "--out", str(tmp_path / "cli")]
+    argv = ["search", "--preset", "tiny", "--budget", "2", "--workers", "1",
+            "--out", str(tmp_path / "cli")]  # not --quiet: the start lines are printed too
     if objective is None:
         proxy.search(out=tmp_path / "py", preset="tiny", budget=2, workers=1, progress=False)
     else:

@@ -106,13 +106,13 @@ def main(argv: list[str]) -> int:
         raise CommandError(str(err).splitlines()[0]) from None
     with run_lock(args.run):
         cfg, done, pending = _plan(args)  # again: another driver may have run in between
-        task = objective or ProxyObjective(cfg)
+        scorer = objective or ProxyObjective(cfg)
         if not args.quiet:
             print(f"resume: {done}/{cfg.evolution.budget} candidates done, {pending} re-queued "
                   f"(in flight when it stopped), {cfg.execution.num_workers} "
                   f"{cfg.execution.executor} worker(s) on {cfg.execution.device}", file=sys.stderr)
 
         with write_errors(f"run {args.run}"):  # a disk that fills during the search: one line
-            result = resume_run(args.run, task, cfg, progress=not args.quiet, ship=args.ship)
+            result = resume_run(args.run, scorer, cfg, progress=not args.quiet, ship=args.ship)
         report_result(result, args.run, args.show)
     return 0

@@ -245,38 +245,43 @@ def main(argv: list[str]) -> int:
         run.mkdir(parents=True, exist_ok=True)
     with run_lock(run):
         with write_errors(f"run folder {run}"):
-            task = objective or ProxyObjective(cfg)
+            scorer = objective or ProxyObjective(cfg)
             try:
-                init_run(run, cfg, task, force=args.force)
+                init_run(run, cfg, scorer, force=args.force)
             except FileExistsError as err:
                 raise CommandError(str(err)) from None
-            facts = run_facts(cfg, task)
-        evo, ex = cfg.evolution, cfg.execution
-        if not args.quiet and objective is not None:
-            device = facts["device"]
-            print(f"search: preset {cfg.preset}, space {evo.space}, {evo.algorithm}, objective "
-                  f"{cfg.objective}, device {device['type']}, budget {evo.budget}, "
-                  f"{_workers(ex)} -> {run}", file=sys.stderr)
-        elif not args.quiet:
-            data, device, task = facts["dataset"], facts["device"], proxy_config(cfg)
-            runs = ""
-            if task.final_runs > 1:  # e.g. " (2 training runs each, 4 at the last stage, scored by their mean)"
-                last = f", {task.final_runs} at the last stage" if task.final_runs != task.train_runs else ""
-                runs = (f" ({task.train_runs} training run{'s' if task.train_runs > 1 else ''} each{last}, "
-                        "scored by their mean)")
-            print(f"search: preset {cfg.preset}, space {evo.space}, {evo.algorithm}, dataset "
-                  f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
-                  f"device {device['type']}, archs {', '.join(task.archs)}{runs}, budget {evo.budget}, "
-                  f"{_workers(ex)} -> {run}", file=sys.stderr)
-            if data["name"] == "synthetic":  # `tiny` trains on it whatever is installed
-                print("dataset synthetic: generated images for tests, whose fitness says nothing of "
-                      "a layer; --dataset fashion_mnist (or --data FILE.npz) for real ones",
-                      file=sys.stderr)
-            print(calibration_note(cfg.preset, evo.space, cfg.to_dict()), file=sys.stderr)
+            facts = run_facts(cfg, scorer)
+        if not args.quiet:
+            for line in start_lines(cfg, facts, run):
+                print(line, file=sys.stderr)
         with write_errors(f"run folder {run}"):  # a disk that fills during the search: one line
-            result = run_search(run, objective=task, progress=not args.quiet, ship=args.ship)
+            result = run_search(run, objective=scorer, progress=not args.quiet, ship=args.ship)
         report_result(result, run, args.show)
     return 0
+
+
+def start_lines(cfg, facts: dict, run: Path) -> list[str]:
+    """What a search says as it starts: its settings, what it trains on and where it writes; for
+    the built-in task also a note on synthetic data and how far the preset is calibrated."""
+    evo, ex, device = cfg.evolution, cfg.execution, facts["device"]
+    if cfg.objective:
+        return [f"search: preset {cfg.preset}, space {evo.space}, {evo.algorithm}, objective "
+                f"{cfg.objective}, device {device['type']}, budget {evo.budget}, "
+                f"{_workers(ex)} -> {run}"]
+    data, task = facts["dataset"], proxy_config(cfg)
+    runs = ""
+    if task.final_runs > 1:  # e.g. " (2 training runs each, 4 at the last stage, scored by their mean)"
+        last = f", {task.final_runs} at the last stage" if task.final_runs != task.train_runs else ""
+        runs = (f" ({task.train_runs} training run{'s' if task.train_runs > 1 else ''} each{last}, "
+                "scored by their mean)")
+    lines = [f"search: preset {cfg.preset}, space {evo.space}, {evo.algorithm}, dataset "
+             f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
+             f"device {device['type']}, archs {', '.join(task.archs)}{runs}, budget {evo.budget}, "
+             f"{_workers(ex)} -> {run}"]
+    if data["name"] == "synthetic":  # `tiny` trains on it whatever is installed
+        lines.append("dataset synthetic: generated images for tests, whose fitness says nothing "
+                     "of a layer; --dataset fashion_mnist (or --data FILE.npz) for real ones")
+    return lines + [calibration_note(cfg.preset, evo.space, cfg.to_dict())]
 
 
 def _workers(ex) -> str:
