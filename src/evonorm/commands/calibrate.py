@@ -32,7 +32,7 @@ def build_parser() -> ArgumentParser:
         "is saved in OUT/runs.jsonl; run the same command again to resume. With --panel, the "
         "panel's layers are trained as the search trains a candidate, and the table adds how "
         "their fitness ranks against the panel's long training (Spearman, Kendall, bootstrap "
-        "95%% intervals, the cost per candidate). With --build-panel DIR, train the reference "
+        "95% intervals, the cost per candidate). With --build-panel DIR, train the reference "
         "panel itself into DIR instead (DIR/panel.json is what --panel reads; resumable)."))
     p.add_argument("--preset", default="demo", choices=list(PRESETS), help="search preset")
     p.add_argument("--space", choices=SPACES, default=None, help="default: the preset's")
