@@ -231,14 +231,7 @@ def main(argv: list[str]) -> int:
                            "(local workers all share the machine's GPU)")
     check_workers(cfg)
     run = args.out
-    with write_errors("the run folder"):
-        if run.is_symlink() or (run.exists() and not run.is_dir()):  # --force would not help
-            raise CommandError(f"--out {run} is a {'link' if run.is_symlink() else 'file'}, not "
-                               "a folder: name a folder for the run")
-        used = run.exists() and any(p.name != LOCK_NAME for p in run.iterdir())
-    if used and not args.force:
-        raise CommandError(f"run folder {run} exists and is not empty (use --force to start over,"
-                           f" or `evonorm resume {run}`)")
+    check_run_folder(run, args.force)
     cfg = check_setup(cfg)
 
     with write_errors("the run folder"):
@@ -258,6 +251,19 @@ def main(argv: list[str]) -> int:
             result = run_search(run, objective=scorer, progress=not args.quiet, ship=args.ship)
         report_result(result, run, args.show)
     return 0
+
+
+def check_run_folder(run: Path, force: bool) -> None:
+    """CommandError unless `run` can hold a new run: a folder (or nothing yet), empty unless
+    `force` starts over in it."""
+    with write_errors("the run folder"):
+        if run.is_symlink() or (run.exists() and not run.is_dir()):  # --force would not help
+            raise CommandError(f"--out {run} is a {'link' if run.is_symlink() else 'file'}, not "
+                               "a folder: name a folder for the run")
+        used = run.exists() and any(p.name != LOCK_NAME for p in run.iterdir())
+    if used and not force:
+        raise CommandError(f"run folder {run} exists and is not empty (use --force to start over,"
+                           f" or `evonorm resume {run}`)")
 
 
 def start_lines(cfg, facts: dict, run: Path) -> list[str]:

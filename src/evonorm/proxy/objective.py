@@ -106,16 +106,10 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
         screen = task.rejection
         if screen and task.stability_steps > 0:
             trial.phase("stability test")
-            for arch in task.archs[:task.stability_archs]:
-                tcfg = train_config(cfg, arch)
-                rej = stability(graph, ds, arch=arch, width=tcfg.resolved_width(),
-                                steps=task.stability_steps, threshold=task.stability_threshold,
-                                batch=task.stability_batch, lr=task.stability_lr, seed=cfg.seed,
-                                model_kwargs=tcfg.layer_kwargs())
-                if rej:
-                    lap("stability")
-                    raise rej
+            rej = stability_test(cfg, graph, ds)
             lap("stability")
+            if rej:
+                raise rej
         if screen and task.quality_steps > 0:
             trial.phase("quality test")
             rej = quality(graph, ds, task.archs, lambda a: quality_config(cfg, a),
@@ -137,6 +131,20 @@ def objective(cfg: SearchConfig, trial: Trial) -> dict[str, float]:
         raise Reject(result.reason or "rejected", step=result.reason_step, detail=result.detail,
                      scores=result.scores)
     return dict(result.scores)
+
+
+def stability_test(cfg: SearchConfig, graph, ds) -> Reject | None:
+    """The stress test on the run's first `stability_archs` architectures: the first rejection."""
+    task = proxy_config(cfg)
+    for arch in task.archs[:task.stability_archs]:
+        tcfg = train_config(cfg, arch)
+        rej = stability(graph, ds, arch=arch, width=tcfg.resolved_width(),
+                        steps=task.stability_steps, threshold=task.stability_threshold,
+                        batch=task.stability_batch, lr=task.stability_lr, seed=cfg.seed,
+                        model_kwargs=tcfg.layer_kwargs())
+        if rej:
+            return rej
+    return None
 
 
 def evaluate_candidate(payload: dict) -> Evaluation:
