@@ -1,5 +1,5 @@
-"""The experiment scripts as modules, for the tests of their own glue (what a user needs is in the
-package and tested there): loaded from experiments/ by path, each once."""
+"""The experiment and benchmark scripts as modules, for the tests of their own glue (what a user
+needs is in the package and tested there): loaded by path, each once."""
 
 import importlib.util
 import sys
@@ -7,15 +7,17 @@ from pathlib import Path
 from types import ModuleType
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def load_script(name: str) -> ModuleType:
-    """experiments/<name>.py as the module `name` (kept in sys.modules: spawned workers and
-    monkeypatching see the same one)."""
+def load_script(name: str, folder: Path = EXPERIMENTS) -> ModuleType:
+    """<folder>/<name>.py (default experiments/) as the module `name` (kept in sys.modules:
+    spawned workers, monkeypatching and a sibling script's `from name import ...` see the same
+    one)."""
     if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(
-            EXPERIMENTS / f"{name}.py"):
+            folder / f"{name}.py"):
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

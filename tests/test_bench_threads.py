@@ -1,13 +1,11 @@
 """The threads benchmark's summary: steps/s and same-round speed ratios from given timings."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from _scripts import BENCHMARKS, load_script
 
-from bench_threads import spread, summarize  # noqa: E402
+load_script("bench_candidate", BENCHMARKS)  # what bench_threads imports from beside it
+spread, summarize = (getattr(load_script("bench_threads", BENCHMARKS), n) for n in ("spread", "summarize"))
 
 
 def test_the_summary_pairs_each_round_with_the_reference_of_the_same_round():

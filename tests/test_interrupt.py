@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import evonorm
+from _processes import env_with_path
 from _search_fakes import CountedStages, counted_stages_config
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.store import Store
@@ -17,8 +18,6 @@ TESTS = Path(__file__).parent
 SRC = Path(evonorm.__file__).parents[1]  # the search in a subprocess runs this evonorm too
 
 INTERRUPTIBLE = """
-import sys
-sys.path[:0] = [{tests!r}, {src!r}]
 from _search_fakes import CountedStages
 from evonorm.search.driver import run_search
 run_search({run!r}, objective=CountedStages({marks!r}, seconds=1.0), progress=False)
@@ -62,10 +61,9 @@ def test_ctrl_c_mid_candidate_then_resume_repeats_at_most_one_stage(tmp_path):
     run_search(whole, objective=CountedStages(tmp_path / "marks-whole"), progress=False)
 
     init_run(run, cfg)
-    script = INTERRUPTIBLE.format(tests=str(TESTS), src=str(SRC), run=str(run),
-                                  marks=str(tmp_path / "marks-stopped"))
+    script = INTERRUPTIBLE.format(run=str(run), marks=str(tmp_path / "marks-stopped"))
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True,
-                            stderr=subprocess.PIPE, text=True)
+                            env=env_with_path(TESTS, SRC), stderr=subprocess.PIPE, text=True)
     _ctrl_c_after_a_checkpoint(proc, run, timeout=120)
     with Store(run, readonly=True) as s:
         assert s.get_meta("status") == "stopped" and s.num_candidates() < 3

@@ -198,8 +198,8 @@ def test_sigterm_stops_the_search_as_ctrl_c_does_and_says_how_to_resume(tmp_path
     from _search_fakes import _wait_for_candidates
 
     run = init_run(tmp_path / "run", fake_config(budget=200, workers=1))
-    proc = subprocess.Popen([sys.executable, "-c", KILLABLE.format(tests=str(TESTS), run=str(run))],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", KILLABLE.format(run=str(run))],
+                            env=env_with_path(TESTS), stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_candidates(proc, run, 3, timeout=120)
         os.kill(proc.pid, signal.SIGTERM)
