@@ -165,3 +165,13 @@ class Priced:
         if self.seconds is None:
             return {"seconds": 5}
         return CandidateCost(self.seconds, "test's measured cost")
+
+
+class WithFacts:
+    """`needs_max` with facts of its own (`run_facts`), which the engine stores with the run."""
+
+    def __call__(self, norm_act, trial) -> float:
+        return needs_max(norm_act, trial)
+
+    def run_facts(self) -> dict:
+        return {"data": {"name": "mine", "rows": 10}}

@@ -133,3 +133,15 @@ def test_training_overrides_are_typed_and_checked_before_the_run_folder_is_writt
         proxy.search(out=tmp_path / "run", preset="tiny", budget=1, workers=1, progress=False,
                      **settings)
     assert not (tmp_path / "run").exists()
+
+
+def test_an_own_objectives_facts_are_stored_with_the_run_it_starts_and_resumes(tmp_path):
+    import _objectives
+
+    run = tmp_path / "run"
+    search(_objectives.WithFacts(), out=run, preset="tiny", budget=1, workers=1, progress=False)
+    resume(run, _objectives.WithFacts(), budget=2, progress=False)
+    with Store(run, readonly=True) as store:
+        assert store.get_meta("data") == {"name": "mine", "rows": 10}
+        assert store.get_meta("objective") == "_objectives:WithFacts"
+        assert store.num_candidates() == 2
