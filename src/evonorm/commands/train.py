@@ -44,8 +44,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--groups", type=int, default=None, help="group count for group ops (32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default 1: beside other work on the cores 2 threads "
-                   "trained 5-20x slower; docs/performance.md)")
+                   help="torch threads (default 1: on 2 idle cores, 2 threads trained 1.1-1.3x as "
+                   "fast, beside one busy process 3-4x slower; docs/performance.md)")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                    help="channels_last memory format")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model")

@@ -55,9 +55,10 @@ class Executor(Protocol):
         """Stop every worker (tasks still running are abandoned)."""
 
 
-# torch threads per local worker unless the config says: one, with a worker per core. Beside other
-# work on the cores two threads trained a `demo` candidate 5-20x slower than one (OpenMP's threads
-# spin waiting for each other; benchmarks/bench_threads.py), and a search's other workers are such work.
+# torch threads per local worker unless the config says: one, with a worker per core. Alone on idle
+# cores two threads train a `demo` candidate a little faster than one, but beside other work on the
+# cores several times slower (OpenMP's threads wait for each other; benchmarks/bench_threads.py), and a
+# search's other workers are such work.
 THREADS_PER_WORKER = 1
 
 
