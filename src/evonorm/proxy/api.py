@@ -10,7 +10,7 @@ from typing import Any
 
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.training import check_training, search_dataset, with_dataset
-from evonorm.search.api import resume_run
+from evonorm.search.api import resume_run, with_budget
 from evonorm.search.driver import SearchResult, init_run, run_search
 from evonorm.search.executors import Executor
 from evonorm.search.lock import RunLock
@@ -46,13 +46,9 @@ def resume(out: str | Path, *, budget: int | None = None, progress: bool = True,
     with Store(out, readonly=True) as store:
         cfg, done = store.search_config(), store.num_candidates()
     check_proxy_run(cfg, out)
-    if budget is not None and budget < cfg.evolution.budget:
-        raise ValueError(f"budget={budget} cannot shrink the run's budget of "
-                         f"{cfg.evolution.budget}")
-    if done < max(budget or 0, cfg.evolution.budget):  # candidates will train: data must be there
+    cfg = with_budget(cfg, budget)
+    if done < cfg.evolution.budget:  # candidates will train: the data must still be there
         search_dataset(cfg)
-    if budget is not None:
-        cfg = cfg.replace(evolution=cfg.evolution.replace(budget=budget))
     with RunLock(out):
         return resume_run(out, ProxyObjective(cfg), cfg, progress=progress, executor=executor)
 

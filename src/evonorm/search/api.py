@@ -65,13 +65,20 @@ def resume(out: str | Path, objective: Objective | None = None, *, budget: int |
         raise ValueError(f"the run in {out} was searched on the built-in proxy task: "
                          f"{BUILTIN_ELSEWHERE}")
     check_resume_objective(cfg.objective, objective, "the objective")
-    if budget is not None and budget < cfg.evolution.budget:
-        raise ValueError(f"budget={budget} cannot shrink the run's budget of "
-                         f"{cfg.evolution.budget}")
-    if budget is not None:
-        cfg = cfg.replace(evolution=cfg.evolution.replace(budget=budget))
+    cfg = with_budget(cfg, budget)
     with RunLock(out):
         return resume_run(out, objective, cfg, progress=progress, ship=ship)
+
+
+def with_budget(cfg: SearchConfig, budget: int | None) -> SearchConfig:
+    """A resumed run's config with its budget raised to `budget` (None: as stored); ValueError
+    for a smaller one, since candidates already stored cannot be taken back."""
+    if budget is None:
+        return cfg
+    if budget < cfg.evolution.budget:
+        raise ValueError(f"budget={budget} cannot shrink the run's budget of "
+                         f"{cfg.evolution.budget}")
+    return cfg.replace(evolution=cfg.evolution.replace(budget=budget))
 
 
 def resume_run(out: str | Path, objective: Objective, cfg: SearchConfig | None = None, *,
