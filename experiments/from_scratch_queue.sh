@@ -3,8 +3,8 @@
 # machines. Its runs use the code of one commit (PINNED), so that later changes to the package do
 # not move under them: this script makes a git worktree of that commit beside the checkout (with a
 # venv of its own), restores the kept run folders (results/kept/runs+from_scratch.tar.gz, written by
-# `keep_runs.py save` before a session ends), and continues the searches, then the reference
-# training, then the summary. Run it in the background:
+# `keep_runs.py save` before a session ends) and the reference training's finished runs, and
+# continues the searches, then the reference training, then the summary. Run it in the background:
 #
 #     nohup bash experiments/from_scratch_queue.sh > /tmp/from_scratch_queue.log 2>&1 &
 #
@@ -38,6 +38,10 @@ fi
 if [ -f "$MAIN/results/kept/$ARCHIVE" ] && [ ! -d runs/from_scratch ]; then
     cp "$MAIN/results/kept/$ARCHIVE" results/kept/
     python experiments/keep_runs.py restore
+fi
+# the reference training's finished runs (its checkpoints are not kept): a fresh worktree lacks them
+if [ -d "$MAIN/results/from_scratch/reference" ] && [ ! -d results/from_scratch/reference ]; then
+    cp -r "$MAIN/results/from_scratch/reference" results/from_scratch/
 fi
 ensure_fashion_mnist
 mkdir -p runs
