@@ -12,7 +12,7 @@
 #
 #     bash experiments/from_scratch_queue.sh --keep
 set -euo pipefail
-PINNED=26fb178
+PINNED=3a82d9c
 MAIN="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"  # not ROOT: scripts/env.sh sets that
 WT="${EVONORM_PINNED_WORKTREE:-$MAIN/../evonorm-from-scratch}"
 ARCHIVE=runs+from_scratch.tar.gz
