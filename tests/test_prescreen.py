@@ -356,3 +356,13 @@ def test_every_shipped_prior_holds_for_its_preset_as_it_ships():
         prior = read_prior(path)
         assert prior.setting == setting(cfg), path.name
         assert {r["run"] for r in prior.provenance["runs"]} and prior.provenance["valid"] > 0
+
+
+def test_features_beyond_float32_are_capped_so_the_surrogate_still_fits():
+    from evonorm.search.surrogate import Surrogate
+
+    s = Surrogate(min_each=2, seed=0, trees=10)
+    for i in range(6):
+        s.add({"a": 1e308 if i % 2 else -1e39, "b": float(i), "c": 10**400}, i % 2 == 0, None)
+    pred = s.predict({"a": 1e39, "b": 2.0, "c": 10**400})
+    assert pred is not None and 0.0 <= pred.p_valid <= 1.0

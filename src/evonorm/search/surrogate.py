@@ -111,13 +111,21 @@ def label(c: Candidate, near_misses: bool = False) -> tuple[bool, float | None] 
     return True, stages[0] if stages else c.fitness
 
 
+# scikit-learn's forests compute in float32 and refuse a value beyond its range; such a feature
+# (a prior's 1e308, an objective's overflowing statistic) tells nothing a cap would not
+FEATURE_LIMIT = 1e30
+
+
 def feature_matrix(rows: Sequence[Mapping[str, Any]], names: Sequence[str]):
     """Feature dicts as a float array over `names`, NaN where a value is missing or not finite
-    (the forests take NaN as missing)."""
+    (the forests take NaN as missing), capped at +-FEATURE_LIMIT."""
     import numpy as np
 
     def num(v: Any) -> float:
-        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return math.nan
+        v = float(v) if abs(v) < 1e308 else (math.inf if v > 0 else -math.inf)
+        return max(-FEATURE_LIMIT, min(FEATURE_LIMIT, v)) if math.isfinite(v) else math.nan
 
     return np.array([[num(r.get(n)) for n in names] for r in rows], dtype=np.float64)
 
