@@ -170,6 +170,10 @@ def test_a_panel_the_package_builds_is_one_calibrate_reads(tmp_path, capsys):
     (["--build-panel", "OUT", "--steps", "5"], "--steps must be >= 10"),
     (["--build-panel", "OUT", "--panel", "OUT/panel.json"], "build the panel first"),
     (["--build-panel", "OUT", "--data", "OUT/absent.npz"], "absent.npz"),
+    (["--build-panel", "OUT", "--preset", "tiny"], "--preset does not apply to --build-panel"),
+    (["--build-panel", "OUT", "--random", "0"], "--random does not apply to --build-panel"),
+    (["--build-panel", "OUT", "--out", "OUT"], "--out does not apply to --build-panel"),
+    (["--random", "-1"], "--random must be >= 0"),
 ])
 def test_build_panel_refuses_bad_input_in_one_line(tmp_path, capsys, argv, problem):
     argv = [a.replace("OUT", str(tmp_path / "p")) for a in argv]

@@ -34,11 +34,12 @@ def build_parser() -> ArgumentParser:
         "their fitness ranks against the panel's long training (Spearman, Kendall, bootstrap "
         "95% intervals, the cost per candidate). With --build-panel DIR, train the reference "
         "panel itself into DIR instead (DIR/panel.json is what --panel reads; resumable)."))
-    p.add_argument("--preset", default="demo", choices=list(PRESETS), help="search preset")
+    p.add_argument("--preset", default=None, choices=list(PRESETS), help="search preset (default demo)")
     p.add_argument("--space", choices=SPACES, default=None, help="default: the preset's")
     p.add_argument("--seeds", type=int, default=3, metavar="N",
                    help="how many training seeds per reference (>= 1)")
-    p.add_argument("--random", type=int, default=20, metavar="N", help="random graphs (>= 0)")
+    p.add_argument("--random", type=int, default=None, metavar="N",
+                   help="random graphs (>= 0, default 20)")
     p.add_argument("--dataset", default=None, help="default: the preset's, else fashion_mnist "
                    "(must be installed; as in `evonorm search`)")
     p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
@@ -66,12 +67,14 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.seeds < 1:
         raise CommandError(f"--seeds must be >= 1, got {args.seeds}")
-    if args.random < 0:
-        raise CommandError(f"--random must be >= 0, got {args.random}")
     if args.workers is not None and args.workers < 0:
         raise CommandError(f"--workers must be >= 0, got {args.workers}")
     if args.build_panel is not None:
         return build_panel_main(args, argv)
+    args.preset = args.preset or "demo"
+    args.random = 20 if args.random is None else args.random
+    if args.random < 0:
+        raise CommandError(f"--random must be >= 0, got {args.random}")
     for flag, value in (("--steps", args.steps), ("--width", args.width), ("--device", args.device)):
         if value is not None:
             raise CommandError(f"{flag} applies to --build-panel only")
@@ -142,6 +145,12 @@ def build_panel_main(args: argparse.Namespace, argv: list[str]) -> int:
     if args.panel is not None:
         raise CommandError("--panel and --build-panel: build the panel first, then calibrate "
                            "against DIR/panel.json")
+    # the panel is one setting (the reference layers on both anchor architectures), not a preset's
+    for flag, value in (("--preset", args.preset), ("--space", args.space),
+                        ("--random", args.random), ("--archs", args.archs), ("--out", args.out)):
+        if value is not None:
+            raise CommandError(f"{flag} does not apply to --build-panel (the panel trains the "
+                               "reference layers on both anchor architectures into DIR)")
     if args.steps is not None and args.steps < 10:
         raise CommandError(f"--steps must be >= 10 (scored at fifths of training), got {args.steps}")
     if args.width is not None and args.width <= 0:
