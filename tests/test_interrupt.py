@@ -53,7 +53,10 @@ def _ctrl_c_after_a_checkpoint(proc: subprocess.Popen, run: Path, timeout: float
 
 
 def test_ctrl_c_mid_candidate_then_resume_repeats_at_most_one_stage(tmp_path):
-    cfg = counted_stages_config(budget=3)
+    # more candidates than the interrupt needs: on a loaded machine the signal can land seconds
+    # after the first checkpoint, and it must still find the search running
+    budget = 6
+    cfg = counted_stages_config(budget=budget)
     whole, run = tmp_path / "whole", tmp_path / "stopped"
     (tmp_path / "marks-whole").mkdir()
     (tmp_path / "marks-stopped").mkdir()
@@ -66,7 +69,7 @@ def test_ctrl_c_mid_candidate_then_resume_repeats_at_most_one_stage(tmp_path):
                             env=env_with_path(TESTS, SRC), stderr=subprocess.PIPE, text=True)
     _ctrl_c_after_a_checkpoint(proc, run, timeout=120)
     with Store(run, readonly=True) as s:
-        assert s.get_meta("status") == "stopped" and s.num_candidates() < 3
+        assert s.get_meta("status") == "stopped" and s.num_candidates() < budget
     assert list((run / "stages").glob("*.pt")), "the interrupted candidate's checkpoint is gone"
     assert not list((run / "stages").glob("*.progress.json"))
 
