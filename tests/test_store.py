@@ -121,3 +121,40 @@ def test_a_new_store_is_schema_version_1_with_one_name_per_column(tmp_path):
         assert r.get_meta("schema_version") == 1 and r.candidates()[0].stage_scores == ev.stage_scores
     with Store(tmp_path) as s:  # opening again changes nothing
         assert s.get_meta("schema_version") == 1 and s.candidates()[0].evaluation == ev
+
+
+def test_a_reader_never_deletes_a_writer_s_wal(tmp_path, monkeypatch):
+    """The race: a reader checks a cleanly closed store (no -wal), a writer opens it meanwhile, commits
+    and crashes before any checkpoint; everything it committed lives in the -wal, which the reader
+    must leave alone. (A reader that removed the sidecars it had seen missing lost those rows.)"""
+    import subprocess
+    import sys
+
+    from evonorm.search import store as store_module
+
+    with Store(tmp_path) as s:
+        s.set_config({"evolution": {"budget": 3}})
+    path = tmp_path / "store.sqlite"
+    assert not path.with_name("store.sqlite-wal").exists()
+    writer = (  # commits 5 rows in WAL mode, then dies without closing (no checkpoint, -wal kept)
+        "import os, sqlite3, sys\n"
+        "db = sqlite3.connect(sys.argv[1]); db.execute('PRAGMA journal_mode=WAL')\n"
+        "db.execute('PRAGMA wal_autocheckpoint=0')\n"
+        "for i in range(5):\n"
+        "    db.execute(\"INSERT INTO meta VALUES (?, '1')\", (f'row{i}',)); db.commit()\n"
+        "os._exit(9)\n")
+    slow_reader_uri = store_module._readonly_uri
+
+    def uri_while_a_writer_starts(p):
+        uri = slow_reader_uri(p)  # decided with no -wal present: read as immutable
+        assert subprocess.run([sys.executable, "-c", writer, str(path)]).returncode == 9
+        assert path.with_name("store.sqlite-wal").exists()
+        return uri
+
+    monkeypatch.setattr(store_module, "_readonly_uri", uri_while_a_writer_starts)
+    store_module.check_store(path)
+    monkeypatch.undo()
+    assert path.with_name("store.sqlite-wal").exists()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM meta WHERE key LIKE 'row%'").fetchone()[0] == 5
+    db.close()

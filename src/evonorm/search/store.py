@@ -130,8 +130,9 @@ def check_store(path: str | Path) -> None:
     """Refuse (StoreError, one line) a file that is not an intact store of schema SCHEMA_VERSION.
 
     Reads only: the header is checked by hand (empty, non-SQLite), the rest (truncated, damaged
-    pages, tables, schema version) through a read-only connection; any -wal/-shm that SQLite
-    creates for it is removed again.
+    pages, tables, schema version) through a read-only connection. It never removes a -wal/-shm:
+    a writer may have opened the store since this looked, and its committed candidates live in
+    the -wal until a checkpoint (SQLite itself deletes sidecars only under an exclusive lock).
     """
     p = resolve_path(path)
     try:
@@ -147,7 +148,6 @@ def check_store(path: str | Path) -> None:
         raise StoreError(f"{p} is an empty file, not a search store")
     if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
         raise StoreError(f"{p} is not a search store (not a SQLite database: damaged or foreign)")
-    sidecars = [(s, s.exists()) for s in (p.with_name(p.name + "-wal"), p.with_name(p.name + "-shm"))]
     try:
         db = sqlite3.connect(_readonly_uri(p), uri=True, timeout=30)
         try:
@@ -165,10 +165,6 @@ def check_store(path: str | Path) -> None:
             db.close()
     except sqlite3.Error as err:
         raise StoreError(f"{p} is a damaged store ({err})") from None
-    finally:
-        for side, existed in sidecars:
-            if not existed:
-                side.unlink(missing_ok=True)
     if status != "ok":
         raise StoreError(f"{p} is a damaged store (integrity check: {status})")
     missing = [t for t in ("meta", "proposals", "candidates") if t not in tables]
