@@ -50,32 +50,54 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, log, out_dir, write_table  # noqa: E402
 from evolution_vs_random import best_full, read_run, run_seed, top_mean  # noqa: E402
 from prescreen_arms import arm_numbers  # noqa: E402
 
-ARMS = {"evolution": ("evolution", {}),
-        "evolution_no_prescreen": ("evolution", {"prescreen": False}),
-        "random": ("random", {"prescreen": False})}
-PRIMARY = "evolution"
-REFERENCE_SEEDS = (10, 11, 12, 13)
-REFERENCE_NAMES = ("winner", "second", "third")
-METRICS = ("top10_mean", "best_fitness", "valid_per_worker_hour", "distinct_valid_own")
-COMPARISONS = (("evolution", "random"), ("evolution_no_prescreen", "random"),
-               ("evolution", "evolution_no_prescreen"))
+@dataclass(frozen=True)
+class Experiment:
+    """One from-primitives experiment's protocol: what differs between the first and the second."""
+
+    name: str  # results/<name>/ and runs/<name>/
+    preset: str
+    arms: dict[str, tuple[str, dict]]  # arm -> (algorithm, the preset's settings it changes)
+    comparisons: tuple[tuple[str, str], ...]  # (a, b): one-sided a > b on every metric
+    chosen_from: tuple[str, ...]  # the arms whose best layers are trained at the reference setting
+    chosen_per_arm: int | None  # None: the best `len(names)` over those arms pooled
+    names: tuple[str, ...]  # the chosen layers' names (pooled: best first)
+    reference_seeds: tuple[int, ...]
+    seeds: tuple[int, ...]
+    metrics: tuple[str, ...]
+    primary: str = "evolution"
 
 
-def arm_config(arm: str, seed: int, budget_seconds: float):
-    """One arm's search at `seed`: the `scratch` preset as shipped but for the arm's changes,
+FIRST = Experiment(
+    name="from_scratch", preset="scratch",
+    arms={"evolution": ("evolution", {}),
+          "evolution_no_prescreen": ("evolution", {"prescreen": False}),
+          "random": ("random", {"prescreen": False})},
+    comparisons=(("evolution", "random"), ("evolution_no_prescreen", "random"),
+                 ("evolution", "evolution_no_prescreen")),
+    chosen_from=("evolution", "evolution_no_prescreen"), chosen_per_arm=None,
+    names=("winner", "second", "third"), reference_seeds=(10, 11, 12, 13), seeds=(0, 1, 2, 3, 4),
+    metrics=("top10_mean", "best_fitness", "valid_per_worker_hour", "distinct_valid_own"))
+EXPERIMENTS = {e.name: e for e in (FIRST,)}
+ARMS = FIRST.arms
+
+
+def arm_config(arm: str, seed: int, budget_seconds: float, exp: Experiment = FIRST):
+    """One arm's search at `seed`: the experiment's preset as shipped but for the arm's changes,
     one worker of one torch thread."""
     from evonorm.proxy.presets import get_preset
     from evonorm.proxy.training import with_dataset
 
-    algorithm, changes = ARMS[arm]
-    return with_dataset(get_preset("scratch", **changes, algorithm=algorithm, seed=seed,
+    algorithm, changes = exp.arms[arm]
+    return with_dataset(get_preset(exp.preset, **changes, algorithm=algorithm, seed=seed,
                                    budget=100_000, budget_seconds=budget_seconds, workers=1,
                                    threads=1, executor="local"))
 
@@ -89,6 +111,43 @@ def run_metrics(candidates, stages: int, chance: float, budget_seconds: float) -
     return {"top10_mean": round(top_mean(candidates, stages, chance), 4),
             "best_fitness": round(chance if best is None else best.fitness, 4),
             "valid_per_worker_hour": round(rate, 3), "distinct_valid_own": own}
+
+
+def normalizing(graph: dict) -> bool:
+    """Whether a layer normalizes: its output, in training mode with perturbed parameters (float64),
+    changes by less than scale_invariance.py's tolerance when its input is scaled by 0.1 or 10."""
+    import torch
+
+    from evonorm.graph import Graph
+    from scale_invariance import measure
+
+    torch.manual_seed(0)
+    x = torch.randn(16, 32, 8, 8, dtype=torch.float64)
+    settings = SimpleNamespace(scales=(0.1, 10.0), large=100.0)
+    try:
+        module = Graph.from_json(graph).to_module(32, groups=8)
+        return measure(module, x, torch.float64, "perturbed", "train", settings)["invariant"]
+    except Exception:  # a layer that cannot run in float64 is not counted
+        return False
+
+
+def second_metrics(run: Path, candidates) -> dict:
+    """The second experiment's added numbers for one run: worker-seconds per valid layer (None
+    without one), distinct valid layers that normalize (by function), and the share of children
+    drawn that computed a function the run had already scored (drawn again, or a cache hit)."""
+    from evonorm.search.store import Store
+
+    with Store(run, readonly=True) as st:
+        repeats = st.get_meta("repeats", {}) or {}
+    valid = [c for c in candidates if c.status == "valid" and not c.cache_hit]
+    spent = sum(c.seconds for c in candidates)
+    own = {c.key: c.graph for c in valid if c.origin != "seed"}
+    hits = sum(1 for c in candidates if c.cache_hit)
+    children = max(int(repeats.get("children", 0)), len(candidates))
+    return {"worker_s_per_valid": round(spent / len(valid), 1) if valid else None,
+            "distinct_normalizing_valid": sum(normalizing(g) for g in own.values()),
+            "repeat_share": round((int(repeats.get("redrawn", 0)) + hits) / children, 3)
+            if children else None}
 
 
 def spending(candidates) -> dict[str, dict]:
@@ -137,22 +196,22 @@ def exact_two_sample(a: list[float], b: list[float]) -> float | None:
 
 
 def search_step(args) -> None:
-    runs_dir, t0 = args.runs, time.time()
+    exp, runs_dir, t0 = args.exp, args.runs, time.time()
     for seed in args.seeds:
-        configs = {arm: arm_config(arm, seed, args.budget_seconds) for arm in ARMS}
-        done = [read_run(runs_dir / f"{arm}_s{seed}", args.budget_seconds) for arm in ARMS]
+        configs = {arm: arm_config(arm, seed, args.budget_seconds, exp) for arm in exp.arms}
+        done = [read_run(runs_dir / f"{arm}_s{seed}", args.budget_seconds) for arm in exp.arms]
         if all(r is not None and r[1] == "complete" for r in done):
             continue
-        log(f"seed {seed}: {', '.join(ARMS)} side by side, {args.budget_seconds:.0f} worker-s each")
+        log(f"seed {seed}: {', '.join(exp.arms)} side by side, {args.budget_seconds:.0f} worker-s each")
         run_seed(runs_dir, seed, configs, args.budget_seconds, t0)
 
 
 def read_arms(args) -> dict:
     """Per arm, per finished seed: its config, metrics, spending, false negatives and the layers
     it trained to the end."""
-    arms: dict[str, dict] = {}
-    for arm in ARMS:
-        arms[arm] = {"seeds": [], **{m: [] for m in METRICS}, "spending": {},
+    exp, arms = args.exp, {}
+    for arm in exp.arms:
+        arms[arm] = {"seeds": [], **{m: [] for m in exp.metrics}, "spending": {},
                      "false_negatives": {}, "first_valid_at_worker_seconds": [], "full": []}
         for seed in args.seeds:
             read = read_run(args.runs / f"{arm}_s{seed}", args.budget_seconds)
@@ -161,8 +220,11 @@ def read_arms(args) -> dict:
             cfg, _, chance, within = read
             stages = cfg.hurdles.num_stages
             arms[arm]["seeds"].append(seed)
-            for k, v in run_metrics(within, stages, chance, args.budget_seconds).items():
-                arms[arm][k].append(v)
+            metrics = run_metrics(within, stages, chance, args.budget_seconds)
+            if "repeat_share" in exp.metrics:
+                metrics.update(second_metrics(args.runs / f"{arm}_s{seed}", within))
+            for m in exp.metrics:
+                arms[arm][m].append(metrics[m])
             arms[arm]["spending"][str(seed)] = spending(within)
             if cfg.evolution.prescreen:
                 arms[arm]["false_negatives"][str(seed)] = false_negatives(
@@ -179,21 +241,25 @@ def read_arms(args) -> dict:
     return arms
 
 
-def top_layers(arms: dict, k: int = 3) -> list[dict]:
-    """The k best distinct layers (by function key) trained to the end in the evolution arms, by
-    the search's own fitness."""
-    full = sorted(arms["evolution"]["full"] + arms["evolution_no_prescreen"]["full"],
-                  key=lambda t: -t[0])
+def top_layers(arms: dict, exp: Experiment = FIRST) -> list[dict]:
+    """The layers trained at the reference setting, by the search's own fitness, each function
+    (key) once: the best `len(exp.names)` of the chosen arms pooled, or the best
+    `exp.chosen_per_arm` of each chosen arm in turn (a function already chosen from an arm
+    before is skipped: the next of that arm takes its place). Named as `exp.names` in order."""
+    pools = ([sum((arms[a]["full"] for a in exp.chosen_from), [])] if exp.chosen_per_arm is None
+             else [arms[a]["full"] for a in exp.chosen_from])
+    per_pool = len(exp.names) if exp.chosen_per_arm is None else exp.chosen_per_arm
     out, seen = [], set()
-    for fitness, key, graph, arm, seed, cid in full:
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append({"graph": graph, "search_fitness": round(fitness, 4), "arm": arm,
-                    "seed": seed, "candidate": cid})
-        if len(out) == k:
-            break
-    return out
+    for pool in pools:
+        taken = 0
+        for fitness, key, graph, arm, seed, cid in sorted(pool, key=lambda t: -t[0]):
+            if key in seen or taken == per_pool:
+                continue
+            seen.add(key)
+            taken += 1
+            out.append({"graph": graph, "search_fitness": round(fitness, 4), "arm": arm,
+                        "seed": seed, "candidate": cid})
+    return [{"name": n, **t} for n, t in zip(exp.names, out)]
 
 
 def reference_dir(args) -> Path:
@@ -201,22 +267,22 @@ def reference_dir(args) -> Path:
 
 
 def reference_step(args) -> None:
-    arms = read_arms(args)
-    missing = [a for a in ARMS if len(arms[a]["seeds"]) < len(args.seeds)]
+    exp, arms = args.exp, read_arms(args)
+    missing = [a for a in exp.arms if len(arms[a]["seeds"]) < len(args.seeds)]
     if missing:
         log(f"reference: waiting for the searches of {', '.join(missing)}")
         return
-    top = top_layers(arms)
+    top = top_layers(arms, exp)
     if not top:
-        log("reference: the evolution arms trained no layer to the end; nothing to retrain")
+        log("reference: the chosen arms trained no layer to the end; nothing to retrain")
         return
     d = reference_dir(args)
     d.mkdir(parents=True, exist_ok=True)
     (d / "chosen.json").write_text(json.dumps(top, indent=1) + "\n")
     cmd = [sys.executable, str(ROOT / "experiments" / "fidelity_panel.py"), "--out", str(d),
-           "--workers", str(args.workers), "--seeds", *map(str, REFERENCE_SEEDS)]
-    for name, layer in zip(REFERENCE_NAMES, top):
-        cmd += ["--layer", f"{name}={json.dumps(layer['graph'], separators=(',', ':'))}"]
+           "--workers", str(args.workers), "--seeds", *map(str, exp.reference_seeds)]
+    for layer in top:
+        cmd += ["--layer", f"{layer['name']}={json.dumps(layer['graph'], separators=(',', ':'))}"]
     cmd += ["--layer", "gn_relu=gn_relu", "--layer", "evonorm_s0=evonorm_s0"]
     log("reference: " + " ".join(cmd[1:3]) + " ...")
     subprocess.run(cmd, check=True)
@@ -239,50 +305,46 @@ def per_seed_means(runs: list[dict], layer: str) -> dict[int, float]:
     return {s: statistics.fmean(v) for s, v in sorted(by_seed.items()) if len(v) == archs}
 
 
+def reference_tests(runs: list[dict], names: tuple[str, ...]) -> dict:
+    """Each chosen layer > gn_relu, the best of them > gn_relu (Bonferroni over the chosen),
+    winner > evonorm_s0; one-sided exact permutation tests on per-seed means."""
+    out = {}
+    gn = list(per_seed_means(runs, "gn_relu").values())
+    for name in names:
+        out[f"{name}>gn_relu"] = exact_two_sample(list(per_seed_means(runs, name).values()), gn)
+    out["winner>evonorm_s0"] = exact_two_sample(
+        list(per_seed_means(runs, "winner").values()),
+        list(per_seed_means(runs, "evonorm_s0").values()))
+    found = [out[f"{n}>gn_relu"] for n in names if out.get(f"{n}>gn_relu") is not None]
+    if found:
+        out[f"best_of_{len(names)}>gn_relu_bonferroni"] = round(min(1.0, len(names) * min(found)), 4)
+    return out
+
+
 def summary_step(args) -> dict:
     from evonorm.graph import Graph
 
-    arms = read_arms(args)
+    exp, arms = args.exp, read_arms(args)
     p_values = {}
-    for a, b in COMPARISONS:
+    for a, b in exp.comparisons:
         both = [s for s in arms[a]["seeds"] if s in arms[b]["seeds"]]
-        for m in METRICS:
+        for m in exp.metrics:
             va = [arms[a][m][arms[a]["seeds"].index(s)] for s in both]
             vb = [arms[b][m][arms[b]["seeds"].index(s)] for s in both]
-            p_values[f"{a}>{b}:{m}"] = exact_sign_flip(va, vb)
-    means = {arm: {m: (round(statistics.fmean(r[m]), 4) if r[m] else None) for m in METRICS}
-             for arm, r in arms.items()}
-    top = top_layers(arms)
+            p_values[f"{a}>{b}:{m}"] = (exact_sign_flip(va, vb) if None not in va + vb else None)
+    means = {arm: {m: (round(statistics.fmean(v), 4) if (v := [x for x in r[m] if x is not None])
+                       else None) for m in exp.metrics} for arm, r in arms.items()}
+    top = top_layers(arms, exp)
     runs = reference_runs(args)
-    reference_p = {}
-    if runs:
-        gn = list(per_seed_means(runs, "gn_relu").values())
-        s0 = list(per_seed_means(runs, "evonorm_s0").values())
-        for name in REFERENCE_NAMES:
-            mine = list(per_seed_means(runs, name).values())
-            reference_p[f"{name}>gn_relu"] = exact_two_sample(mine, gn)
-        reference_p["winner>evonorm_s0"] = exact_two_sample(
-            list(per_seed_means(runs, "winner").values()), s0)
-        found = [reference_p[f"{n}>gn_relu"] for n in REFERENCE_NAMES
-                 if reference_p.get(f"{n}>gn_relu") is not None]
-        if found:
-            reference_p["best_of_three>gn_relu_bonferroni"] = round(min(1.0, 3 * min(found)), 4)
-    winner = None
-    if top:
-        w = top[0]
-        winner = {"name": "winner", "graph": w["graph"],
-                  "formula": Graph.from_json(w["graph"]).to_text(), "arm": w["arm"],
-                  "seed": w["seed"], "candidate": w["candidate"],
-                  "search_fitness": w["search_fitness"]}
-    chosen = [{"name": n, "formula": Graph.from_json(t["graph"]).to_text(), **t}
-              for n, t in zip(REFERENCE_NAMES, top)]
+    chosen = [{"formula": Graph.from_json(t["graph"]).to_text(), **t} for t in top]
+    winner = dict(chosen[0]) if chosen else None
     summary = {
-        "protocol": "experiments/from_scratch.py's docstring (results/from_scratch/README.md)",
+        "protocol": f"experiments/from_scratch.py's docstring (results/{exp.name}/README.md)",
         "command": "python experiments/from_scratch.py " + " ".join(sys.argv[1:]),
         "machine": f"{platform.node()} ({platform.machine()}, 2 cores)",
         "budget_worker_seconds": args.budget_seconds,
-        "config": arms[PRIMARY].get("config"),
-        "arms": {arm: {k: r[k] for k in ("seeds", *METRICS, "first_valid_at_worker_seconds",
+        "config": arms[exp.primary].get("config"),
+        "arms": {arm: {k: r[k] for k in ("seeds", *exp.metrics, "first_valid_at_worker_seconds",
                                          "spending", "false_negatives")}
                  for arm, r in arms.items()},
         "means": means,
@@ -290,19 +352,24 @@ def summary_step(args) -> dict:
         "test": "one-sided exact paired sign-flip over the seeds (scipy.stats.permutation_test)",
         "chosen": chosen,
         "winner": winner,
-        "reference": {"setting": "experiments/fidelity_panel.py's SETTING (results/from_scratch/"
+        "reference": {"setting": f"experiments/fidelity_panel.py's SETTING (results/{exp.name}/"
                                  "reference/panel.json)",
-                      "command": "python experiments/from_scratch.py --step reference",
-                      "seeds": list(REFERENCE_SEEDS),
+                      "command": f"python experiments/from_scratch.py --experiment {exp.name} "
+                                 "--step reference",
+                      "seeds": list(exp.reference_seeds),
                       "runs": [{k: r.get(k) for k in ("layer", "graph", "arch", "seed",
                                                         "test_accuracy")} for r in runs],
-                      "p_values": reference_p,
+                      "p_values": reference_tests(runs, exp.names) if runs else {},
                       "test": "one-sided exact permutation test on per-seed means over the "
                               "two architectures (independent samples)"},
     }
+    previous = args.out / "summary.json"
+    if previous.is_file():  # fields written beside the script's (the ladder, the wall times) stay
+        kept = {k: v for k, v in json.loads(previous.read_text()).items() if k not in summary}
+        summary.update(kept)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    rows = [{"arm": arm, "seed": s, **{m: r[m][i] for m in METRICS},
+    previous.write_text(json.dumps(summary, indent=1) + "\n")
+    rows = [{"arm": arm, "seed": s, **{m: r[m][i] for m in exp.metrics},
              "first valid at (worker-s)": r["first_valid_at_worker_seconds"][i]}
             for arm, r in arms.items() for i, s in enumerate(r["seeds"])]
     write_table(args.out, "runs", rows, {"budget_worker_seconds": args.budget_seconds})
@@ -312,14 +379,19 @@ def summary_step(args) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--experiment", choices=sorted(EXPERIMENTS), default=FIRST.name)
     p.add_argument("--step", choices=("all", "search", "reference", "summary"), default="all")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    p.add_argument("--seeds", nargs="+", type=int, default=None,
+                   help="search seeds (default: the experiment's)")
     p.add_argument("--budget-seconds", type=float, default=3600.0)
     p.add_argument("--workers", type=int, default=2, help="parallel runs of the reference step")
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "from_scratch")
-    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--runs", type=Path, default=None, help="default runs/<experiment>")
+    p.add_argument("--out", type=Path, default=None, help="default results/<experiment>")
     args = p.parse_args()
-    args.out = out_dir("from_scratch", args.out)
+    args.exp = EXPERIMENTS[args.experiment]
+    args.seeds = args.seeds or list(args.exp.seeds)
+    args.runs = args.runs or ROOT / "runs" / args.exp.name
+    args.out = out_dir(args.exp.name, args.out)
     if args.step in ("all", "search"):
         search_step(args)
         summary_step(args)

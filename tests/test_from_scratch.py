@@ -97,3 +97,40 @@ def test_the_arms_differ_only_as_named():
     assert cfgs["evolution_no_prescreen"] == no_prescreen
     assert cfgs["random"] == no_prescreen.replace(
         evolution=no_prescreen.evolution.replace(algorithm="random"))
+
+
+def test_per_arm_choice_takes_each_arm_s_best_distinct_functions_in_turn():
+    exp = fs.Experiment(name="x", preset="scratch", arms={"evolution": ("evolution", {}),
+                                                          "random": ("random", {})},
+                        comparisons=(), chosen_from=("evolution", "random"), chosen_per_arm=2,
+                        names=("winner", "evolution_2", "random_1", "random_2"),
+                        reference_seeds=(10,), seeds=(0,), metrics=())
+    arms = {"evolution": {"full": [(0.7, "k1", {"g": 1}, "evolution", 0, 5),
+                                   (0.9, "k2", {"g": 2}, "evolution", 1, 7),
+                                   (0.6, "k4", {"g": 4}, "evolution", 1, 8)]},
+            "random": {"full": [(0.95, "k2", {"g": 2}, "random", 0, 1),   # evolution's already
+                                (0.5, "k5", {"g": 5}, "random", 2, 3),
+                                (0.4, "k6", {"g": 6}, "random", 2, 4)]}}
+    top = fs.top_layers(arms, exp)
+    assert [(t["name"], t["graph"]) for t in top] == [
+        ("winner", {"g": 2}), ("evolution_2", {"g": 1}), ("random_1", {"g": 5}),
+        ("random_2", {"g": 6})]
+
+
+def test_a_normalizing_layer_is_told_from_one_that_is_not():
+    from evonorm.graph.library import NAMED_GRAPHS
+
+    assert fs.normalizing({"nodes": [["group_std", 0], ["div", 0, 4]]})  # x / group std(x)
+    assert not fs.normalizing({"nodes": [["tanh", 0]]})
+    # x sigmoid(v1 x) / std: invariant only for large inputs (its sigmoid sees the scale)
+    assert not fs.normalizing(NAMED_GRAPHS["evonorm_s0"].to_json())
+
+
+def test_reference_tests_correct_the_best_for_the_number_of_chosen_layers():
+    runs = [{"layer": layer, "arch": "r", "seed": s, "test_accuracy": acc + 0.01 * s}
+            for layer, acc in (("winner", 0.8), ("second", 0.5), ("gn_relu", 0.6),
+                               ("evonorm_s0", 0.9)) for s in (10, 11, 12, 13)]
+    p = fs.reference_tests(runs, ("winner", "second"))
+    assert p["winner>gn_relu"] == pytest.approx(1 / 70, abs=1e-4)
+    assert p["best_of_2>gn_relu_bonferroni"] == pytest.approx(2 / 70, abs=1e-4)
+    assert p["winner>evonorm_s0"] == pytest.approx(1.0)
