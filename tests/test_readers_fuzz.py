@@ -203,4 +203,4 @@ def test_a_blob_where_text_belongs_is_named_in_one_line(base, tmp_path_factory, 
         db.execute("UPDATE candidates SET reason = ? WHERE id = 1", (b"\x00",))
     assert cli(["report", str(run)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "candidates row 1: column reason holds blob, not text or null" in err, err
+    assert "candidate 1: reason holds blob, not text or null" in err, err

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import stat
+import sys
 import tempfile
 import types
 import typing
@@ -205,18 +206,20 @@ def update_json(path: str | Path, change: Callable[[Any], Any], *, create: bool 
         os.close(fd)  # closing drops the lock
 
 
-def read_jsonl(path: str | Path, cls: type) -> list:
+def read_jsonl(path: str | Path, cls: type, check: Callable[[Any], str | None] | None = None) -> list:
     """The rows of a JSON-lines file as `cls` dataclasses (none when absent), each checked (`check_record`).
     A line that is not JSON is a write torn by a kill (`append_line` ends it before the next row) and is
     skipped, never counted: its run is done again. A line that is JSON but not a valid row is a
-    DamagedFile naming its number and field."""
+    DamagedFile naming its number and field. A row of the right types whose values cannot be true
+    (`check` names what: a NaN or infinite score, an accuracy above 1) is dropped as a torn one is, with
+    one warning for the file: counted, it would skew every mean and test the report draws from it."""
     try:
         text = read_text(path)
     except ValueError as err:
         raise DamagedFile(path, "", f"not UTF-8 text ({err})") from None
     if text is None:
         return []
-    rows = []
+    rows, dropped = [], []
     for n, line in enumerate(text.split("\n"), 1):
         try:
             data = json.loads(line)
@@ -228,8 +231,40 @@ def read_jsonl(path: str | Path, cls: type) -> list:
             check_depth(data)
         except ValueError as err:
             raise DamagedFile(path, f"line {n}", str(err)) from None
-        rows.append(cls(**check_record(cls, data, path, f"line {n}")))
+        row = cls(**check_record(cls, data, path, f"line {n}"))
+        problem = check(row) if check else None
+        if problem is None:
+            rows.append(row)
+        else:
+            dropped.append(f"line {n}: {problem}")
+    if dropped:
+        warn(f"dropped {len(dropped)} row(s) of {path} that cannot be true "
+             f"({dropped[0]}{', ...' if len(dropped) > 1 else ''})")
     return rows
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr, quoted where it holds a control character (it names what a file holds)."""
+    print(f"evonorm: warning: {printable(message)}", file=sys.stderr, flush=True)
+
+
+def printable(text: str) -> str:
+    """`text` with every character that does not print (a line break, ESC, NUL, ...) written as its escape:
+    text read from a run (a phase, a reason, a name) reaches a terminal or a page only so, since a raw
+    control sequence there can clear the screen or set the window's title."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def number_problem(value: float | None, low: float = -math.inf, high: float = math.inf) -> str | None:
+    """What is wrong with a number read back (None: nothing, or no number): not finite, or outside
+    [low, high]."""
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        return f"the number {value}, not a finite number"
+    if not low <= value <= high:
+        return f"{value}, not between {low} and {high}"
+    return None
 
 
 def check_record(cls: type, data: Any, path: str | Path, where: str, unknown: bool = False) -> dict:

@@ -168,7 +168,7 @@ def _class_problem(db: sqlite3.Connection) -> str | None:
         if row is not None:
             for name, cls in zip(names, row[1:]):
                 if cls not in columns[name]:
-                    return (f"{table} row {row[0]}: column {name} holds {cls}, not "
+                    return (f"{table.removesuffix('s')} {row[0]}: {name} holds {cls}, not "
                             f"{' or '.join(columns[name])}")
     return None
 
