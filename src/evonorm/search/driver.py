@@ -26,6 +26,7 @@ from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, Executor, make_executor
+from evonorm.search import outcome
 from evonorm.search.lock import LOCK_NAME
 from evonorm.search.objective import (CandidateCost, Objective, TrialProgress, layer_identity,
                                       run_trial, ship_path)
@@ -120,7 +121,7 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, objective: Objective | None
         if not force:
             raise FileExistsError(f"run folder {run} is not empty (use --force to overwrite)")
         for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm",
-                     *getattr(objective, "run_files", ())):
+                     *outcome.file_names(getattr(objective, "run_files", None))):
             (run / name).unlink(missing_ok=True)
     with Store(run) as store:  # the caller has resolved what the config names (e.g. its dataset)
         record_run(store, cfg, facts=facts)
@@ -139,9 +140,9 @@ def run_facts(cfg: SearchConfig, objective: Objective | None = None) -> dict[str
                                         "executor": ex.executor}}
     if cfg.objective:
         facts["objective"] = cfg.objective
-    own = getattr(objective, "run_facts", None)
+    own = outcome.call_hook(objective, "run_facts")
     if own is not None:
-        facts.update(own())
+        facts.update(outcome.facts(own))
     return facts
 
 
@@ -197,13 +198,14 @@ def eta_seconds(durations: list[float], ages: list[float], unstarted: int, cost:
 def expected_cost(objective) -> CandidateCost | None:
     """The objective's expected cost per candidate (its `expected_cost()`: it knows its own
     settings), or None where it has none. ValueError, one line, for a value that is not one."""
-    fn = getattr(objective, "expected_cost", None)
-    got = fn() if fn is not None else None
+    got = outcome.call_hook(objective, "expected_cost")
     if got is None:
         return None
-    if not isinstance(got, CandidateCost) or not 0 < got.seconds < float("inf"):
-        raise ValueError(f"the objective's expected_cost returned {got!r}, not a CandidateCost "
-                         "of positive finite seconds")
+    seconds = getattr(got, "seconds", None)
+    if (not isinstance(got, CandidateCost) or isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+            or not 0 < seconds < float("inf") or not isinstance(got.source, str)):
+        raise outcome.HookFailed(f"the objective's expected_cost returned {type(got).__name__} "
+                                 f"{str(got)[:60]!r}, not a CandidateCost of positive finite seconds")
     return got
 
 
@@ -244,8 +246,11 @@ def prescreen_prior(objective, cfg: SearchConfig,
     """The labelled candidates the objective hands over for this setting (its `prescreen_prior`
     attribute), or none: with `prescreen_prior` off, or where it has none. Said on the log, since
     it decides when the surrogate first predicts."""
-    fn = getattr(objective, "prescreen_prior", None)
-    rows = list(fn() or []) if cfg.evolution.prescreen_prior and fn is not None else []
+    rows = outcome.call_hook(objective, "prescreen_prior") if cfg.evolution.prescreen_prior else None
+    if rows is not None and not isinstance(rows, (list, tuple)):
+        raise outcome.HookFailed(f"the objective's prescreen_prior returned {type(rows).__name__}, not a "
+                                 "list of rows")
+    rows = list(rows or [])
     check_prior(rows, "the objective's prescreen prior")
     if log is not None:
         valid = sum(bool(r["valid"]) for r in rows)
