@@ -51,14 +51,22 @@ def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644) 
     return fd
 
 
-def read_bytes(path: str | Path) -> bytes | None:
-    """The file's bytes, None when absent; UnsafePath for a link or a non-regular file."""
+def read_bytes(path: str | Path, limit: int | None = None) -> bytes | None:
+    """The file's bytes, None when absent; UnsafePath for a link or a non-regular file. With `limit`, a
+    DamagedFile for a file of more bytes, said before any is read (a planted sparse file of gigabytes
+    takes no disk and would take that much memory)."""
     try:
         fd = open_regular(path)
     except FileNotFoundError:
         return None
     with os.fdopen(fd, "rb") as f:
-        return f.read()
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise DamagedFile(path, "", f"{size} bytes, more than the {limit} it can hold")
+        data = f.read(size if limit is None else limit + 1)
+        if limit is not None and len(data) > limit:  # grew since: the same refusal
+            raise DamagedFile(path, "", f"more than the {limit} bytes it can hold")
+        return data
 
 
 def read_text(path: str | Path) -> str | None:
@@ -248,11 +256,13 @@ def warn(message: str) -> None:
     print(f"evonorm: warning: {printable(message)}", file=sys.stderr, flush=True)
 
 
-def printable(text: str) -> str:
-    """`text` with every character that does not print (a line break, ESC, NUL, ...) written as its escape:
-    text read from a run (a phase, a reason, a name) reaches a terminal or a page only so, since a raw
-    control sequence there can clear the screen or set the window's title."""
-    return text if text.isprintable() else "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+def printable(text: str, keep: str = "") -> str:
+    """`text` with every character that does not print (a line break, ESC, NUL, ...), but those in `keep`,
+    written as its escape: text read from a run (a phase, a reason, a name) reaches a terminal or a page
+    only so, since a raw control sequence there can clear the screen or set the window's title."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else ascii(c)[1:-1] for c in text)
 
 
 def number_problem(value: float | None, low: float = -math.inf, high: float = math.inf) -> str | None:
