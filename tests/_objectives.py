@@ -215,3 +215,20 @@ class Hooked:
 
 
 hooked_cost = Hooked("expected_cost", "raise")  # for --objective: a callable object at module level
+
+
+def mathy(norm_act, trial) -> dict:
+    """`two` under score names that matplotlib would read as broken mathtext."""
+    scores = two(norm_act, trial)
+    return dict(zip(["$a^$", "$\\frac{$"], scores.values()))
+
+
+CONTROL = "\x1b]0;owned\x07\x1b[2J\x00"  # sets a terminal's title, clears its screen; a NUL
+
+
+def escapes(norm_act, trial) -> float:
+    """Says a phase and rejects every other layer with a reason full of control characters."""
+    trial.phase("p" + CONTROL)
+    if _h(trial) % 2:
+        raise Reject("bad" + CONTROL)
+    return 0.5

@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from evonorm.files import check_folder
+from evonorm.files import check_folder, printable
 from evonorm.search.candidates import Candidate, reason_group, same_layer_keys, top_layers
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
@@ -116,6 +116,7 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, objective: Objective | None
     run = Path(run_dir)
     if run.exists() and not run.is_dir():
         raise FileExistsError(f"{run} exists and is not a folder")
+    check_seed_layers(cfg)
     facts = run_facts(cfg, objective)  # what they need read before anything is written
     if run.is_dir() and any(p.name != LOCK_NAME for p in run.iterdir()):  # the lock is ours
         if not force:
@@ -128,6 +129,21 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, objective: Objective | None
         store.set_meta("status", "created")  # "running" only once run_search has its workers
         store.set_meta("created_at", time.time())
     return run
+
+
+def check_seed_layers(cfg: SearchConfig) -> None:
+    """ValueError (one line) unless every seed layer is a named graph or graph JSON of the run's space and
+    genome size: checked before a run is written, since the search would otherwise stop at it, and every
+    resume with it."""
+    from evonorm.graph.library import resolve_graph
+
+    for spec in cfg.evolution.seed_layers:
+        try:
+            graph = resolve_graph(spec)
+        except ValueError as err:
+            raise ValueError(f"seed layer {(str(err).splitlines() or [''])[0]}") from None
+        if graph.uses_batch_stats and not cfg.evolution.allow_batch:
+            raise ValueError(f"seed layer {spec!r:.60} uses batch statistics: not in the S space")
 
 
 def run_facts(cfg: SearchConfig, objective: Objective | None = None) -> dict[str, Any]:
@@ -385,8 +401,8 @@ class _Search:
         self.tally.add(cand)
         self.spent += seconds
         if self.bar is not None:
-            self.bar.set_description_str(f"search best {self.tally.best_text()}", refresh=False)
-            self.bar.set_postfix_str(self.tally.short(), refresh=False)
+            self.bar.set_description_str(printable(f"search best {self.tally.best_text()}"), refresh=False)
+            self.bar.set_postfix_str(printable(self.tally.short()), refresh=False)
             self.bar.update(1)
         else:
             self.log(f"[{self.tally.done}/{self.cfg.evolution.budget}] #{cand.id} {cand.status}"
@@ -463,7 +479,7 @@ class _Search:
             self.log(self.status_line())
             self.last_line = now
         elif self.bar is not None and (force or now - self.last_line >= 1.0):
-            self.bar.set_postfix_str(f"{self.tally.short()} | {self.status().tail()}", refresh=False)
+            self.bar.set_postfix_str(printable(f"{self.tally.short()} | {self.status().tail()}"), refresh=False)
             self.bar.refresh()
             self.last_line = now
 
@@ -642,7 +658,9 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
             from tqdm import tqdm
             bar = tqdm(total=cfg.evolution.budget, initial=store.num_candidates(), unit="cand",
                        desc="search", file=sys.stderr, dynamic_ncols=True)
-        log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
+        # quoted (`printable`): a line holds text from the run (a reason, a phase), and a raw control
+        # sequence in it would act on the terminal
+        log = (lambda s: print(printable(s), file=sys.stderr, flush=True)) if progress else None
         screen = None
         if cfg.evolution.prescreen:  # the task's features and prior, where the objective hands them over
             prior = prescreen_prior(objective, cfg, log)
