@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import random
+import re
 import sqlite3
 import time
 import typing
@@ -126,12 +127,19 @@ class _Schema:
 _CLASSES = {"TEXT": "text", "INTEGER": "integer", "REAL": "real"}
 
 
+def _master(db: sqlite3.Connection) -> set[tuple[str, str, str, str | None]]:
+    """A database's `sqlite_master` entries, their SQL without comments and with single spaces: a comment
+    of `_SCHEMA` reworded later does not make every earlier store a stranger."""
+    return {(kind, name, table, None if sql is None else " ".join(re.sub(r"--[^\n]*", "", sql).split()))
+            for kind, name, table, sql in db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master")}
+
+
 @functools.cache
 def _schema() -> _Schema:
     db = sqlite3.connect(":memory:")
     try:
         db.executescript(_SCHEMA)
-        entries = frozenset(db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+        entries = frozenset(_master(db))
         tables = [name for kind, name, _, _ in entries if kind == "table"]
         columns = {t: {name: (_CLASSES[decl],) + (() if notnull or pk else ("null",))
                        for _, name, decl, notnull, _, pk in db.execute(f"PRAGMA table_info({t})")}
@@ -145,8 +153,7 @@ def _schema_problem(db: sqlite3.Connection) -> str | None:
     """What in the store's `sqlite_master` differs from the schema (None: nothing). A trigger, view or
     index planted in a store runs inside every later write or read (a trigger on candidates can delete
     them all), and a table of another definition reads back otherwise than it was written."""
-    found = set(db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
-    want = _schema().entries
+    found, want = _master(db), _schema().entries
     for kind, name, table, _ in sorted(found - want, key=lambda e: (e[0] != "table", e[1])):
         if kind == "table" and name.startswith("sqlite_stat"):  # SQLite's own statistics (ANALYZE)
             continue
