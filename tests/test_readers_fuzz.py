@@ -204,3 +204,30 @@ def test_a_blob_where_text_belongs_is_named_in_one_line(base, tmp_path_factory, 
     assert cli(["report", str(run)]) == 2
     err = capsys.readouterr().err.strip()
     assert "candidate 1: reason holds blob, not text or null" in err, err
+
+
+@pytest.mark.parametrize("cls", sorted(STORAGE_CLASSES))
+def test_the_store_check_knows_every_column_s_storage_classes(base, tmp_path, cls):
+    """Exhaustive: every storage class in every column of a valid store, against the check alone
+    (the readers' answers on a sample are fuzzed above)."""
+    from evonorm.search.store import StoreError, _schema, check_store
+
+    for table, name in ALL_COLUMNS:
+        run = tmp_path / f"{table}.{name}"
+        shutil.copytree(base, run)
+        db = sqlite3.connect(run / "store.sqlite")
+        try:
+            with db:
+                db.execute(f"UPDATE {table} SET {name} = ? WHERE rowid = (SELECT max(rowid) FROM {table})",
+                           (STORAGE_CLASSES[cls],))
+                stored = db.execute(f"SELECT typeof({name}) FROM {table} ORDER BY rowid DESC LIMIT 1").fetchone()
+        except sqlite3.IntegrityError:
+            continue
+        finally:
+            db.close()
+        if stored is None:  # an empty table (the run's population may be)
+            continue
+        if stored[0] in _schema().columns[table][name]:
+            continue  # converted by the column's affinity, or of its class: readers check the value
+        with pytest.raises(StoreError, match=f"{table.removesuffix('s')} \\d+: {name} holds {stored[0]}"):
+            check_store(run)
