@@ -471,3 +471,21 @@ def test_text_from_a_run_is_quoted_before_a_terminal_or_a_page(tmp_path, capsys)
     page = (tmp_path / "run" / "report.html").read_text()
     for text in (shown, out, err, page):
         assert "\x1b" not in text and "\x00" not in text and "\x07" not in text
+
+
+@pytest.mark.parametrize("call", ["force", "progress", "budget", "budget_bool"])
+def test_python_flags_and_a_resume_budget_are_checked_for_type(tmp_path, call):
+    import _objectives
+    from evonorm.search import resume, search
+
+    run = _objectives.tiny_run(tmp_path / "run", 1) if call.startswith("budget") else init_run(
+        tmp_path / "run", get_preset("tiny"))
+    before = snapshot(run)
+    with pytest.raises(ValueError, match="is not") as err:
+        if call == "force":  # "no" is true: it would start over on the run
+            search(_objectives.two, out=run, preset="tiny", budget=2, workers=1, force="no", progress=False)
+        elif call == "progress":
+            search(_objectives.two, out=tmp_path / "new", preset="tiny", budget=2, progress="no")
+        else:
+            resume(run, _objectives.two, budget=True if call == "budget_bool" else "5", progress=False)
+    assert "\n" not in str(err.value) and snapshot(run) == before
