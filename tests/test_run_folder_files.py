@@ -340,3 +340,22 @@ def test_any_config_field_is_of_its_type_or_refused_in_one_line(tmp_path_factory
             s.search_config()
         except DamagedFile as err:
             assert "store.sqlite: config" in str(err) and "\n" not in str(err)
+
+
+@pytest.mark.parametrize("name", ["retrain.jsonl", "rerank.jsonl", "references.json"])
+def test_a_sparse_ledger_of_gigabytes_is_refused_before_it_is_read(run, monkeypatch, name):
+    pytest.importorskip("matplotlib", reason="reports need the optional `plots` extra")
+    with open(run / name, "wb") as f:
+        f.truncate(2 << 30)  # no disk; read whole, 2 GB of memory
+    monkeypatch.setattr(files, "parse_json", lambda *a: pytest.fail("read"))
+    assert_refused(["report", str(run)], run, name, "bytes, more than")
+
+
+def test_a_sparse_prior_of_gigabytes_is_skipped_before_it_is_read(tmp_path, capsys):
+    from evonorm.proxy.prior import prior_for
+
+    (tmp_path / "a.json").touch()
+    with open(tmp_path / "a.json", "wb") as f:
+        f.truncate(2 << 30)
+    assert prior_for(get_preset("tiny"), tmp_path) is None
+    assert "bytes, more than" in capsys.readouterr().err

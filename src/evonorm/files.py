@@ -69,9 +69,10 @@ def read_bytes(path: str | Path, limit: int | None = None) -> bytes | None:
         return data
 
 
-def read_text(path: str | Path) -> str | None:
-    """The file's text (UTF-8), None when absent; UnicodeDecodeError (a ValueError) for other bytes."""
-    data = read_bytes(path)
+def read_text(path: str | Path, limit: int | None = None) -> str | None:
+    """The file's text (UTF-8), None when absent; UnicodeDecodeError (a ValueError) for other bytes; a
+    DamagedFile for a file over `limit` bytes (`read_bytes`)."""
+    data = read_bytes(path, limit)
     return None if data is None else data.decode("utf-8")
 
 
@@ -153,6 +154,9 @@ class DamagedFile(ValueError):
 
 
 MAX_JSON_DEPTH = 64  # far deeper than anything the package writes (a run's config: 4 levels)
+# far more than any JSON or JSON-lines file the package writes holds (a shipped prior: under 1 MB; a
+# re-training ledger of thousands of rows: a few MB); a larger one is refused before it is read
+MAX_JSON_BYTES = 256 << 20
 
 
 def parse_json(text: str | bytes) -> Any:
@@ -182,8 +186,10 @@ def read_json(path: str | Path) -> Any:
     """The JSON value of a file (None when absent); DamagedFile when it is not UTF-8 JSON, or
     nested too deep (`parse_json`)."""
     try:
-        text = read_text(path)
+        text = read_text(path, MAX_JSON_BYTES)
         return None if text is None else parse_json(text)
+    except DamagedFile:
+        raise
     except ValueError as err:
         raise DamagedFile(path, "", f"not valid JSON ({err})") from None
 
@@ -222,7 +228,9 @@ def read_jsonl(path: str | Path, cls: type, check: Callable[[Any], str | None] |
     (`check` names what: a NaN or infinite score, an accuracy above 1) is dropped as a torn one is, with
     one warning for the file: counted, it would skew every mean and test the report draws from it."""
     try:
-        text = read_text(path)
+        text = read_text(path, MAX_JSON_BYTES)
+    except DamagedFile:
+        raise
     except ValueError as err:
         raise DamagedFile(path, "", f"not UTF-8 text ({err})") from None
     if text is None:
