@@ -175,3 +175,60 @@ class WithFacts:
 
     def run_facts(self) -> dict:
         return {"data": {"name": "mine", "rows": 10}}
+
+
+class Hooked:
+    """`needs_max` whose hooks misbehave as `hook` says: `mode` "raise", "exit" (sys.exit), "none",
+    "list", "array" (a numpy array), "numpy" (numpy scalars: fine) or "text"."""
+
+    def __init__(self, hook: str, mode: str):
+        self.hook, self.mode = hook, mode
+
+    def __call__(self, norm_act, trial) -> float:
+        return needs_max(norm_act, trial)
+
+    def _value(self, good):
+        import sys
+
+        np = _np()
+        if self.mode == "raise":
+            raise RuntimeError("hook broke\nsecond line")
+        if self.mode == "exit":
+            sys.exit(7)
+        return {"none": None, "list": [1.0, 2.0], "array": np.ones(3), "text": "x",
+                "numpy": good}.get(self.mode, good)
+
+    def prescreen_features(self, graph):
+        if self.hook != "prescreen_features":
+            return {"n": 1.0}
+        np = _np()
+        return self._value({"n": np.float32(len(graph.live_nodes())), "big": np.float64("inf")})
+
+    def expected_cost(self):
+        return self._value(None) if self.hook == "expected_cost" else None
+
+    def prescreen_prior(self):
+        return self._value(None) if self.hook == "prescreen_prior" else None
+
+    def run_facts(self):
+        return self._value({"mine": 1}) if self.hook == "run_facts" else {}
+
+
+hooked_cost = Hooked("expected_cost", "raise")  # for --objective: a callable object at module level
+
+
+def mathy(norm_act, trial) -> dict:
+    """`two` under score names that matplotlib would read as broken mathtext."""
+    scores = two(norm_act, trial)
+    return dict(zip(["$a^$", "$\\frac{$"], scores.values()))
+
+
+CONTROL = "\x1b]0;owned\x07\x1b[2J\x00"  # sets a terminal's title, clears its screen; a NUL
+
+
+def escapes(norm_act, trial) -> float:
+    """Says a phase and rejects every other layer with a reason full of control characters."""
+    trial.phase("p" + CONTROL)
+    if _h(trial) % 2:
+        raise Reject("bad" + CONTROL)
+    return 0.5

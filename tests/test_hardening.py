@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -399,3 +400,92 @@ def test_resume_help_says_when_proposals_may_differ():
     assert "may propose differently" in page
 
 
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ({"seed": "1"}, "seed: a string"), ({"seed": -1}, "seed must be in"), ({"seed": True}, "seed: true or false"),
+    ({"seed_layers": "evonorm_s0"}, "seed_layers: a string"), ({"seed_layers": ("nope",)}, "seed layer 'nope'"),
+    ({"max_nodes": 0}, "max_nodes must be in 1..10"), ({"max_nodes": 11}, "max_nodes must be in 1..10"),
+    ({"threads": 100000}, "threads must be in 0..256"), ({"tournament_fraction": 0.0}, "tournament_fraction"),
+    ({"retries": -1}, "retries must be >= 0")])
+def test_a_python_setting_is_checked_before_anything_is_written(tmp_path, setting, needle):
+    import _objectives
+    from evonorm.search import search
+
+    with pytest.raises(ValueError, match=needle) as err:
+        search(_objectives.two, out=tmp_path / "run", preset="tiny", budget=2, workers=1, progress=False,
+               **setting)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "run" / "store.sqlite").exists()
+
+
+@pytest.mark.parametrize("flag", [["--threads", "100000"], ["--seed", "-1"], ["--seed-layers", "nope"]])
+def test_a_flag_out_of_range_is_refused_before_anything_is_written(tmp_path, flag):
+    rc, _, err = cli(["search", "--objective", "_objectives:two", "--preset", "tiny", "--out",
+                      str(tmp_path / "run"), "--quiet", *flag])
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run" / "store.sqlite").exists()
+
+
+def test_score_names_with_mathtext_still_give_a_report(tmp_path):
+    pytest.importorskip("matplotlib", reason="reports need the optional `plots` extra")
+    import _objectives
+    from evonorm.search import search
+
+    search(_objectives.mathy, out=tmp_path / "run", preset="tiny", budget=4, workers=1, progress=False,
+           seed_layers=())
+    rc, _, err = cli(["report", str(tmp_path / "run")])
+    assert rc == 0 and (tmp_path / "run" / "report.html").is_file(), err
+    assert "$a^$" in (tmp_path / "run" / "report.html").read_text()
+
+
+def test_a_report_that_fails_leaves_no_report_folder_and_says_why(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="reports need the optional `plots` extra")
+    import _objectives
+
+    _objectives.tiny_run(tmp_path / "run", 2)
+
+    def fails(runs):
+        raise ValueError("\nfigure failed\n^")  # as matplotlib's parse errors read: a blank first line
+
+    monkeypatch.setattr("evonorm.report.make_figures", fails)
+    rc, _, err = cli(["report", str(tmp_path / "run")])
+    assert rc == 2 and "error: figure failed" in err, err
+    assert not (tmp_path / "run" / "report").exists()
+
+
+def test_text_from_a_run_is_quoted_before_a_terminal_or_a_page(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="reports need the optional `plots` extra")
+    import _objectives
+    from evonorm.search import search
+
+    search(_objectives.escapes, out=tmp_path / "run", preset="tiny", budget=6, workers=1, progress=True,
+           seed_layers=())
+    shown = capsys.readouterr().err
+    assert "bad\\x1b]0;owned\\x07" in shown, shown  # the reason, as its escapes
+    with warnings.catch_warnings(record=True) as said:  # matplotlib's, on a glyph it lacks, would name it raw
+        warnings.simplefilter("always")
+        rc, out, err = cli(["report", str(tmp_path / "run")])
+    assert rc == 0, err
+    assert not [w for w in said if "\x1b" in str(w.message) or "\x00" in str(w.message)], said
+    page = (tmp_path / "run" / "report.html").read_text()
+    for text in (shown, out, err, page):
+        assert "\x1b" not in text and "\x00" not in text and "\x07" not in text
+
+
+@pytest.mark.parametrize("call", ["force", "progress", "budget", "budget_bool"])
+def test_python_flags_and_a_resume_budget_are_checked_for_type(tmp_path, call):
+    import _objectives
+    from evonorm.search import resume, search
+
+    run = _objectives.tiny_run(tmp_path / "run", 1) if call.startswith("budget") else init_run(
+        tmp_path / "run", get_preset("tiny"))
+    before = snapshot(run)
+    with pytest.raises(ValueError, match="is not") as err:
+        if call == "force":  # "no" is true: it would start over on the run
+            search(_objectives.two, out=run, preset="tiny", budget=2, workers=1, force="no", progress=False)
+        elif call == "progress":
+            search(_objectives.two, out=tmp_path / "new", preset="tiny", budget=2, progress="no")
+        else:
+            resume(run, _objectives.two, budget=True if call == "budget_bool" else "5", progress=False)
+    assert "\n" not in str(err.value) and snapshot(run) == before

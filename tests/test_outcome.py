@@ -95,3 +95,71 @@ def test_a_disk_that_fills_during_search_ends_it_in_one_line_and_the_run_resumes
     assert cli(["resume", str(out), *argv]) == 0
     with Store(out, readonly=True) as st:
         assert len(st.candidates()) == 5 and not st.pending_proposals()
+
+
+# ---------------------------------------------------------------- the objective's hooks
+
+@pytest.mark.parametrize("mode", ["raise", "exit", "none", "list", "array", "text"])
+def test_a_feature_hook_that_fails_costs_its_layer_the_prediction_with_one_warning(mode, capsys):
+    from evonorm.search.config import SearchConfig
+    from evonorm.search.surrogate import Prescreen
+
+    screen = Prescreen(SearchConfig(), _objectives.Hooked("prescreen_features", mode).prescreen_features)
+    for name in ("evonorm_s0", "evonorm_b0"):
+        assert screen.features(NAMED_GRAPHS[name].to_json()) is None
+    warned = capsys.readouterr().err.strip().splitlines()
+    assert len(warned) == 1 and "the objective's prescreen_features" in warned[0], warned
+
+
+def test_numpy_features_are_stored_as_numbers_and_a_non_finite_one_as_missing():
+    from evonorm.search.config import SearchConfig
+    from evonorm.search.surrogate import Prescreen
+
+    screen = Prescreen(SearchConfig(), _objectives.Hooked("prescreen_features", "numpy").prescreen_features)
+    feats = screen.features(NAMED_GRAPHS["evonorm_s0"].to_json())
+    assert type(feats["task_n"]) is float and feats["task_big"] is None
+    json.dumps(feats, allow_nan=False)
+
+
+@pytest.mark.parametrize("hook", ["expected_cost", "prescreen_prior", "run_facts"])
+@pytest.mark.parametrize("mode", ["raise", "exit", "array", "text"])
+def test_a_run_hook_that_fails_is_one_line_naming_it(tmp_path, hook, mode):
+    from evonorm.search.outcome import HookFailed
+
+    with pytest.raises(HookFailed, match=f"the objective's {hook}") as err:
+        search(_objectives.Hooked(hook, mode), out=tmp_path / "run", preset="tiny", budget=2, workers=1,
+               progress=False, prescreen=True, seed_layers=())
+    assert "\n" not in str(err.value)
+    if hook == "run_facts":  # read before anything is written
+        assert not (tmp_path / "run" / "store.sqlite").exists()
+
+
+@pytest.mark.parametrize("files", [["../outside"], ("store.sqlite-wal",), ["a/b"], ["ok", 3], "name"])
+def test_run_files_that_leave_the_run_folder_are_refused(tmp_path, files):
+    from evonorm.search.driver import init_run
+    from evonorm.search.outcome import HookFailed
+    from evonorm.search.settings import engine_preset
+
+    (tmp_path / "outside").write_text("precious")
+    objective = _objectives.Hooked("none", "none")
+    objective.run_files = files
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "x").write_text("")
+    with pytest.raises(HookFailed, match="run_files"):
+        init_run(tmp_path / "run", engine_preset("tiny"), objective, force=True)
+    assert (tmp_path / "outside").read_text() == "precious"
+
+
+def test_a_search_whose_feature_hook_raises_goes_on_and_the_cli_says_a_failed_hook_in_one_line(
+        tmp_path, capsys):
+    pytest.importorskip("sklearn", reason="the prescreen needs scikit-learn")
+    result = search(_objectives.Hooked("prescreen_features", "raise"), out=tmp_path / "run", preset="tiny",
+                    budget=4, workers=1, progress=False, prescreen=True, prescreen_explore=0.0,
+                    initial_population=1)
+    assert result.complete
+    err = capsys.readouterr().err
+    assert err.count("prescreen_features raised RuntimeError: hook broke") == 1 and "Traceback" not in err
+    assert cli(["search", "--objective", "_objectives:hooked_cost", "--preset", "tiny", "--out",
+                str(tmp_path / "cli"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "expected_cost raised RuntimeError" in err, err

@@ -365,3 +365,23 @@ def test_features_beyond_float32_are_capped_so_the_surrogate_still_fits():
         s.add({"a": 1e308 if i % 2 else -1e39, "b": float(i), "c": 10**400}, i % 2 == 0, None)
     pred = s.predict({"a": 1e39, "b": 2.0, "c": 10**400})
     assert pred is not None and 0.0 <= pred.p_valid <= 1.0
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "folder"])
+def test_a_fifo_link_or_folder_among_the_priors_is_skipped_naming_what_it_is(tmp_path, monkeypatch, capsys,
+                                                                               kind):
+    import os
+
+    from evonorm.proxy.objective import ProxyObjective
+    from evonorm.proxy.presets import get_preset
+
+    priors = tmp_path / "priors"
+    priors.mkdir()
+    (tmp_path / "elsewhere.json").write_text("{}")
+    {"fifo": lambda p: os.mkfifo(p), "link": lambda p: p.symlink_to(tmp_path / "elsewhere.json"),
+     "folder": lambda p: p.mkdir()}[kind](priors / "a.json")
+    monkeypatch.setattr("evonorm.proxy.prior.PRIORS", priors)
+    assert ProxyObjective(get_preset("tiny", prescreen=True)).prescreen_prior() is None
+    warned = capsys.readouterr().err.strip().splitlines()
+    cause = "is a symbolic link" if kind == "link" else "is not a regular file"
+    assert len(warned) == 1 and "skipped the prescreen prior" in warned[0] and cause in warned[0], warned

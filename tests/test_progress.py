@@ -150,6 +150,33 @@ def test_a_progress_file_that_is_not_one_reads_as_none(tmp_path):
     assert TrialProgress("evaluating", 1, 40).describe(1) == "evaluating (step 40)"
 
 
+@pytest.mark.parametrize("text", ['{"phase": null, "reports": Infinity, "step": null}',
+                                  '{"phase": null, "reports": 1e400, "step": null}',
+                                  '{"phase": null, "reports": 1, "step": -50}',
+                                  '{"phase": null, "reports": -1, "step": 3}',
+                                  '{"phase": null, "reports": 1, "step": NaN}'])
+def test_a_progress_file_out_of_range_is_not_believed(tmp_path, text):
+    from evonorm.search.objective import TrialProgress
+
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    assert TrialProgress.read(path) is None
+
+
+def test_a_progress_file_is_checked_for_size_before_it_is_read_and_its_phase_quoted(tmp_path, monkeypatch):
+    from evonorm.search.objective import TrialProgress
+
+    path = tmp_path / "p.json"
+    with open(path, "wb") as f:
+        f.truncate(2 << 30)  # sparse: no disk, and 2 GB of memory if read whole
+    monkeypatch.setattr("json.loads", lambda *a, **k: pytest.fail("read"))
+    assert TrialProgress.read(path) is None
+    monkeypatch.undo()
+    TrialProgress("\x1b]0;owned\x07\x1b[2J\x00x", 0, None).write(path)
+    shown = TrialProgress.read(path).describe(1)
+    assert shown.isprintable() and "\\x1b" in shown, shown
+
+
 def test_workers_that_do_not_see_the_run_folder_get_no_progress_file_and_show_the_number(tmp_path,
                                                                                        capsys):
     from functools import partial

@@ -267,6 +267,34 @@ def test_retrain_never_counts_a_row_it_cannot_use(tmp_path):
         load_rows(path)
 
 
+@pytest.mark.parametrize("change", [{"fitness": float("nan")}, {"fitness": 1e400}, {"accuracies": {"a": 5.0}},
+                                    {"accuracies": {"a": -float("inf")}}, {"seconds": -1.0}, {"seed": -50}])
+def test_a_retrain_row_that_cannot_be_true_is_dropped_with_one_warning(run, capsys, change):
+    pytest.importorskip("matplotlib", reason="reports need the optional `plots` extra")
+    good = {"layer": "bn_relu", "kind": "reference", "seed": 1000, "accuracies": {"a": 0.5}, "fitness": 0.5}
+    lines = [good, good | {"seed": 1001, "accuracies": {"a": 0.6}, "fitness": 0.6}, good | {"seed": 1002} | change]
+    (run / "retrain.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))  # NaN, Infinity as Python writes them
+    assert [r.seed for r in load_rows(run / "retrain.jsonl")] == [1000, 1001]
+    warned = capsys.readouterr().err.strip().splitlines()
+    assert len(warned) == 1 and "dropped 1 row(s)" in warned[0] and "line 3" in warned[0], warned
+    rc, _, err = cli(["report", str(run)])
+    assert rc == 0 and "Traceback" not in err, err
+
+
+def test_a_rerank_row_or_reference_that_cannot_be_true_is_dropped_with_one_warning(run, capsys):
+    from evonorm.proxy.references import read_references
+    from evonorm.proxy.rerank import read_reranks
+
+    row = {"candidate_id": 1, "setting": "tiny", "split": "s", "scores": {"a": 0.5}, "mean": 0.5,
+           "status": "ok", "reason": None, "search_fitness": 0.5, "seconds": 1.0, "created_at": 1.0}
+    (run / "rerank.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(row | {"mean": float("nan")}) + "\n")
+    assert [r.mean for r in read_reranks(run)] == [0.5]  # the later row would count: it cannot be true
+    (run / "references.json").write_text(json.dumps({"bn_relu": {"a": 0.5}, "gn_relu": {"a": 5.0}}))
+    assert read_references(run / "references.json") == {"bn_relu": {"a": 0.5}}
+    warned = capsys.readouterr().err.strip().splitlines()
+    assert len(warned) == 2 and "rerank.jsonl" in warned[0] and "gn_relu" in warned[1], warned
+
+
 JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
                                                                                         max_size=3), max_leaves=6)
@@ -277,16 +305,20 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
                               "reason"]), value=JSON_VALUES)
 @example(field="accuracies", value={"\n": False})  # a key with a line break: the message stays one line
 def test_any_row_is_a_retrain_row_of_the_declared_types_or_refused(tmp_path_factory, field, value):
-    """Fuzz: a row with any JSON value in any field either loads, with that field of its declared type, or
-    raises DamagedFile naming the line and the field."""
+    """Fuzz: a row with any JSON value in any field either loads, with that field of its declared type, is
+    dropped (a value of its type that cannot be true), or raises DamagedFile naming the line and the field."""
     path = tmp_path_factory.mktemp("run") / "retrain.jsonl"
     row = {"layer": "bn_relu", "kind": "reference", "seed": 1000, "accuracies": {"a": 0.5}, "fitness": 0.5}
     path.write_text(json.dumps(row | {field: value}) + "\n")
     try:
-        (loaded,) = load_rows(path)
+        loaded = load_rows(path)
     except DamagedFile as err:
         assert f"line 1: {field}:" in str(err) and "\n" not in str(err)
         return
+    if not loaded:
+        assert RetrainRow(**(row | {field: value})).problem() is not None
+        return
+    (loaded,) = loaded
     got = getattr(loaded, field)
     assert files.type_problem(got, {"layer": str, "kind": str, "seed": int, "accuracies": dict[str, float | None],
                                     "fitness": float | None, "candidate_id": int | None, "seconds": float,
@@ -308,3 +340,22 @@ def test_any_config_field_is_of_its_type_or_refused_in_one_line(tmp_path_factory
             s.search_config()
         except DamagedFile as err:
             assert "store.sqlite: config" in str(err) and "\n" not in str(err)
+
+
+@pytest.mark.parametrize("name", ["retrain.jsonl", "rerank.jsonl", "references.json"])
+def test_a_sparse_ledger_of_gigabytes_is_refused_before_it_is_read(run, monkeypatch, name):
+    pytest.importorskip("matplotlib", reason="reports need the optional `plots` extra")
+    with open(run / name, "wb") as f:
+        f.truncate(2 << 30)  # no disk; read whole, 2 GB of memory
+    monkeypatch.setattr(files, "parse_json", lambda *a: pytest.fail("read"))
+    assert_refused(["report", str(run)], run, name, "bytes, more than")
+
+
+def test_a_sparse_prior_of_gigabytes_is_skipped_before_it_is_read(tmp_path, capsys):
+    from evonorm.proxy.prior import prior_for
+
+    (tmp_path / "a.json").touch()
+    with open(tmp_path / "a.json", "wb") as f:
+        f.truncate(2 << 30)
+    assert prior_for(get_preset("tiny"), tmp_path) is None
+    assert "bytes, more than" in capsys.readouterr().err

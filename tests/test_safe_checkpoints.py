@@ -5,6 +5,7 @@ dropped with a one-line warning and the candidate trains again from its first st
 import os
 import pickle
 
+import pytest
 import torch
 
 from evonorm.graph.library import NAMED_GRAPHS
@@ -146,3 +147,82 @@ def test_a_search_never_runs_a_checkpoint_planted_in_its_run_folder(tmp_path, ca
         seed = next(c for c in store.candidates() if c.origin == "seed")
     assert seed.status == "valid" and len(seed.stage_scores) == 2  # trained again from its first stage
     assert "dropped stage checkpoint" in capfd.readouterr().err
+
+
+def _real_checkpoint(cfg, ds, g, ckpt, monkeypatch):
+    """The stage checkpoint a worker killed in the second stage leaves (as `torch.load` reads it)."""
+    real = Run.advance
+
+    def stop_in_stage_two(self, to_step=None, **kw):
+        if to_step is not None and to_step > 3:
+            raise KeyboardInterrupt
+        return real(self, to_step, **kw)
+
+    monkeypatch.setattr(Run, "advance", stop_in_stage_two)
+    try:
+        train_stages(g, ds, cfg, checkpoint=str(ckpt))
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.undo()
+    return torch.load(ckpt, weights_only=True)
+
+
+def _forge(saved, how):
+    arch = next(iter(saved["runs"]))
+    if how == "steps_done":
+        saved["runs"][arch]["result"]["steps_done"] = -50
+    elif how == "nan_weights":
+        w = next(t for t in saved["runs"][arch]["model"].values() if t.is_floating_point())
+        w.fill_(float("nan"))
+    elif how == "stage_score":
+        saved["stages"][0][arch] = 0.99 if saved["stages"][0][arch] < 0.5 else 0.01
+    elif how == "nan_score":
+        saved["stages"][0][arch] = float("nan")
+    return saved
+
+
+def test_a_well_formed_checkpoint_that_is_not_true_is_dropped(tmp_path, monkeypatch, capfd):
+    cfg = _staged_cfg()
+    ds = search_dataset(cfg)
+    g = NAMED_GRAPHS["evonorm_s0"]
+    whole = train_stages(g, ds, cfg)
+    ckpt = tmp_path / "stages" / "3.pt"
+    saved = _real_checkpoint(cfg, ds, g, ckpt, monkeypatch)
+    capfd.readouterr()
+    resumed = train_stages(g, ds, cfg, checkpoint=str(ckpt))  # the true one is believed: nothing said
+    assert resumed.stage_scores == whole.stage_scores and capfd.readouterr().err == ""
+    for how in ("steps_done", "nan_weights", "stage_score", "nan_score"):
+        torch.save(_forge(_real_checkpoint(cfg, ds, g, ckpt, monkeypatch), how), ckpt)
+        capfd.readouterr()
+        calls = _count_advances(monkeypatch)
+        assert train_stages(g, ds, cfg, checkpoint=str(ckpt)).stage_scores == whole.stage_scores, how
+        assert calls[0] == 3 and not ckpt.exists(), how  # trained again from its first stage
+        err = capfd.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "dropped stage checkpoint" in err[0], (how, err)
+        monkeypatch.undo()
+
+
+def test_a_sparse_checkpoint_of_gigabytes_is_refused_before_it_is_read(tmp_path, monkeypatch, capfd):
+    cfg = _staged_cfg()
+    ds = search_dataset(cfg)
+    g = NAMED_GRAPHS["evonorm_s0"]
+    ckpt = tmp_path / "3.pt"
+    with open(ckpt, "wb") as f:
+        f.truncate(2 << 30)  # takes no disk; read whole it would take 2 GB of memory
+    monkeypatch.setattr("torch.load", lambda *a, **k: pytest.fail("read"))
+    train_stages(g, ds, cfg, checkpoint=str(ckpt))
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bytes, more than" in err[0] and not ckpt.exists(), err
+
+
+def test_a_folder_at_the_checkpoint_path_is_not_the_layers_outcome(tmp_path, capfd):
+    cfg = _staged_cfg()
+    ds = search_dataset(cfg)
+    g = NAMED_GRAPHS["evonorm_s0"]
+    whole = train_stages(g, ds, cfg)
+    ckpt = tmp_path / "3.pt"
+    ckpt.mkdir()
+    got = train_stages(g, ds, cfg, checkpoint=str(ckpt))
+    assert got.status == "valid" and got.stage_scores == whole.stage_scores and ckpt.is_dir()
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a regular file" in err[0], err

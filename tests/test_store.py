@@ -158,3 +158,18 @@ def test_a_reader_never_deletes_a_writer_s_wal(tmp_path, monkeypatch):
     db = sqlite3.connect(path)
     assert db.execute("SELECT count(*) FROM meta WHERE key LIKE 'row%'").fetchone()[0] == 5
     db.close()
+
+
+def test_a_store_whose_schema_differs_in_comments_and_spacing_only_is_read(tmp_path):
+    import sqlite3
+
+    from evonorm.search import store
+
+    path = tmp_path / "store.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(store._SCHEMA.replace("-- proposal order, 0-based", "-- reworded later")
+                     .replace("graph TEXT NOT NULL,", "graph   TEXT NOT NULL,"))
+    db.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    db.commit()
+    db.close()
+    store.check_store(path)

@@ -12,8 +12,9 @@ import sys
 from typing import NoReturn, Sequence
 
 from evonorm import __version__
-from evonorm.files import DamagedFile, UnsafePath
+from evonorm.files import DamagedFile, UnsafePath, printable
 from evonorm.search.executors import WorkerStartError
+from evonorm.search.outcome import HookFailed
 
 COMMANDS: dict[str, str] = {
     "search": "run a layer search (regularized evolution or random search) into a run folder",
@@ -36,8 +37,9 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def one_line(message: str) -> str:
-    """A message as one line (user input quoted in it may hold newlines)."""
-    return message.replace("\r", "\\r").replace("\n", "\\n")
+    """A message as one line, with nothing a terminal would act on (user input or text from a run quoted
+    in it may hold a line break, ESC or NUL: `printable`)."""
+    return printable(message)
 
 
 class CommandError(Exception):
@@ -63,8 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(f"evonorm.commands.{name}")
     try:
         return int(module.main(rest) or 0)
-    except (CommandError, DamagedFile, UnsafePath, WorkerStartError) as err:  # a damaged or linked
-        # run-folder file, or workers that cannot start: one line too
+    except (CommandError, DamagedFile, UnsafePath, WorkerStartError, HookFailed) as err:  # a damaged or
+        # linked run-folder file, workers that cannot start, an objective's hook that fails: one line too
         print(f"evonorm {name}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import stat
+import sys
 import tempfile
 import types
 import typing
@@ -50,19 +51,28 @@ def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o644) 
     return fd
 
 
-def read_bytes(path: str | Path) -> bytes | None:
-    """The file's bytes, None when absent; UnsafePath for a link or a non-regular file."""
+def read_bytes(path: str | Path, limit: int | None = None) -> bytes | None:
+    """The file's bytes, None when absent; UnsafePath for a link or a non-regular file. With `limit`, a
+    DamagedFile for a file of more bytes, said before any is read (a planted sparse file of gigabytes
+    takes no disk and would take that much memory)."""
     try:
         fd = open_regular(path)
     except FileNotFoundError:
         return None
     with os.fdopen(fd, "rb") as f:
-        return f.read()
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise DamagedFile(path, "", f"{size} bytes, more than the {limit} it can hold")
+        data = f.read(size if limit is None else limit + 1)
+        if limit is not None and len(data) > limit:  # grew since: the same refusal
+            raise DamagedFile(path, "", f"more than the {limit} bytes it can hold")
+        return data
 
 
-def read_text(path: str | Path) -> str | None:
-    """The file's text (UTF-8), None when absent; UnicodeDecodeError (a ValueError) for other bytes."""
-    data = read_bytes(path)
+def read_text(path: str | Path, limit: int | None = None) -> str | None:
+    """The file's text (UTF-8), None when absent; UnicodeDecodeError (a ValueError) for other bytes; a
+    DamagedFile for a file over `limit` bytes (`read_bytes`)."""
+    data = read_bytes(path, limit)
     return None if data is None else data.decode("utf-8")
 
 
@@ -144,6 +154,9 @@ class DamagedFile(ValueError):
 
 
 MAX_JSON_DEPTH = 64  # far deeper than anything the package writes (a run's config: 4 levels)
+# far more than any JSON or JSON-lines file the package writes holds (a shipped prior: under 1 MB; a
+# re-training ledger of thousands of rows: a few MB); a larger one is refused before it is read
+MAX_JSON_BYTES = 256 << 20
 
 
 def parse_json(text: str | bytes) -> Any:
@@ -173,8 +186,10 @@ def read_json(path: str | Path) -> Any:
     """The JSON value of a file (None when absent); DamagedFile when it is not UTF-8 JSON, or
     nested too deep (`parse_json`)."""
     try:
-        text = read_text(path)
+        text = read_text(path, MAX_JSON_BYTES)
         return None if text is None else parse_json(text)
+    except DamagedFile:
+        raise
     except ValueError as err:
         raise DamagedFile(path, "", f"not valid JSON ({err})") from None
 
@@ -205,18 +220,22 @@ def update_json(path: str | Path, change: Callable[[Any], Any], *, create: bool 
         os.close(fd)  # closing drops the lock
 
 
-def read_jsonl(path: str | Path, cls: type) -> list:
+def read_jsonl(path: str | Path, cls: type, check: Callable[[Any], str | None] | None = None) -> list:
     """The rows of a JSON-lines file as `cls` dataclasses (none when absent), each checked (`check_record`).
     A line that is not JSON is a write torn by a kill (`append_line` ends it before the next row) and is
     skipped, never counted: its run is done again. A line that is JSON but not a valid row is a
-    DamagedFile naming its number and field."""
+    DamagedFile naming its number and field. A row of the right types whose values cannot be true
+    (`check` names what: a NaN or infinite score, an accuracy above 1) is dropped as a torn one is, with
+    one warning for the file: counted, it would skew every mean and test the report draws from it."""
     try:
-        text = read_text(path)
+        text = read_text(path, MAX_JSON_BYTES)
+    except DamagedFile:
+        raise
     except ValueError as err:
         raise DamagedFile(path, "", f"not UTF-8 text ({err})") from None
     if text is None:
         return []
-    rows = []
+    rows, dropped = [], []
     for n, line in enumerate(text.split("\n"), 1):
         try:
             data = json.loads(line)
@@ -228,8 +247,42 @@ def read_jsonl(path: str | Path, cls: type) -> list:
             check_depth(data)
         except ValueError as err:
             raise DamagedFile(path, f"line {n}", str(err)) from None
-        rows.append(cls(**check_record(cls, data, path, f"line {n}")))
+        row = cls(**check_record(cls, data, path, f"line {n}"))
+        problem = check(row) if check else None
+        if problem is None:
+            rows.append(row)
+        else:
+            dropped.append(f"line {n}: {problem}")
+    if dropped:
+        warn(f"dropped {len(dropped)} row(s) of {path} that cannot be true "
+             f"({dropped[0]}{', ...' if len(dropped) > 1 else ''})")
     return rows
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr, quoted where it holds a control character (it names what a file holds)."""
+    print(f"evonorm: warning: {printable(message)}", file=sys.stderr, flush=True)
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` with every character that does not print (a line break, ESC, NUL, ...), but those in `keep`,
+    written as its escape: text read from a run (a phase, a reason, a name) reaches a terminal or a page
+    only so, since a raw control sequence there can clear the screen or set the window's title."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else ascii(c)[1:-1] for c in text)
+
+
+def number_problem(value: float | None, low: float = -math.inf, high: float = math.inf) -> str | None:
+    """What is wrong with a number read back (None: nothing, or no number): not finite, or outside
+    [low, high]."""
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        return f"the number {value}, not a finite number"
+    if not low <= value <= high:
+        return f"{value}, not between {low} and {high}"
+    return None
 
 
 def check_record(cls: type, data: Any, path: str | Path, where: str, unknown: bool = False) -> dict:

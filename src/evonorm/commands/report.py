@@ -73,6 +73,7 @@ def _write(runs: list[Path], out: Path | None, refresh: float | None = None) -> 
         try:
             page = write_report(runs, out, refresh)
         except (FileNotFoundError, ValueError) as err:
-            raise CommandError(str(err).splitlines()[0]) from None
+            raise CommandError(next((line for line in str(err).splitlines() if line.strip()),
+                                    type(err).__name__)) from None
     with Store(runs[0], readonly=True) as store:
         return page, store.get_meta("status") or ""

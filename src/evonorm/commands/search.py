@@ -14,7 +14,7 @@ from evonorm.commands._common import (ARCHS_HELP, DATA_HELP, check_archs, check_
                                       report_result, run_lock, write_errors)
 from evonorm.search.api import own_objective_config
 from evonorm.search.config import EXECUTORS, SPACES
-from evonorm.search.driver import init_run, run_facts, run_search
+from evonorm.search.driver import check_seed_layers, init_run, run_facts, run_search
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.presets import PRESETS, calibration_note, get_preset, measurement
@@ -171,11 +171,9 @@ def load_objective_arg(spec: str | None, ship: list[str] | None):
 def check_setup(cfg):
     """Validate what a run needs before its folder is written: archs, trainer preset, data (the
     built-in objective's; an own objective brings its own)."""
-    from evonorm.graph.library import resolve_graph
-
     if cfg.objective:
         try:
-            _check_seed_layers(cfg, resolve_graph)
+            check_seed_layers(cfg)
         except ValueError as err:
             raise CommandError(str(err).splitlines()[0]) from None
         return cfg
@@ -184,23 +182,13 @@ def check_setup(cfg):
     check_archs(task.archs)
     try:
         cfg = with_dataset(cfg)  # never a silent fall-back to the synthetic set
-        _check_seed_layers(cfg, resolve_graph)
+        check_seed_layers(cfg)
         check_training(cfg)
         ds = search_dataset(cfg)
         probe_archs(cfg, ds)
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
     return cfg
-
-
-def _check_seed_layers(cfg, resolve_graph) -> None:
-    for spec in cfg.evolution.seed_layers:
-        try:
-            graph = resolve_graph(spec)
-        except ValueError as err:
-            raise ValueError(f"seed layer {err}") from None
-        if graph.uses_batch_stats and not cfg.evolution.allow_batch:
-            raise ValueError(f"seed layer {spec!r} uses batch statistics: not in the S space")
 
 
 def main(argv: list[str]) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.training import check_training, search_dataset, with_dataset
-from evonorm.search.api import resume_run, with_budget
+from evonorm.search.api import check_flags, resume_run, with_budget
 from evonorm.search.driver import SearchResult, init_run, run_search
 from evonorm.search.executors import Executor
 from evonorm.search.lock import RunLock
@@ -25,6 +25,7 @@ def search(*, out: str | Path, preset: str = "demo", space: str = "s", budget: i
     changed by plain keyword (the engine's and the task's: `budget`, `stage_steps`, `archs`, ...;
     `evonorm.proxy.presets.get_preset`). ValueError / FileNotFoundError on bad input (a
     missing dataset among them), before any worker starts."""
+    check_flags(force=force, progress=progress)
     cfg = get_preset(preset, space=space, budget=budget, workers=workers, executor=executor,
                      seed=seed, **settings)
     cfg = with_dataset(cfg)

@@ -14,7 +14,6 @@ folders, and `experiments/prescreen_prior.py` the shipped ones.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from evonorm import __version__
-from evonorm.files import read_json, write_atomic
+from evonorm.files import read_json, warn, write_atomic
 from evonorm.proxy import features as task_features_module
 from evonorm.proxy.config import proxy_config
 from evonorm.search import features as engine_features_module
@@ -86,15 +85,16 @@ def write_prior(path: str | Path, prior: Prior) -> None:
     write_atomic(path, (head[:-2] + ',\n "rows": [\n' + rows + "\n ]\n}\n").encode())
 
 
-def prior_for(cfg: SearchConfig, folder: str | Path = PRIORS) -> Prior | None:
-    """The prior in `folder` built under the run's setting, or None where there is none."""
+def prior_for(cfg: SearchConfig, folder: str | Path | None = None) -> Prior | None:
+    """The prior in `folder` (default: the shipped ones, PRIORS) built under the run's setting, or None
+    where there is none."""
     want = setting(cfg)
-    for path in sorted(Path(folder).glob("*.json")):
+    for path in sorted(Path(PRIORS if folder is None else folder).glob("*.json")):
         try:
             prior = read_prior(path)
-        except ValueError as err:  # a bad prior costs the search its head start, not the search
-            print(f"evonorm: warning: skipped the prescreen prior {path}: "
-                  f"{(str(err).splitlines() or [''])[0][:300]}", file=sys.stderr, flush=True)
+        except (ValueError, OSError) as err:  # a bad prior costs the search its head start, not the search
+            # OSError: a link, FIFO or folder at the name (UnsafePath), or a file that cannot be read
+            warn(f"skipped the prescreen prior {path}: {(str(err).splitlines() or [''])[0][:300]}")
             continue
         if prior.setting == want:
             return prior

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Callable, Sequence
 
-from evonorm.files import DamagedFile, read_json, type_problem, write_atomic
+from evonorm.files import DamagedFile, key_text, number_problem, read_json, type_problem, warn, write_atomic
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.training import require_builtin, search_dataset, train_config
 from evonorm.search.store import Store, run_folder
@@ -62,11 +62,16 @@ def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
 
 def read_references(path: Path) -> dict[str, dict[str, float | None]]:
     """A references file ({} when absent): {layer: {arch: accuracy or null}}; DamagedFile naming the file and
-    the layer otherwise."""
+    the layer otherwise. A layer with an accuracy that is not finite or outside [0, 1] is dropped with a
+    warning."""
     refs = read_json(path)
     if refs is None:
         return {}
     problem = type_problem(refs, dict[str, dict[str, float | None]])
     if problem is not None:
         raise DamagedFile(path, "", problem)
-    return refs
+    wrong = {layer: f"{key_text(layer)}: {key_text(arch)}: {p}" for layer, accs in refs.items()
+             for arch, acc in accs.items() if (p := number_problem(acc, 0.0, 1.0))}
+    if wrong:  # an accuracy that cannot be true is not trusted (a retrain trains the layer again)
+        warn(f"dropped {len(wrong)} layer(s) of {path} that cannot be true ({next(iter(wrong.values()))})")
+    return {layer: accs for layer, accs in refs.items() if layer not in wrong}

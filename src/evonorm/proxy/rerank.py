@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
 
-from evonorm.files import append_line, read_jsonl
+from evonorm.files import append_line, key_text, number_problem, read_jsonl
 from evonorm.proxy.config import anchor_archs, proxy_config, split_seed, with_task_settings
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
@@ -54,13 +54,22 @@ class RerankRow:
     seconds: float
     created_at: float
 
+    def problem(self) -> str | None:
+        """What in the row cannot be true (None: nothing): a score or mean outside [0, 1] or not finite,
+        a search fitness or time that is not finite."""
+        checks = [(f"scores: {a}", number_problem(v, 0.0, 1.0)) for a, v in self.scores.items()]
+        checks += [("mean", number_problem(self.mean, 0.0, 1.0)), ("search_fitness", number_problem(self.search_fitness)),
+                   ("seconds", number_problem(self.seconds, 0.0)), ("created_at", number_problem(self.created_at))]
+        return next((f"{key_text(name)}: {p}" for name, p in checks if p), None)
+
 
 def read_reranks(run: str | Path) -> list[RerankRow]:
     """A run's rerank rows (none when it was never reranked), best mean first, failed ones last; a
     layer reranked again in the same setting and split counts by its latest row. Each row is checked
-    (`read_jsonl`): a damaged one is a DamagedFile naming it."""
+    (`read_jsonl`): a damaged one is a DamagedFile naming it, one whose values cannot be true is dropped
+    with a warning."""
     latest = {(r.candidate_id, r.setting, r.split): r
-              for r in read_jsonl(run_folder(Path(run)) / RERANK_FILE, RerankRow)}
+              for r in read_jsonl(run_folder(Path(run)) / RERANK_FILE, RerankRow, RerankRow.problem)}
     return sorted(latest.values(), key=lambda r: (r.mean is None, -(r.mean or 0.0), r.candidate_id))
 
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from evonorm.files import append_line, read_jsonl
+from evonorm.files import append_line, key_text, number_problem, read_jsonl
 from evonorm.proxy.config import proxy_config
 from evonorm.search.candidates import same_layer_keys, top_layers
 from evonorm.proxy.training import require_builtin, search_dataset, train_config
@@ -44,6 +44,14 @@ class RetrainRow:
     seconds: float = 0.0
     reason: str | None = None  # why it failed
 
+    def problem(self) -> str | None:
+        """What in the row cannot be true (None: nothing): an accuracy or fitness outside [0, 1] or not
+        finite, a negative seed or time."""
+        checks = [(f"accuracies: {a}", number_problem(v, 0.0, 1.0)) for a, v in self.accuracies.items()]
+        checks += [("fitness", number_problem(self.fitness, 0.0, 1.0)), ("seed", number_problem(self.seed, 0)),
+                   ("seconds", number_problem(self.seconds, 0.0))]
+        return next((f"{key_text(name)}: {p}" for name, p in checks if p), None)
+
 
 def read_rows(run: str | Path) -> list[RetrainRow]:
     """The finished (layer, seed) rows of a run (none when it was never re-trained)."""
@@ -52,9 +60,10 @@ def read_rows(run: str | Path) -> list[RetrainRow]:
 
 def load_rows(path: Path) -> list[RetrainRow]:
     """The rows of one re-training file (none when it does not exist), each checked: a line cut short by a
-    crash is skipped (its run trains again), any other damaged row is a DamagedFile naming it, so that a
-    row that cannot be used is never counted as done."""
-    return read_jsonl(path, RetrainRow)
+    crash is skipped (its run trains again), as is one whose values cannot be true (with a warning), any
+    other damaged row is a DamagedFile naming it, so that a row that cannot be used is never counted as
+    done."""
+    return read_jsonl(path, RetrainRow, RetrainRow.problem)
 
 
 def pending(path: Path, label: str, seeds: Sequence[int]) -> list[int]:

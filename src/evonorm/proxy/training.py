@@ -163,13 +163,12 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     """
     task = proxy_config(cfg)
     import io
-    import sys
     import warnings
     from pathlib import Path
 
     import torch
 
-    from evonorm.files import check_folder, read_bytes, write_atomic
+    from evonorm.files import check_folder, read_bytes, warn, write_atomic
     from evonorm.train import Run
 
     ends = [*cfg.hurdles.stage_steps, train_config(cfg, task.archs[0]).steps]
@@ -182,23 +181,30 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     runs: dict[tuple[str, int], Run] = {}
     stages: list[dict[str, float]] = []
     ckpt = Path(checkpoint) if checkpoint else None
+    if ckpt is not None and (ckpt.exists() or ckpt.is_symlink()) and not (ckpt.is_file() or ckpt.is_symlink()):
+        # a folder or FIFO at the name: neither read nor removed, and the candidate keeps no checkpoint
+        # (writing one would fail, and that failure is not the layer's)
+        warn(f"{ckpt} is not a regular file: the candidate keeps no stage checkpoint")
+        ckpt = None
     if ckpt is not None and (ckpt.is_file() or ckpt.is_symlink()):
         try:  # tensors and plain data only: a planted pickle is refused, never run; a link never followed
+            fresh = {ai: new_run(*ai) for ai in keys}
+            limit = CHECKPOINT_SLACK + 4 * sum(_state_bytes(r) for r in fresh.values())
             with warnings.catch_warnings():  # e.g. on the pickle protocol: the one line below
                 warnings.simplefilter("ignore")
-                saved = torch.load(io.BytesIO(read_bytes(ckpt) or b""), weights_only=True)
+                saved = torch.load(io.BytesIO(read_bytes(ckpt, limit) or b""), weights_only=True)
             stages = [{str(a): float(v) for a, v in s.items()} for s in saved["stages"]]
             if (not 0 < len(stages) < len(ends) or any(set(s) != set(task.archs) for s in stages)
                     or set(saved["runs"]) != set(keys.values())):
                 raise ValueError("its stages and runs are not this candidate's")
             for (arch, i), name in keys.items():
-                runs[arch, i] = new_run(arch, i)
+                runs[arch, i] = fresh[arch, i]
                 runs[arch, i].restore(saved["runs"][name])
+            check_restored(runs, stages, ends[len(stages) - 1])
         except Exception as err:  # noqa: BLE001 - corrupt, planted or from other settings: retrain
             first = (str(err).strip().splitlines() or [""])[0][:200]
-            print(f"evonorm: warning: dropped stage checkpoint {ckpt} ({type(err).__name__}: "
-                  f"{first}); the candidate trains again from its first stage", file=sys.stderr,
-                  flush=True)
+            warn(f"dropped stage checkpoint {ckpt} ({type(err).__name__}: {first}); the candidate trains "
+                 "again from its first stage")
             ckpt.unlink(missing_ok=True)
             runs, stages = {}, []
     trial = trial if trial is not None else Trial(graph, hurdles=list(hurdles))
@@ -249,7 +255,12 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
             if ckpt is not None and k < len(ends) - 1:
                 buf = io.BytesIO()
                 torch.save({"stages": stages, "runs": {keys[ai]: r.state() for ai, r in runs.items()}}, buf)
-                write_atomic(check_folder(ckpt.parent, create=True) / ckpt.name, buf.getvalue())
+                try:
+                    write_atomic(check_folder(ckpt.parent, create=True) / ckpt.name, buf.getvalue())
+                except OSError as err:  # the run folder's fault, not the layer's: it trains on without
+                    warn(f"cannot write stage checkpoint {ckpt} ({err.strerror or err}); the candidate "
+                         "trains on without one")
+                    ckpt = None
         # what lies under the scores, for whoever studies the proxy (`evonorm calibrate --panel`)
         detail = {"runs": run_scores, "seconds": seconds}
         return decided(dataclasses.replace(
@@ -258,6 +269,42 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
         if ckpt is not None:
             ckpt.unlink(missing_ok=True)
         raise
+
+
+CHECKPOINT_SLACK = 1 << 20  # bytes a stage checkpoint holds beside its tensors: stages, random state, results
+
+
+def _state_bytes(run) -> int:
+    """The bytes of a run's model state (its weights and buffers): a checkpoint holds those, the optimizer's
+    state (at most twice as many) and little else, so a file far larger is not one."""
+    return sum(t.numel() * t.element_size() for t in run.model.state_dict().values())
+
+
+def check_restored(runs: dict, stages: list[dict[str, float]], step: int) -> None:
+    """ValueError unless restored runs are what their checkpoint claims: its stage scores accuracies (finite,
+    in [0, 1]), each run at the step its last stage ended on, its weights finite, and its last stage's
+    scores what the restored weights score now (a forged score would otherwise be believed)."""
+    import torch
+
+    from evonorm.files import number_problem
+
+    for k, accs in enumerate(stages):
+        for arch, v in accs.items():
+            if number_problem(v, 0.0, 1.0):
+                raise ValueError(f"stage {k + 1} score of {arch} is {v}, not an accuracy")
+    scores: dict[str, list[float]] = {}
+    for (arch, i), run in runs.items():
+        if run.step != step or not run.ok:
+            raise ValueError(f"run {i} of {arch} is at step {run.step} ({run.result.status}), not {step}")
+        if not all(bool(torch.isfinite(t).all()) for t in run.model.state_dict().values() if t.is_floating_point()):
+            raise ValueError(f"run {i} of {arch} has weights that are not finite")
+        acc = run.score()
+        if acc is None:
+            raise ValueError(f"run {i} of {arch} scores no finite output")
+        scores.setdefault(arch, []).append(acc)
+    for arch, accs in scores.items():
+        if abs(sum(accs) / len(accs) - stages[-1][arch]) > 1e-6:
+            raise ValueError(f"its last stage's score of {arch} is not what its weights score")
 
 
 def run_seed(cfg: SearchConfig, i: int) -> int:

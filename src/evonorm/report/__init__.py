@@ -62,10 +62,13 @@ def build_report(runs: Sequence[RunData], out_dir: Path, refresh: float | None =
 
     if not runs:
         raise ValueError("no run to report")
+    from evonorm.report.figures import plain_text
+
     out_dir = Path(out_dir)
+    with plain_text():  # before anything is written: a report that fails leaves no empty folder
+        figs = make_figures(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
     fig_dir = check_folder(out_dir / "report", create=True)  # a link there would take the figures elsewhere
-    figs = make_figures(runs)
     for stem, _, png in figs:
         write_atomic(fig_dir / f"{stem}.png", png)
     page = out_dir / "report.html"

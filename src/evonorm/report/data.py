@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evonorm.files import printable
 from evonorm.search.candidates import Candidate, as_candidate, reason_group
 from evonorm.search.evaluation import STATUSES, finite
 from evonorm.proxy.config import ProxyConfig
@@ -221,7 +222,7 @@ def reason_category(c: Candidate) -> str:
         return "valid"
     if c.status not in FINISHED:
         return "pending"
-    return reason_group(c.reason or c.status, fine=True)
+    return printable(reason_group(c.reason or c.status, fine=True))  # a reason is the objective's text
 
 
 def formula(graph_json: Any, *, latex: bool = False) -> str:

@@ -33,6 +33,15 @@ def pyplot():
     return plt
 
 
+def plain_text() -> Any:
+    """A context in which figures draw their text as given: a `$` in a name read from a run (a score
+    name) would otherwise be parsed as mathtext, and one that does not parse fails the whole report."""
+    pyplot()
+    import matplotlib
+
+    return matplotlib.rc_context({"text.parse_math": False})
+
+
 def png_bytes(fig: Any, dpi: int = 110) -> bytes:
     """The figure as PNG bytes; closes it (figures are built in loops, pyplot keeps them alive)."""
     plt = pyplot()

@@ -13,6 +13,7 @@ import time
 from dataclasses import fields
 from typing import Any, Sequence
 
+from evonorm.files import printable
 from evonorm.proxy.rerank import RerankRow
 from evonorm.report.data import FINISHED, RunData, formula, reason_category
 from evonorm.report.verdict import layer_stats, search_fitness_text, verdict
@@ -40,7 +41,9 @@ def data_uri(png: bytes) -> str:
 
 
 def esc(x: Any) -> str:
-    return html.escape(str(x), quote=True)
+    """Text for the page: HTML-escaped, and with its control characters (NUL, ESC, ...) written as escapes,
+    since text from a run (a reason, a score name, a phase) may hold any (`printable`)."""
+    return html.escape(printable(str(x), keep="\n\t"), quote=True)
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]], *, cls: str = "") -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evonorm.files import printable
 from evonorm.proxy.rerank import RerankRow
 from evonorm.report.data import formula, load_run
 from evonorm.report.verdict import verdict
@@ -24,7 +25,7 @@ def summary_table(run_dir: str | Path, top: int = 10) -> str:
                 best=rows[0].best if rows else None),
         run.fidelity, run.setup) if line)
     if not rows:
-        return head_lines + "\nno valid layer found"
+        return _printable(head_lines + "\nno valid layer found")
     staged = len({row.best.stage for row in rows}) > 1  # some layer a hurdle stopped early
     head = ["rank", "id", "fitness"] + (["stage"] if staged else []) + archs + ["spellings", "layer"]
     lines = [head]
@@ -40,7 +41,13 @@ def summary_table(run_dir: str | Path, top: int = 10) -> str:
         table += ("\nranked by the stage reached, then fitness: a layer a hurdle stopped early "
                   "was scored after shorter training, so its fitness does not compare with a "
                   "finished layer's")
-    return head_lines + "\n" + table
+    return _printable(head_lines + "\n" + table)
+
+
+def _printable(text: str) -> str:
+    """Each line of a table for the terminal with its control characters quoted (`printable`): names and
+    reasons come from a run, and a raw escape sequence in one would act on the terminal."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def rerank_table(rows: list[RerankRow], graphs: dict[int, dict]) -> str:
@@ -53,4 +60,4 @@ def rerank_table(rows: list[RerankRow], graphs: dict[int, dict]) -> str:
         search = "-" if r.search_fitness is None else f"{r.search_fitness:.4f}"
         lines.append(f"{rank:>3}  id {r.candidate_id:<5} rerank {mean:<7} search {search:<7} "
                      f"{formula(graphs.get(r.candidate_id))}")
-    return "\n".join(lines)
+    return _printable("\n".join(lines))

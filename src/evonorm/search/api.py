@@ -35,6 +35,7 @@ def search(objective: Objective, *, out: str | Path, preset: str = "demo",
     `ship`: what Ray workers need to import the objective
     (default: its top-level package or module file). ValueError / TypeError on bad input,
     before any worker starts."""
+    check_flags(force=force, progress=progress)
     if objective is None:
         raise ValueError(f"search() needs an objective: {BUILTIN_ELSEWHERE}")
     cfg = engine_preset(preset, space=space, budget=budget, workers=workers, executor=executor,
@@ -59,6 +60,7 @@ def resume(out: str | Path, objective: Objective | None = None, *, budget: int |
     """Continue the search in `out` until its budget is spent (raised to `budget`, as `evonorm
     resume --budget`), with the objective it was searched on (ValueError without it, with
     another, or with a budget below the run's)."""
+    check_flags(progress=progress)
     with Store(out, readonly=True) as store:
         cfg = store.search_config()
     if objective is None and not cfg.objective:
@@ -75,10 +77,20 @@ def with_budget(cfg: SearchConfig, budget: int | None) -> SearchConfig:
     for a smaller one, since candidates already stored cannot be taken back."""
     if budget is None:
         return cfg
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        raise ValueError(f"budget={budget!r:.40} is not an integer")
     if budget < cfg.evolution.budget:
         raise ValueError(f"budget={budget} cannot shrink the run's budget of "
                          f"{cfg.evolution.budget}")
     return cfg.replace(evolution=cfg.evolution.replace(budget=budget))
+
+
+def check_flags(**flags: Any) -> None:
+    """ValueError naming the first keyword that is not True or False: `force="no"` would otherwise be
+    true, and start over on a run it was meant to keep."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}={value!r:.40} is not True or False")
 
 
 def resume_run(out: str | Path, objective: Objective, cfg: SearchConfig | None = None, *,

@@ -25,6 +25,9 @@ from evonorm.search.evolution import ALGORITHMS, CRITERIA
 from evonorm.search.objective import SCORE_NAME
 
 SPACES = ("b", "s")
+GENOME_NODES = 10  # the most nodes a graph holds (`evonorm.graph.MAX_NODES`; not imported: it loads torch)
+MAX_THREADS = 256  # torch threads per worker: past the cores of any machine, OpenMP fails to start them
+MAX_SEED = 2**31 - 1  # every seed derived from it (+ offsets) stays within what numpy and torch take
 EXECUTORS = ("local", "ray")
 DEVICES = ("cpu", "cuda")
 # A setting that a preset's calibration depends on (`dataclasses.field(metadata=MEASURED)`): a run
@@ -97,6 +100,13 @@ class Evolution(_Part):
             e.append(f"budget_seconds must be a finite number > 0, got {self.budget_seconds}")
         if self.window < 1:
             e.append(f"window must be >= 1, got {self.window}")
+        if not 1 <= self.max_nodes <= GENOME_NODES:
+            e.append(f"max_nodes must be in 1..{GENOME_NODES}, got {self.max_nodes}")
+        if self.initial_population < 0 or self.mutations < 1 or self.tournament_min < 1:
+            e.append(f"initial_population must be >= 0, mutations and tournament_min >= 1, got "
+                     f"{self.initial_population}, {self.mutations} and {self.tournament_min}")
+        if not 0.0 < self.tournament_fraction <= 1.0:
+            e.append(f"tournament_fraction must be in (0, 1], got {self.tournament_fraction}")
         if not 0.0 <= self.p_random <= 1.0:
             e.append(f"p_random must be in [0, 1], got {self.p_random}")
         if not isinstance(self.prescreen, bool):
@@ -174,8 +184,10 @@ class Execution(_Part):
             e.append(f"executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
         if self.workers < 0:
             e.append(f"workers must be >= 0, got {self.workers}")
-        if self.threads < 0:
-            e.append(f"threads must be >= 0, got {self.threads}")
+        if not 0 <= self.threads <= MAX_THREADS:
+            e.append(f"threads must be in 0..{MAX_THREADS} (0: one), got {self.threads}")
+        if self.retries < 0:
+            e.append(f"retries must be >= 0, got {self.retries}")
         if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan would disable it
             e.append(f"timeout must be a finite number of seconds > 0, got {self.timeout}")
         if self.device.split(":", 1)[0] not in DEVICES:
@@ -212,14 +224,18 @@ class SearchConfig:
     def __post_init__(self):
         _tuple(self, "scores")
         # the types first, as the CLI's parser and the store's reader check them: a setting given
-        # from Python (`window=2.5`) is refused here, not written and then refused when read back
-        wrong = [f"{part}.{name}: {problem}" for part in PARTS
-                 for name, problem in _type_problems(getattr(self, part))]
+        # from Python (`window=2.5`, `seed="1"`) is refused here, not written and then refused when
+        # read back
+        wrong = [f"{name}: {problem}" for name, problem in _type_problems(self, exclude=set(PARTS))]
+        wrong += [f"{part}.{name}: {problem}" for part in PARTS
+                  for name, problem in _type_problems(getattr(self, part))]
         if wrong:
             raise ValueError("; ".join(wrong))
         errors = [*self.evolution.errors(), *self.hurdles.errors(), *self.execution.errors()]
         if not self.scores:
             errors.append("need at least one score name")
+        if not 0 <= self.seed <= MAX_SEED:
+            errors.append(f"seed must be in 0..{MAX_SEED}, got {self.seed}")
         if errors:
             raise ValueError("; ".join(errors))
 
@@ -290,18 +306,21 @@ def with_settings(cfg: SearchConfig, task: Any, settings: Mapping[str, Any]) -> 
             dataclasses.replace(task, **task_changes) if task_changes else task)
 
 
-def _type_problems(part: Any) -> list[tuple[str, str]]:
+def _type_problems(part: Any, exclude: set[str] = frozenset()) -> list[tuple[str, str]]:
     """(field, what is wrong) for each field of a part whose value is not of its declared type."""
     from evonorm.files import type_problem
 
     hints = typing.get_type_hints(type(part))
-    return [(f.name, p) for f in fields(part)
+    return [(f.name, p) for f in fields(part) if f.name not in exclude
             if (p := type_problem(_lists(getattr(part, f.name)), hints[f.name])) is not None]
 
 
 def _tuple(obj: Any, name: str) -> None:
-    """Lists (JSON) as tuples, so that configs compare and hash as values."""
-    object.__setattr__(obj, name, tuple(getattr(obj, name)))
+    """Lists (JSON) as tuples, so that configs compare and hash as values. Text stays text, for the type
+    check to refuse: as a tuple, `seed_layers="evonorm_s0"` would be its letters."""
+    value = getattr(obj, name)
+    if isinstance(value, (list, tuple)):
+        object.__setattr__(obj, name, tuple(value))
 
 
 def _lists(d: Any) -> Any:

@@ -20,12 +20,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from evonorm.files import check_folder
+from evonorm.files import check_folder, printable
 from evonorm.search.candidates import Candidate, reason_group, same_layer_keys, top_layers
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, Executor, make_executor
+from evonorm.search import outcome
 from evonorm.search.lock import LOCK_NAME
 from evonorm.search.objective import (CandidateCost, Objective, TrialProgress, layer_identity,
                                       run_trial, ship_path)
@@ -115,18 +116,34 @@ def init_run(run_dir: str | Path, cfg: SearchConfig, objective: Objective | None
     run = Path(run_dir)
     if run.exists() and not run.is_dir():
         raise FileExistsError(f"{run} exists and is not a folder")
+    check_seed_layers(cfg)
     facts = run_facts(cfg, objective)  # what they need read before anything is written
     if run.is_dir() and any(p.name != LOCK_NAME for p in run.iterdir()):  # the lock is ours
         if not force:
             raise FileExistsError(f"run folder {run} is not empty (use --force to overwrite)")
         for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm",
-                     *getattr(objective, "run_files", ())):
+                     *outcome.file_names(getattr(objective, "run_files", None))):
             (run / name).unlink(missing_ok=True)
     with Store(run) as store:  # the caller has resolved what the config names (e.g. its dataset)
         record_run(store, cfg, facts=facts)
         store.set_meta("status", "created")  # "running" only once run_search has its workers
         store.set_meta("created_at", time.time())
     return run
+
+
+def check_seed_layers(cfg: SearchConfig) -> None:
+    """ValueError (one line) unless every seed layer is a named graph or graph JSON of the run's space and
+    genome size: checked before a run is written, since the search would otherwise stop at it, and every
+    resume with it."""
+    from evonorm.graph.library import resolve_graph
+
+    for spec in cfg.evolution.seed_layers:
+        try:
+            graph = resolve_graph(spec)
+        except ValueError as err:
+            raise ValueError(f"seed layer {(str(err).splitlines() or [''])[0]}") from None
+        if graph.uses_batch_stats and not cfg.evolution.allow_batch:
+            raise ValueError(f"seed layer {spec!r:.60} uses batch statistics: not in the S space")
 
 
 def run_facts(cfg: SearchConfig, objective: Objective | None = None) -> dict[str, Any]:
@@ -139,9 +156,9 @@ def run_facts(cfg: SearchConfig, objective: Objective | None = None) -> dict[str
                                         "executor": ex.executor}}
     if cfg.objective:
         facts["objective"] = cfg.objective
-    own = getattr(objective, "run_facts", None)
+    own = outcome.call_hook(objective, "run_facts")
     if own is not None:
-        facts.update(own())
+        facts.update(outcome.facts(own))
     return facts
 
 
@@ -197,13 +214,14 @@ def eta_seconds(durations: list[float], ages: list[float], unstarted: int, cost:
 def expected_cost(objective) -> CandidateCost | None:
     """The objective's expected cost per candidate (its `expected_cost()`: it knows its own
     settings), or None where it has none. ValueError, one line, for a value that is not one."""
-    fn = getattr(objective, "expected_cost", None)
-    got = fn() if fn is not None else None
+    got = outcome.call_hook(objective, "expected_cost")
     if got is None:
         return None
-    if not isinstance(got, CandidateCost) or not 0 < got.seconds < float("inf"):
-        raise ValueError(f"the objective's expected_cost returned {got!r}, not a CandidateCost "
-                         "of positive finite seconds")
+    seconds = getattr(got, "seconds", None)
+    if (not isinstance(got, CandidateCost) or isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+            or not 0 < seconds < float("inf") or not isinstance(got.source, str)):
+        raise outcome.HookFailed(f"the objective's expected_cost returned {type(got).__name__} "
+                                 f"{str(got)[:60]!r}, not a CandidateCost of positive finite seconds")
     return got
 
 
@@ -244,8 +262,11 @@ def prescreen_prior(objective, cfg: SearchConfig,
     """The labelled candidates the objective hands over for this setting (its `prescreen_prior`
     attribute), or none: with `prescreen_prior` off, or where it has none. Said on the log, since
     it decides when the surrogate first predicts."""
-    fn = getattr(objective, "prescreen_prior", None)
-    rows = list(fn() or []) if cfg.evolution.prescreen_prior and fn is not None else []
+    rows = outcome.call_hook(objective, "prescreen_prior") if cfg.evolution.prescreen_prior else None
+    if rows is not None and not isinstance(rows, (list, tuple)):
+        raise outcome.HookFailed(f"the objective's prescreen_prior returned {type(rows).__name__}, not a "
+                                 "list of rows")
+    rows = list(rows or [])
     check_prior(rows, "the objective's prescreen prior")
     if log is not None:
         valid = sum(bool(r["valid"]) for r in rows)
@@ -380,8 +401,8 @@ class _Search:
         self.tally.add(cand)
         self.spent += seconds
         if self.bar is not None:
-            self.bar.set_description_str(f"search best {self.tally.best_text()}", refresh=False)
-            self.bar.set_postfix_str(self.tally.short(), refresh=False)
+            self.bar.set_description_str(printable(f"search best {self.tally.best_text()}"), refresh=False)
+            self.bar.set_postfix_str(printable(self.tally.short()), refresh=False)
             self.bar.update(1)
         else:
             self.log(f"[{self.tally.done}/{self.cfg.evolution.budget}] #{cand.id} {cand.status}"
@@ -458,7 +479,7 @@ class _Search:
             self.log(self.status_line())
             self.last_line = now
         elif self.bar is not None and (force or now - self.last_line >= 1.0):
-            self.bar.set_postfix_str(f"{self.tally.short()} | {self.status().tail()}", refresh=False)
+            self.bar.set_postfix_str(printable(f"{self.tally.short()} | {self.status().tail()}"), refresh=False)
             self.bar.refresh()
             self.last_line = now
 
@@ -637,7 +658,9 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
             from tqdm import tqdm
             bar = tqdm(total=cfg.evolution.budget, initial=store.num_candidates(), unit="cand",
                        desc="search", file=sys.stderr, dynamic_ncols=True)
-        log = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
+        # quoted (`printable`): a line holds text from the run (a reason, a phase), and a raw control
+        # sequence in it would act on the terminal
+        log = (lambda s: print(printable(s), file=sys.stderr, flush=True)) if progress else None
         screen = None
         if cfg.evolution.prescreen:  # the task's features and prior, where the objective hands them over
             prior = prescreen_prior(objective, cfg, log)

@@ -68,6 +68,9 @@ def _mean(scores: Mapping[str, float]) -> float:
     return sum(scores.values()) / len(scores)
 
 
+PROGRESS_BYTES = 4096  # a progress file is one short JSON object (~60 bytes)
+
+
 @dataclass(frozen=True)
 class TrialProgress:
     """Where a running candidate is, as its worker last said: the phase it named (`Trial.phase`),
@@ -86,17 +89,24 @@ class TrialProgress:
 
     @classmethod
     def read(cls, path: str | Path) -> "TrialProgress | None":
-        """What the file says; None where there is none (yet) or it is not one of these (a link or
-        a FIFO planted there is never followed, nor waited on)."""
-        from evonorm.files import parse_json, read_bytes
+        """What the file says; None where there is none (yet) or it is not one of these: a link or a
+        FIFO planted there is never followed, nor waited on, a file over PROGRESS_BYTES never read,
+        and one whose fields are not of their types and ranges (`{"reports": Infinity}`, a negative
+        step) never believed. The phase is shown quoted (`printable`): a control sequence in it
+        would otherwise act on the terminal."""
+        from evonorm.files import check_record, parse_json, printable, read_bytes
 
         try:
-            d = parse_json(read_bytes(path) or b"null")
-            step = d["step"]
-            return cls(None if d["phase"] is None else str(d["phase"])[:40], int(d["reports"]),
-                       None if step is None else int(step))
-        except (OSError, ValueError, KeyError, TypeError):
+            d = check_record(cls, parse_json(read_bytes(path, PROGRESS_BYTES) or b"null"), path, "")
+        except (OSError, ValueError):  # DamagedFile is a ValueError
             return None
+        if set(d) != {f.name for f in dataclasses.fields(cls)}:  # `write` writes every field
+            return None
+        progress = cls(**d)
+        if progress.reports < 0 or (progress.step is not None and progress.step < 0):
+            return None
+        phase = None if progress.phase is None else printable(progress.phase)[:40]
+        return dataclasses.replace(progress, phase=phase)
 
     def describe(self, num_stages: int) -> str:
         """E.g. "stage 2/3 (step 300)" once it reported a stage of several, else its phase."""

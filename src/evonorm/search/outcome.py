@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any
+from typing import Any, Callable
 
 from evonorm.search.evaluation import Evaluation
 
@@ -125,3 +125,82 @@ def storable(e: Evaluation) -> Evaluation:
         except Unstorable:
             timings = {}
         return dataclasses.replace(failed, timings=timings)
+
+
+# ---------------------------------------------------------------------- the objective's hooks
+# Besides its outcomes, an objective may hand the search more through optional methods (hooks): its
+# run's facts (`run_facts`), the files it keeps in the run folder (`run_files`), its expected cost
+# (`expected_cost`), a prescreen prior (`prescreen_prior`) and a layer's features (`prescreen_features`).
+# They are the user's code as the objective is: each passes this gate before the search uses what it
+# returned, so a hook that raises, exits or returns something else is said in one line naming it.
+
+
+class HookFailed(ValueError):
+    """An objective's hook that raised, or returned what the search cannot use."""
+
+
+def call_hook(objective: Any, name: str, *args: Any) -> Any:
+    """`objective.<name>(*args)`, None where it has no such hook. What the hook raises, `sys.exit`
+    included, is a HookFailed naming it (its failure, not the search's end); a Ctrl-C in the
+    driver still stops the search."""
+    try:
+        fn = getattr(objective, name, None)
+    except Exception as err:  # noqa: BLE001 - a property that raises
+        raise HookFailed(f"the objective's {name} raised {type(err).__name__}") from None
+    return guarded(fn, name, *args)
+
+
+def guarded(fn: Callable[..., Any] | None, name: str, *args: Any) -> Any:
+    """`fn(*args)` (None where `fn` is None) for the objective's hook `name`: as `call_hook`."""
+    try:
+        return None if fn is None else fn(*args)
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except BaseException as err:  # noqa: BLE001 - the user's code: said in one line, never a traceback
+        lines = str(err).splitlines()
+        raise HookFailed(f"the objective's {name} raised {type(err).__name__}"
+                         + (f": {lines[0][:200]}" if lines else "")) from None
+
+
+def features(value: Any, name: str = "prescreen_features") -> dict[str, float | None]:
+    """What `prescreen_features` returned, as the store keeps a candidate's features: an object of
+    text names and numbers (numpy scalars as Python numbers); a value that is not finite is missing
+    (None), as the surrogate takes it. HookFailed otherwise (None, a list, a numpy array, text)."""
+    if not isinstance(value, dict):
+        raise HookFailed(f"the objective's {name} returned {type(value).__name__}, not an object of "
+                         "numbers")
+    out: dict[str, float | None] = {}
+    try:
+        for k, v in value.items():
+            v = plain(v)
+            key = _text(k, f"a name in what {name} returned", MAX_NAME)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise Unstorable(f"{key!r:.40} is {type(v).__name__}, not a number")
+            out[key] = None if v is None or not math.isfinite(v) else float(v)
+    except Unstorable as err:
+        raise HookFailed(f"the objective's {name} returned what cannot be stored: {err}") from None
+    return out
+
+
+def facts(value: Any) -> dict[str, Any]:
+    """What `run_facts` returned, as the store keeps it: an object of plain JSON values (`_json`)."""
+    if not isinstance(value, dict):
+        raise HookFailed(f"the objective's run_facts returned {type(value).__name__}, not an object")
+    try:
+        return _json(value, "what run_facts returned")
+    except Unstorable as err:
+        raise HookFailed(f"the objective's run_facts returned what cannot be stored: {err}") from None
+
+
+def file_names(value: Any) -> tuple[str, ...]:
+    """What `run_files` holds: plain file names in the run folder (a `--force` search removes them, so
+    a path that leaves the folder, or the store's own name, is refused)."""
+    names = () if value is None else value
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise HookFailed(f"the objective's run_files is {type(value).__name__}, not a list of file names")
+    for n in names:
+        if (not isinstance(n, str) or not n or n in (".", "..") or "/" in n or "\\" in n or "\0" in n
+                or n.startswith("store.sqlite")):
+            raise HookFailed(f"the objective's run_files holds {n!r:.60}, not the name of a file in the "
+                             "run folder")
+    return tuple(names)

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import random
+import re
 import sqlite3
 import time
 import typing
@@ -20,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from evonorm.files import (DamagedFile, UnsafePath, check_entry, check_record, open_regular, parse_json,
-                           type_problem)
+from evonorm.files import (DamagedFile, UnsafePath, check_entry, check_record, key_text, open_regular,
+                           parse_json, type_problem)
 from evonorm.search.candidates import Candidate, Origin
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
@@ -113,17 +114,70 @@ class StoreError(ValueError):
     """A store file that is damaged, foreign (not ours) or of another schema version: refused, untouched."""
 
 
+@dataclass(frozen=True)
+class _Schema:
+    """The schema as SQLite reads `_SCHEMA` (the one place it is written down): every entry of
+    `sqlite_master` (type, name, table, SQL) and each table's columns with the storage classes a
+    value of theirs may have (SQLite stores any type in any column; affinity converts only some)."""
+
+    entries: frozenset[tuple[str, str, str, str | None]]
+    columns: dict[str, dict[str, tuple[str, ...]]]
+
+
+_CLASSES = {"TEXT": "text", "INTEGER": "integer", "REAL": "real"}
+
+
+def _master(db: sqlite3.Connection) -> set[tuple[str, str, str, str | None]]:
+    """A database's `sqlite_master` entries, their SQL without comments and with single spaces: a comment
+    of `_SCHEMA` reworded later does not make every earlier store a stranger."""
+    return {(kind, name, table, None if sql is None else " ".join(re.sub(r"--[^\n]*", "", sql).split()))
+            for kind, name, table, sql in db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master")}
+
+
 @functools.cache
-def _schema_columns() -> dict[str, list[str]]:
-    """Each table of the schema and its columns, as SQLite reads `_SCHEMA` (the one place they are
-    written down), so that a store missing one is refused before a reader trips over it."""
+def _schema() -> _Schema:
     db = sqlite3.connect(":memory:")
     try:
         db.executescript(_SCHEMA)
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")] for t in tables}
+        entries = frozenset(_master(db))
+        tables = [name for kind, name, _, _ in entries if kind == "table"]
+        columns = {t: {name: (_CLASSES[decl],) + (() if notnull or pk else ("null",))
+                       for _, name, decl, notnull, _, pk in db.execute(f"PRAGMA table_info({t})")}
+                   for t in tables}
+        return _Schema(entries, columns)
     finally:
         db.close()
+
+
+def _schema_problem(db: sqlite3.Connection) -> str | None:
+    """What in the store's `sqlite_master` differs from the schema (None: nothing). A trigger, view or
+    index planted in a store runs inside every later write or read (a trigger on candidates can delete
+    them all), and a table of another definition reads back otherwise than it was written."""
+    found, want = _master(db), _schema().entries
+    for kind, name, table, _ in sorted(found - want, key=lambda e: (e[0] != "table", e[1])):
+        if kind == "table" and name.startswith("sqlite_stat"):  # SQLite's own statistics (ANALYZE)
+            continue
+        what = "table" if (kind, name) in {(k, n) for k, n, _, _ in want} else "extra " + kind
+        return f"its {what} {key_text(name)} on {key_text(table)} is not one this evonorm writes"
+    lost = sorted(name for _, name, _, _ in want - found)
+    return f"its schema lacks {', '.join(lost)}" if lost else None
+
+
+def _class_problem(db: sqlite3.Connection) -> str | None:
+    """The first value whose storage class its column does not hold (None: none), found in one scan
+    of each table: SQLite keeps a blob in a TEXT column, text in a REAL one, and every reader
+    would otherwise fail on it half-way through its work."""
+    for table, columns in _schema().columns.items():
+        names = list(columns)
+        checks = " OR ".join(f"typeof({c}) NOT IN ({', '.join(repr(k) for k in columns[c])})" for c in names)
+        row = db.execute(f"SELECT rowid, {', '.join(f'typeof({c})' for c in names)} FROM {table} "
+                         f"WHERE {checks} LIMIT 1").fetchone()
+        if row is not None:
+            for name, cls in zip(names, row[1:]):
+                if cls not in columns[name]:
+                    return (f"{table.removesuffix('s')} {row[0]}: {name} holds {cls}, not "
+                            f"{' or '.join(columns[name])}")
+    return None
 
 
 def check_store(path: str | Path) -> None:
@@ -157,6 +211,9 @@ def check_store(path: str | Path) -> None:
                    if "meta" in tables else None)
             columns = {t: {r[1] for r in db.execute(f"PRAGMA table_info({t})")} for t in tables
                        if t.isidentifier()}
+            complete = all(set(want) <= columns.get(t, set()) for t, want in _schema().columns.items())
+            problem = _schema_problem(db) if complete else None
+            problem = problem or (_class_problem(db) if complete else None)
             orphans = (db.execute("SELECT count(*) FROM candidates WHERE proposal NOT IN "
                                   "(SELECT idx FROM proposals)").fetchone()[0]
                        if {"candidates", "proposals"} <= tables and "proposal" in columns.get(
@@ -174,13 +231,15 @@ def check_store(path: str | Path) -> None:
     if found != str(SCHEMA_VERSION):
         raise StoreError(f"{p} has store schema version {found}, expected {SCHEMA_VERSION} "
                          f"(this evonorm reads no other)")
-    for table, want in _schema_columns().items():
+    for table, want in _schema().columns.items():
         if table not in tables:
             raise StoreError(f"{p} is a damaged store (its {table} table is missing)")
         lost = [c for c in want if c not in columns[table]]
         if lost:
             raise StoreError(f"{p} is a damaged store (table {table} lacks column "
                              f"{', '.join(lost)})")
+    if problem:
+        raise StoreError(f"{p} is a damaged store ({problem})")
     if orphans:
         raise StoreError(f"{p} is a damaged store ({orphans} candidate(s) of proposals that are "
                          "not in it)")

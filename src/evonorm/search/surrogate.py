@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
+from evonorm.files import warn
+from evonorm.search import outcome
 from evonorm.search.candidates import Candidate
 from evonorm.search.config import SearchConfig
 
@@ -233,6 +235,7 @@ class Prescreen:
     task_features: FeatureFn | None = None
     prior: Sequence[Mapping[str, Any]] = ()  # labelled rows of earlier runs (see the module doc)
     surrogate: Surrogate = field(default=None)  # type: ignore[assignment]
+    warned: bool = False  # that the task's features failed: said once a session
 
     def __post_init__(self):
         if self.surrogate is None:
@@ -272,8 +275,15 @@ class Prescreen:
         except Exception:  # noqa: BLE001 - a layer that breaks on the probe: the objective judges it
             feats = None
         if feats is not None and self.task_features is not None:
-            feats.update({f"task_{k}": v for k, v in
-                          self.task_features(Graph.from_json(graph_json)).items()})
+            try:
+                task = outcome.features(outcome.guarded(self.task_features, "prescreen_features",
+                                                        Graph.from_json(graph_json)))
+            except outcome.HookFailed as err:  # the layer trains without a prediction; the search goes on
+                if not self.warned:
+                    warn(f"{err}; a layer it fails on is trained without a prediction")
+                    self.warned = True
+                return None
+            feats.update({f"task_{k}": v for k, v in task.items()})
         return feats
 
     def learn(self, c: Candidate) -> None:
