@@ -8,6 +8,7 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
+@pytest.mark.extras
 def test_digits_search_finds_layers_that_learn(tmp_path, monkeypatch, capsys):
     pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `examples` extra)")
     monkeypatch.syspath_prepend(str(EXAMPLES))
