@@ -13,6 +13,7 @@ from typing import NoReturn, Sequence
 
 from evonorm import __version__
 from evonorm.files import DamagedFile, UnsafePath
+from evonorm.search.driver import SearchStopped
 from evonorm.search.executors import WorkerStartError
 
 COMMANDS: dict[str, str] = {
@@ -67,8 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # run-folder file, or workers that cannot start: one line too
         print(f"evonorm {name}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"evonorm {name}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:  # a stopped search has printed the line that resumes it
+        if not isinstance(err, SearchStopped):
+            print(f"evonorm {name}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `evonorm show ... | head`: the reader has what it wanted
         sys.stdout = None  # type: ignore[assignment]  (no flush of the closed pipe at exit)

@@ -14,7 +14,7 @@ from evonorm.commands._common import (ARCHS_HELP, DATA_HELP, check_archs, check_
                                       report_result, run_lock, write_errors)
 from evonorm.search.api import own_objective_config
 from evonorm.search.config import EXECUTORS, SPACES
-from evonorm.search.driver import init_run, run_facts, run_search
+from evonorm.search.driver import SearchStopped, init_run, run_facts, run_search, stopped_line
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.presets import PRESETS, calibration_note, get_preset, measurement
@@ -245,11 +245,17 @@ def main(argv: list[str]) -> int:
             except FileExistsError as err:
                 raise CommandError(str(err)) from None
             facts = run_facts(cfg, scorer)
-        if not args.quiet:
-            for line in start_lines(cfg, facts, run):
-                print(line, file=sys.stderr)
-        with write_errors(f"run folder {run}"):  # a disk that fills during the search: one line
-            result = run_search(run, objective=scorer, progress=not args.quiet, ship=args.ship)
+        try:  # the run is stored: every stop from here says how to continue it
+            if not args.quiet:
+                for line in start_lines(cfg, facts, run):
+                    print(line, file=sys.stderr)
+            with write_errors(f"run folder {run}"):  # a disk that fills during the search: one line
+                result = run_search(run, objective=scorer, progress=not args.quiet, ship=args.ship)
+        except KeyboardInterrupt as err:
+            if isinstance(err, SearchStopped):
+                raise
+            print(stopped_line(run, cfg.objective), file=sys.stderr)
+            raise SearchStopped from None
         report_result(result, run, args.show)
     return 0
 
