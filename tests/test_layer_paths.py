@@ -10,7 +10,7 @@ import torch
 import _objectives
 from evonorm.graph.library import NAMED_GRAPHS, get_graph
 from evonorm.layers import EvoNormS0, create_norm_act
-from evonorm.layers.paths import notice_once, recording
+from evonorm.runtime.paths import notice_once, recording
 from evonorm.search.objective import run_trial
 from evonorm.proxy.presets import get_preset
 

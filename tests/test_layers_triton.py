@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from evonorm.layers import create_norm_act
-from evonorm.layers._common import update_running_var
+from evonorm.runtime.common import update_running_var
 from evonorm.layers._formula import b_formula, s_formula
 from evonorm.layers.impl import resolve_impl
-from evonorm.layers.paths import recording
+from evonorm.runtime.paths import recording
 
 pytestmark = pytest.mark.extras
 triton_evonorm = pytest.importorskip("evonorm.layers.kernels.evonorm_triton",

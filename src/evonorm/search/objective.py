@@ -206,7 +206,7 @@ def run_trial(objective: Objective, payload: dict) -> Evaluation:
 def _evaluate(objective: Objective, payload: dict) -> Evaluation:
     """`run_trial`'s evaluation as the objective's outcome gives it, before the gate."""
     from evonorm.graph import Graph
-    from evonorm.layers.paths import recording
+    from evonorm.runtime.paths import recording
 
     start = time.perf_counter()
     trial = Trial(Graph.from_json(payload["graph"]), seed=int(payload.get("seed", 0)),
