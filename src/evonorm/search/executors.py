@@ -348,7 +348,7 @@ class RayExecutor:
         try:
             import ray
         except ImportError as err:
-            raise RuntimeError("the Ray executor needs ray: pip install 'evonorm[ray]'") from err
+            raise RuntimeError("the Ray executor needs ray: pip install -e '.[ray]' in the evonorm clone") from err
         self._ray = ray
         self.fn = fn
         self.timeout = timeout
