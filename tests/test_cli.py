@@ -56,3 +56,16 @@ def test_a_mistyped_layer_is_one_short_line_with_a_suggestion(argv, tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert "did you mean evonorm_s0" in err and "\n" not in err and len(err) < 250, err
     assert not run.exists()
+
+
+def test_show_loads_no_more_than_the_graph_package_needs():
+    """`evonorm show` costs torch's import (the fingerprint evaluates the graph) and little more: it loads
+    neither the search engine nor the task, the trainer, the models, the data or the reports
+    (benchmarks/bench_start.py times it against a bare `import torch`)."""
+    code = ("import sys; from evonorm.cli import main; main(['show', 'evonorm_s0']); "
+            "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('evonorm.')} & "
+            "{'search', 'proxy', 'train', 'models', 'data', 'report', 'layers'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(evonorm.__file__).parents[1])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
