@@ -208,33 +208,12 @@ def main(argv: list[str]) -> int:
 
     if args.show < 0:
         raise CommandError("--show must be >= 0")
-    cfg = config_from_args(args)
-    objective = load_objective_arg(args.objective, args.ship)
-    if objective is not None:
-        given = [f for f, v in (("--dataset", args.dataset), ("--data", args.data),
-                                ("--data-root", args.data_root), ("--n-train", args.n_train),
-                                ("--archs", args.archs), ("--rejection", args.rejection))
-                 if v]
-        if given:
-            raise CommandError(f"{given[0]} applies to the built-in objective only (your "
-                               "--objective brings its own data and models)")
-
-        cfg = own_objective_config(cfg, objective)
-    check_executor(cfg)
-    if cfg.evolution.prescreen:
-        try:
-            require_sklearn()
-        except ValueError as err:
-            raise CommandError(str(err)) from None
-    if args.gpus_per_worker is not None and (cfg.execution.executor != "ray"
-                                             or cfg.execution.device == "cpu"):
-        raise CommandError("--gpus-per-worker applies to --executor ray with --device cuda only "
-                           "(local workers all share the machine's GPU)")
-    check_workers(cfg)
+    try:
+        cfg, objective = _prepare(args)
+    except KeyboardInterrupt:  # checking the data and the networks can take a while
+        print("search interrupted before its run was stored: run the same command again", file=sys.stderr)
+        raise SearchStopped from None
     run = args.out
-    check_run_folder(run, args.force)
-    cfg = check_setup(cfg)
-
     with write_errors("the run folder"):
         run.mkdir(parents=True, exist_ok=True)
     with run_lock(run):
@@ -258,6 +237,36 @@ def main(argv: list[str]) -> int:
             raise SearchStopped from None
         report_result(result, run, args.show)
     return 0
+
+
+def _prepare(args) -> tuple:
+    """(the run's settings, the objective or None) from the arguments, every check made before the
+    run folder is touched; CommandError on anything wrong."""
+    cfg = config_from_args(args)
+    objective = load_objective_arg(args.objective, args.ship)
+    if objective is not None:
+        given = [f for f, v in (("--dataset", args.dataset), ("--data", args.data),
+                                ("--data-root", args.data_root), ("--n-train", args.n_train),
+                                ("--archs", args.archs), ("--rejection", args.rejection))
+                 if v]
+        if given:
+            raise CommandError(f"{given[0]} applies to the built-in objective only (your "
+                               "--objective brings its own data and models)")
+
+        cfg = own_objective_config(cfg, objective)
+    check_executor(cfg)
+    if cfg.evolution.prescreen:
+        try:
+            require_sklearn()
+        except ValueError as err:
+            raise CommandError(str(err)) from None
+    if args.gpus_per_worker is not None and (cfg.execution.executor != "ray"
+                                             or cfg.execution.device == "cpu"):
+        raise CommandError("--gpus-per-worker applies to --executor ray with --device cuda only "
+                           "(local workers all share the machine's GPU)")
+    check_workers(cfg)
+    check_run_folder(args.out, args.force)
+    return check_setup(cfg), objective
 
 
 def check_run_folder(run: Path, force: bool) -> None:

@@ -692,7 +692,7 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
             store.set_meta("finished_at", time.time())
         return SearchResult(run, cfg.evolution.budget, done, complete, search.tally)
     except KeyboardInterrupt as err:  # also while the workers start or the prior loads
-        if cfg is None or isinstance(err, SearchStopped):
+        if cfg is None or isinstance(err, SearchStopped) or store.get_meta("status") == "complete":
             raise
         print(stopped_line(run, cfg.objective, store.num_candidates(), cfg.evolution.budget), file=sys.stderr,
               flush=True)
