@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch.set_num_threads(args.threads)
     if args.chunk_kb:
-        import evonorm.layers._common as kernels_common
+        import evonorm.runtime.common as kernels_common
 
         kernels_common.CPU_CHUNK_BYTES = args.chunk_kb * 1024
     device = torch.device(args.device)

@@ -1,7 +1,7 @@
 """Search a normalization-activation layer for your own task: a small conv net on scikit-learn's
 digits (8x8 grey images, 10 classes), trained for a few dozen steps, held-out accuracy as fitness.
 
-    pip install 'evonorm[examples]'       # scikit-learn, for the digits
+    pip install -e '.[examples]'          # in the evonorm clone: scikit-learn, for the digits
     python examples/digits_search.py --out runs/digits --budget 30 --workers 2
 
 The same search from the command line (run from examples/, so that the module is importable):

@@ -1,4 +1,5 @@
 import os
+import re
 
 # OpenMP threads that wait for work sleep instead of spinning. Two torch processes of two threads
 # each on two cores (pytest-xdist workers, or a test beside the worker pool it starts) otherwise
@@ -50,6 +51,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "fashion_mnist" in item.keywords:
             item.add_marker(skip)
+
+
+DEFAULT_EXTRAS = {"dev", "plots"}
+"""The extras scripts/test.sh installs by default: a newcomer's run has them, so tests needing only these
+run there; a test needing any other extra carries `@pytest.mark.extras`, which CI runs in its second
+session with every extra installed."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test that skips for a missing non-default extra but lacks the `extras` mark fails, naming the
+    mark: CI's extras session selects by it, so such a test would otherwise run nowhere."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped or "extras" in item.keywords or not isinstance(report.longrepr, tuple):
+        return
+    extra = re.search(r"the `(\w+)` extra", str(report.longrepr[2]))
+    if extra and extra.group(1) not in DEFAULT_EXTRAS:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} skips without the `{extra.group(1)}` extra: mark it "
+                           "@pytest.mark.extras so that CI's extras session runs it")
 
 
 @pytest.fixture(autouse=True)

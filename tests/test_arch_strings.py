@@ -99,6 +99,7 @@ def test_module_function_builds_with_the_layer(user_modules):
         build_model("archmods:build", "bn_relu", width=0.5)
 
 
+@pytest.mark.extras
 def test_timm_model_gets_the_layer_at_every_pair(monkeypatch):
     load_timm(monkeypatch)
     from evonorm.layers import Affine2d, EvoNormB0
@@ -273,6 +274,7 @@ def test_the_python_api_asks_for_the_names_again_too(user_modules):
     assert rerank(run, user_archs=["archplanted:build"], log=lambda s: None) == []  # no valid layer yet
 
 
+@pytest.mark.extras
 def test_train_a_timm_model_on_my_data(user_modules, monkeypatch, capsys):
     from evonorm.cli import main
 

@@ -204,7 +204,7 @@ def test_eval_mode_and_device_are_kept():
 
 def test_unknown_name_changes_nothing():
     model = TinyMobileNetV2()
-    with pytest.raises(ValueError, match="unknown norm-act layer"):
+    with pytest.raises(ValueError, match="unknown layer 'batchnorm_tanh'"):
         convert_norm_act(model, "batchnorm_tanh")
     assert _count_bn(model) == 13
 
@@ -248,6 +248,24 @@ def test_a_bad_factory_changes_nothing():
         convert_norm_act(model, lambda n: "a string")
     with pytest.raises(TypeError, match="factory"):
         convert_norm_act(model, 3)
-    with pytest.raises(ValueError, match="pass a Graph"):
-        convert_norm_act(model, '{"nodes": [["sigmoid", 0]]}')
+    with pytest.raises(ValueError, match="unknown op"):  # graph JSON converts (below); a broken one is refused
+        convert_norm_act(model, '{"nodes": [["no_such_op", 0]]}')
     assert _count_bn(model) == 13
+
+
+def test_a_found_layer_converts_as_a_candidate_holds_it():
+    """A search stores a layer as its graph's dict: that dict, its JSON text and the Graph convert alike."""
+    import json
+
+    from evonorm.graph.library import NAMED_GRAPHS
+
+    graph = NAMED_GRAPHS["evonorm_s0"]
+    x = torch.randn(4, 3, 16, 16)
+    outputs = []
+    for layer in (graph, graph.to_json(), json.dumps(graph.to_json())):
+        torch.manual_seed(0)
+        new, report = convert_norm_act(TinyResNet(), layer)
+        assert _count_bn(new) == 0 and report.norm_act == f"graph {graph}"
+        outputs.append(new(x))
+    torch.testing.assert_close(outputs[0], outputs[1])
+    torch.testing.assert_close(outputs[0], outputs[2])

@@ -31,6 +31,7 @@ def _same_function(ref: nn.Module, new: nn.Module, x: torch.Tensor, steps: int =
     ("mobilenetv3_small_100", "bn_relu", 5),  # its 19 Hardswish pairs: kept after a plain BatchNorm
     ("regnetx_002", "bn_relu", 27),
 ])
+@pytest.mark.extras
 def test_timm_model_keeps_its_function_with_the_equal_baseline(monkeypatch, arch, baseline, fused):
     timm = load_timm(monkeypatch)
     model = timm.create_model(arch, pretrained=False, num_classes=10)
@@ -44,6 +45,7 @@ def test_timm_model_keeps_its_function_with_the_equal_baseline(monkeypatch, arch
     assert len(evo_report.fused) == fused and evo(torch.randn(2, 3, 48, 48)).shape == (2, 10)
 
 
+@pytest.mark.extras
 def test_timm_batchnormact_layers(monkeypatch):
     timm = load_timm(monkeypatch)
     from timm.layers import BatchNormAct2d, DropBlock2d
@@ -75,6 +77,7 @@ def test_timm_batchnormact_layers(monkeypatch):
     assert isinstance(evo[1][0], EvoNormS0) and evo(torch.randn(2, 3, 10, 10)).shape == (2, 8, 10, 10)
 
 
+@pytest.mark.extras
 def test_timm_sync_batchnormact_becomes_a_synced_layer(monkeypatch):
     load_timm(monkeypatch)
     from timm.layers import BatchNormAct2d, SyncBatchNormAct, convert_sync_batchnorm

@@ -103,6 +103,7 @@ def _check_onnx(name: str, dynamo: bool) -> None:
         _close(_onnx_run(model, dynamo), model(X2))
 
 
+@pytest.mark.extras
 @pytest.mark.parametrize("name", ONNX_FAST)
 @pytest.mark.parametrize("dynamo", [True, False])
 def test_onnx(name, dynamo):
@@ -112,6 +113,7 @@ def test_onnx(name, dynamo):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in LAYERS + ["affine"] + [f"graph:{g}" for g in GRAPHS]
                                   if n not in ONNX_FAST])
+@pytest.mark.extras
 @pytest.mark.parametrize("dynamo", [True, False])
 def test_onnx_every_layer(name, dynamo):
     _check_onnx(name, dynamo)

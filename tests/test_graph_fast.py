@@ -13,7 +13,7 @@ import torch
 from evonorm.graph import OP_NAMES, PRIMITIVES, Graph, random_graph
 from evonorm.graph.fast import make_plan
 from evonorm.graph.library import get_graph
-from evonorm.layers.paths import recording
+from evonorm.runtime.paths import recording
 from evonorm.search.settings import norm_relu
 
 NORM_RELU = {k: Graph.from_json(norm_relu(k)) for k in ("group", "layer", "instance")}

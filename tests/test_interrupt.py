@@ -1,7 +1,9 @@
 """Ctrl-C in the middle of a staged candidate loses at most the stage it was in: its checkpoint
-survives the stop, the resumed search continues it, and the run ends as if never stopped."""
+survives the stop, the resumed search continues it, and the run ends as if never stopped. On a
+terminal it prints no traceback from any process, and one line naming the command that resumes."""
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import evonorm
 from _processes import env_with_path
-from _search_fakes import CountedStages, counted_stages_config
+from _search_fakes import CountedStages, _wait_for_candidates, counted_stages_config
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.store import Store
 
@@ -81,3 +83,40 @@ def test_ctrl_c_mid_candidate_then_resume_repeats_at_most_one_stage(tmp_path):
     assert sorted(set(twice)) == sorted(once)  # the same stages trained, each layer to the same end
     assert len(twice) - len(once) <= 1  # at most the stage the interrupt cut short, again
     assert not list((run / "stages").glob("*.pt"))  # decided candidates keep no checkpoint
+
+
+def _ctrl_c_on_a_terminal(args: list[str], run: Path, after: int) -> str:
+    """`evonorm ARGS` as a terminal's foreground job, Ctrl-C'd (SIGINT to its process group: the
+    command and its workers) once `run` holds `after` candidates and more are being evaluated;
+    its stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "evonorm.cli", *args], start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            env=env_with_path(TESTS, SRC), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        _wait_for_candidates(proc, run, after, timeout=120)
+        time.sleep(0.5)  # the workers are in their next candidates (each sleeps 3 s)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    return err
+
+
+def test_ctrl_c_prints_no_traceback_and_the_exact_command_that_resumes_every_time(tmp_path):
+    run = tmp_path / "my run"
+    resume = ["evonorm", "resume", str(run), "--objective", "_objectives:sleepy"]
+    err = _ctrl_c_on_a_terminal(["search", "--objective", "_objectives:sleepy", "--preset", "tiny",
+                                 "--budget", "12", "--workers", "2", "--out", str(run)], run, after=1)
+    for stopped in range(2):  # the search, then the command it named, each stopped
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+        lines = [line for line in err.splitlines() if "evonorm resume" in line]
+        assert len(lines) == 1 and f"`{shlex.join(resume)}` continues it" in lines[0], err
+        assert "interrupted" not in err  # no second line about the same stop
+        with Store(run, readonly=True) as s:
+            assert s.get_meta("status") == "stopped"
+            done = s.num_candidates()
+        if not stopped:
+            err = _ctrl_c_on_a_terminal(resume[1:], run, after=done + 1)

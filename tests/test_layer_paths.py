@@ -10,7 +10,7 @@ import torch
 import _objectives
 from evonorm.graph.library import NAMED_GRAPHS, get_graph
 from evonorm.layers import EvoNormS0, create_norm_act
-from evonorm.layers.paths import notice_once, recording
+from evonorm.runtime.paths import notice_once, recording
 from evonorm.search.objective import run_trial
 from evonorm.proxy.presets import get_preset
 
@@ -50,6 +50,7 @@ def test_a_traced_cpp_layer_says_it_runs_the_plain_path(capsys):
     assert len(err) == 1 and "impl='cpp' runs the plain path" in err[0] and "traced" in err[0]
 
 
+@pytest.mark.extras
 def test_a_triton_layer_that_runs_the_plain_formulas_says_so_once(capsys):
     pytest.importorskip("triton", reason="triton is not installed (the `triton` extra)")
     layer = EvoNormS0(8, groups=4, impl="triton")

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import evonorm.layers._common as common
+import evonorm.runtime.common as common
 from evonorm.layers import (
     Affine2d,
     EvoNormB0,
@@ -288,7 +288,7 @@ def test_registry():
     assert [n for n in names if is_batch_dependent(n)] == ["evonorm_b0", "evonorm_b1", "evonorm_b2", "bn_relu",
                                                             "bn_prelu", "bn_swish1", "bn_swish"]
     assert create_norm_act("EvoNorm-S0", 8).groups == 8
-    with pytest.raises(ValueError, match="unknown norm-act layer 'nope'.*evonorm_b0"):
+    with pytest.raises(ValueError, match="unknown layer 'nope'.*`evonorm list` names them"):
         create_norm_act("nope", 8)
     with pytest.raises(ValueError):
         is_batch_dependent("nope")
@@ -354,10 +354,38 @@ def test_inside_a_torch_compiled_model(name):
 
 
 def test_impl_triton_without_triton_is_refused_when_the_layer_is_built(monkeypatch):
-    import evonorm.layers.impl as impl
+    import evonorm.runtime.impl as impl
     from evonorm.layers import create_norm_act
 
-    monkeypatch.setattr(impl, "_has_triton", lambda: False)
+    monkeypatch.setattr(impl, "has_triton", lambda: False)
     with pytest.raises(ValueError, match="impl='triton' needs the triton package"):
         create_norm_act("evonorm_s0", 8, impl="triton")
     create_norm_act("evonorm_s0", 8, impl="fast")  # the other paths need nothing
+
+
+def test_create_norm_act_builds_a_search_find_from_its_graph_dict_or_json():
+    import json
+
+    from evonorm.graph.library import NAMED_GRAPHS
+    from evonorm.search import Candidate
+
+    graph = NAMED_GRAPHS["evonorm_b0"]
+    x = torch.randn(4, 16, 5, 5)
+    stored = Candidate.from_dict({"id": 7, "status": "valid", "graph": graph.to_json()})
+    layers = [create_norm_act(graph, 16, groups=4), create_norm_act(graph.to_json(), 16, groups=4),
+              create_norm_act(json.dumps(graph.to_json()), 16, groups=4), create_norm_act("b_top1", 16),
+              stored.layer(16, groups=4)]
+    want = graph.to_module(16, groups=4)(x)
+    for layer in layers[:3] + layers[4:]:
+        torch.testing.assert_close(layer(x), want)
+    assert type(layers[3]).__name__ == type(layers[0]).__name__  # a named graph builds the same way
+    with pytest.raises(ValueError, match="holds no layer graph"):
+        Candidate.from_dict({"id": 8, "status": "failed"}).layer(16)
+
+
+@pytest.mark.parametrize("wrong, right", [("evnorm_s0", "evonorm_s0"), ("gn_rel", "gn_relu")])
+def test_a_mistyped_layer_name_is_one_short_line_with_a_suggestion(wrong, right):
+    with pytest.raises(ValueError) as err:
+        create_norm_act(wrong, 16)
+    message = str(err.value)
+    assert f"did you mean {right}" in message and "\n" not in message and len(message) < 200

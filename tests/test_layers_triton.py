@@ -8,12 +8,14 @@ import pytest
 import torch
 
 from evonorm.layers import create_norm_act
-from evonorm.layers._common import update_running_var
+from evonorm.runtime.common import update_running_var
 from evonorm.layers._formula import b_formula, s_formula
 from evonorm.layers.impl import resolve_impl
-from evonorm.layers.paths import recording
+from evonorm.runtime.paths import recording
 
-triton_evonorm = pytest.importorskip("evonorm.layers.kernels.evonorm_triton")
+pytestmark = pytest.mark.extras
+triton_evonorm = pytest.importorskip("evonorm.layers.kernels.evonorm_triton",
+                                     reason="triton is not installed (the `triton` extra)")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 EVONORMS = ["evonorm_b0", "evonorm_b1", "evonorm_b2", "evonorm_s0", "evonorm_s1", "evonorm_s2"]

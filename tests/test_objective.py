@@ -293,3 +293,31 @@ def test_the_checks_of_the_layer_alone_run_for_every_objective(tmp_path):
     assert e.status == "valid" and called
     cfg = get_preset("tiny", prechecks=False)
     assert cfg.evolution.prechecks is False and get_preset("tiny").evolution.prechecks
+
+
+def test_search_refuses_a_script_its_workers_cannot_run_before_anything_starts(tmp_path):
+    """Local workers re-run the running script to import its objective: a script read from stdin
+    cannot be, and one without the `__main__` guard would search again in every worker. Each is one
+    line from search(), before the run folder or any worker exists."""
+    import subprocess
+
+    import evonorm
+    from _processes import env_with_path
+
+    env = env_with_path(tmp_path, Path(evonorm.__file__).parents[1])  # this evonorm, in the scripts too
+    out = tmp_path / "run"
+    stdin = subprocess.run([sys.executable, "-", str(out)], input=SCRIPT, cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+    unguarded = SCRIPT.split("if __name__")[0] + "search(objective, out=sys.argv[1], preset='tiny', budget=2)\n"
+    (tmp_path / "noguard.py").write_text(unguarded)
+    line = len(unguarded.splitlines())
+    file = subprocess.run([sys.executable, "noguard.py", str(out)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    for done, message in ((stdin, "ValueError: the objective __main__:objective is defined in a script that "
+                                  "is no file"),
+                          (file, f"ValueError: {tmp_path / 'noguard.py'}:{line} starts the search outside "
+                                 "`if __name__ == \"__main__\":`")):
+        last = done.stderr.strip().splitlines()[-1]
+        assert done.returncode == 1 and last.startswith(message), done.stderr
+        assert "FileNotFoundError" not in done.stderr and "in use" not in done.stderr
+        assert not out.exists()

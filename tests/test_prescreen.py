@@ -71,6 +71,7 @@ def _rows(n):
     return rows
 
 
+@pytest.mark.extras
 def test_the_surrogate_predicts_nothing_at_cold_start_then_learns_the_rule():
     pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
     s = Surrogate(min_each=3)
@@ -138,6 +139,7 @@ def test_features_are_computed_at_one_torch_thread_and_the_count_is_restored():
         torch.set_num_threads(before)
 
 
+@pytest.mark.extras
 def test_a_prescreened_search_on_an_own_objective_records_prescreen_rejections(tmp_path):
     pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
     run = tmp_path / "run"
@@ -209,6 +211,7 @@ def test_with_the_prescreen_off_nothing_is_computed_or_stored(tmp_path):
         assert all(c.features is None and c.prediction is None for c in st.candidates())
 
 
+@pytest.mark.extras
 def test_a_prior_ends_the_cold_start_before_the_search_has_learned_anything():
     pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
     prior = [{"features": f, "valid": v, "fitness": t} for f, v, t in _rows(12)]
@@ -221,6 +224,7 @@ def test_a_prior_ends_the_cold_start_before_the_search_has_learned_anything():
     assert s.predict({"graph_op_max": 1.0}).learned_from == 20 and s.prior == 12
 
 
+@pytest.mark.extras
 def test_a_search_predicts_from_its_first_candidate_with_the_objectives_prior(tmp_path):
     pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
 
@@ -357,9 +361,11 @@ def test_a_bad_prior_is_skipped_in_one_line_and_a_prior_serves_its_own_space_onl
     assert prior_for(with_dataset(get_preset("demo", space="b")), tmp_path) is None  # S only
 
 
+@pytest.mark.extras
 def test_features_beyond_float32_are_capped_so_the_surrogate_still_fits():
     from evonorm.search.surrogate import Surrogate
 
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
     s = Surrogate(min_each=2, seed=0, trees=10)
     for i in range(6):
         s.add({"a": 1e308 if i % 2 else -1e39, "b": float(i), "c": 10**400}, i % 2 == 0, None)

@@ -77,6 +77,7 @@ def _ray_head(tmp_path: Path, monkeypatch):
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+@pytest.mark.extras
 @pytest.mark.slow
 def test_existing_cluster_gets_package_and_data(ray_head, tmp_path):
     import ray
@@ -116,6 +117,7 @@ def test_existing_cluster_gets_package_and_data(ray_head, tmp_path):
         assert all(c.status in ("valid", "rejected") and c.worker for c in store.candidates())
 
 
+@pytest.mark.extras
 @pytest.mark.slow
 def test_own_objective_reaches_workers_that_cannot_import_it(ray_head, tmp_path, monkeypatch):
     """The objective's package lives only in a folder on the driver's path: the search ships it

@@ -123,7 +123,7 @@ def test_command_errors_are_one_line_exit_2(tmp_path, capsys):
 def test_missing_matplotlib_is_a_clear_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert cli_main(["report", str(tmp_path)]) == 2
-    assert "pip install 'evonorm[plots]'" in capsys.readouterr().err
+    assert "pip install -e '.[plots]' in the evonorm clone" in capsys.readouterr().err
 
 
 def test_figures_say_what_they_show():

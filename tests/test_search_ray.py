@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'evonorm[ray]')")
+pytestmark = pytest.mark.extras
+ray = pytest.importorskip("ray", reason="ray is not installed (the `ray` extra)")
 
 import _search_fakes  # noqa: E402
 from evonorm.proxy.objective import ProxyObjective  # noqa: E402

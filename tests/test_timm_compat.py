@@ -19,6 +19,7 @@ def _randomize(module: nn.Module) -> None:
                 b.uniform_(0.5, 2.0)
 
 
+@pytest.mark.extras
 @pytest.mark.parametrize("timm_name", list(TIMM_EVONORMS))
 def test_every_timm_evonorm_converts_to_the_same_function(monkeypatch, timm_name):
     load_timm(monkeypatch)
@@ -38,6 +39,7 @@ def test_every_timm_evonorm_converts_to_the_same_function(monkeypatch, timm_name
         torch.testing.assert_close(ours.running_var, theirs.running_var)
 
 
+@pytest.mark.extras
 def test_timm_state_dict_loads_with_timm_settings_and_differs_with_ours(monkeypatch):
     load_timm(monkeypatch)
     from timm.layers.evo_norm import EvoNorm2dB0
@@ -55,6 +57,7 @@ def test_timm_state_dict_loads_with_timm_settings_and_differs_with_ours(monkeypa
     assert (default(x) - theirs(x)).abs().max() > 1e-4
 
 
+@pytest.mark.extras
 def test_convert_timm_evonorm_in_a_model(monkeypatch):
     load_timm(monkeypatch)
     from timm.layers.evo_norm import EvoNorm2dB0, EvoNorm2dS0a, EvoNorm2dS1a

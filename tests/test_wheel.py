@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.extras
 @pytest.mark.slow
 def test_wheel_builds_installs_and_runs(tmp_path):
     pytest.importorskip("build", reason="build is in the `test` extra")

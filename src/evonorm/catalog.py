@@ -102,3 +102,13 @@ GRAPH_SPECS: Mapping[str, list] = MappingProxyType({
     "tanh_minus_batch_mean_relu": [["tanh", 0], ["max", 0, 1], ["batch_mean", 5], ["neg", 6], ["add", 4, 7]],
     "exp_exp": [["exp", 0], ["exp", 4]],
 })
+
+
+def did_you_mean(name: object) -> str:
+    """"; did you mean X or Y?" for the layer names (registered layers and named graphs) nearest a
+    mistyped `name`, else "": what every place that reads a layer name adds to its refusal."""
+    import difflib
+
+    near = difflib.get_close_matches(str(name).strip().lower().replace("-", "_"),
+                                     list(dict.fromkeys([*LAYERS, *GRAPH_SPECS])), n=3, cutoff=0.5)
+    return f"; did you mean {' or '.join(near)}?" if near else ""

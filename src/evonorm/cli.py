@@ -12,9 +12,7 @@ import sys
 from typing import NoReturn, Sequence
 
 from evonorm import __version__
-from evonorm.files import DamagedFile, UnsafePath, printable
-from evonorm.search.executors import WorkerStartError
-from evonorm.search.outcome import HookFailed
+from evonorm.files import printable
 
 COMMANDS: dict[str, str] = {
     "search": "run a layer search (regularized evolution or random search) into a run folder",
@@ -46,6 +44,17 @@ class CommandError(Exception):
     """A user-facing failure: printed as one line, exit status 2, no traceback."""
 
 
+def _one_line_errors() -> tuple[type[Exception], ...]:
+    """What a command's failure prints as one line (exit 2): its own refusal, a damaged or linked
+    run-folder file, workers that cannot start, an objective's hook that fails. Imported once one is
+    raised, so that a command that needs no search engine (`list`, `show`, `--help`) loads none."""
+    from evonorm.files import DamagedFile, UnsafePath
+    from evonorm.search.executors import WorkerStartError
+    from evonorm.search.outcome import HookFailed
+
+    return CommandError, DamagedFile, UnsafePath, WorkerStartError, HookFailed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -65,12 +74,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(f"evonorm.commands.{name}")
     try:
         return int(module.main(rest) or 0)
-    except (CommandError, DamagedFile, UnsafePath, WorkerStartError, HookFailed) as err:  # a damaged or
-        # linked run-folder file, workers that cannot start, an objective's hook that fails: one line too
+    except Exception as err:
+        if not isinstance(err, _one_line_errors()):
+            raise
         print(f"evonorm {name}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"evonorm {name}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:  # a stopped search has printed the line that resumes it
+        driver = sys.modules.get("evonorm.search.driver")  # loaded wherever a search ran
+        if driver is None or not isinstance(err, driver.SearchStopped):
+            print(f"evonorm {name}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `evonorm show ... | head`: the reader has what it wanted
         sys.stdout = None  # type: ignore[assignment]  (no flush of the closed pipe at exit)

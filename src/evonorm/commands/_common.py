@@ -175,7 +175,7 @@ def check_executor(cfg) -> None:
         try:
             import ray  # noqa: F401
         except ImportError:
-            raise CommandError("--executor ray needs ray: pip install 'evonorm[ray]'") from None
+            raise CommandError("--executor ray needs ray: pip install -e '.[ray]' in the evonorm clone") from None
     elif cfg.execution.address:
         raise CommandError("--address applies to --executor ray only")
 

@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
     try:
         import matplotlib  # noqa: F401  (optional extra; fail before any work)
     except ImportError:
-        raise CommandError("reports need matplotlib: pip install 'evonorm[plots]'") from None
+        raise CommandError("reports need matplotlib: pip install -e '.[plots]' in the evonorm clone") from None
 
     if args.watch is not None and not (math.isfinite(args.watch) and args.watch >= 1):
         raise CommandError(f"--watch takes seconds >= 1, got {args.watch:g}")

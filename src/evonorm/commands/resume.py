@@ -13,6 +13,7 @@ from evonorm.commands.search import load_objective_arg
 from evonorm.report.text import summary_table
 from evonorm.search.api import check_resume_objective, resume_run
 from evonorm.search.config import EXECUTORS, with_settings
+from evonorm.search.driver import SearchStopped, stopped_line
 from evonorm.proxy.config import anchor_archs, proxy_config, with_task_settings
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.training import search_dataset
@@ -87,6 +88,16 @@ def main(argv: list[str]) -> int:
 
     if args.show < 0:
         raise CommandError("--show must be >= 0")
+    try:
+        return _resume(args)
+    except KeyboardInterrupt as err:  # before the search went on, too: the same command continues it
+        if isinstance(err, SearchStopped):
+            raise
+        print(stopped_line(args.run, args.objective), file=sys.stderr)
+        raise SearchStopped from None
+
+
+def _resume(args) -> int:
     cfg, done, _ = _plan(args)  # every check before the lock file or the store is touched
 
     objective = load_objective_arg(args.objective, args.ship)

@@ -14,7 +14,8 @@ from evonorm.commands._common import (ARCHS_HELP, DATA_HELP, check_archs, check_
                                       report_result, run_lock, write_errors)
 from evonorm.search.api import own_objective_config
 from evonorm.search.config import EXECUTORS, SPACES
-from evonorm.search.driver import check_seed_layers, init_run, run_facts, run_search
+from evonorm.search.driver import (SearchStopped, check_seed_layers, init_run, run_facts, run_search,
+                                   stopped_line)
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.presets import PRESETS, calibration_note, get_preset, measurement
@@ -196,6 +197,40 @@ def main(argv: list[str]) -> int:
 
     if args.show < 0:
         raise CommandError("--show must be >= 0")
+    try:
+        cfg, objective = _prepare(args)
+    except KeyboardInterrupt:  # checking the data and the networks can take a while
+        print("search interrupted before its run was stored: run the same command again", file=sys.stderr)
+        raise SearchStopped from None
+    run = args.out
+    with write_errors("the run folder"):
+        run.mkdir(parents=True, exist_ok=True)
+    with run_lock(run):
+        with write_errors(f"run folder {run}"):
+            scorer = objective or ProxyObjective(cfg)
+            try:
+                init_run(run, cfg, scorer, force=args.force)
+            except FileExistsError as err:
+                raise CommandError(str(err)) from None
+            facts = run_facts(cfg, scorer)
+        try:  # the run is stored: every stop from here says how to continue it
+            if not args.quiet:
+                for line in start_lines(cfg, facts, run):
+                    print(line, file=sys.stderr)
+            with write_errors(f"run folder {run}"):  # a disk that fills during the search: one line
+                result = run_search(run, objective=scorer, progress=not args.quiet, ship=args.ship)
+        except KeyboardInterrupt as err:
+            if isinstance(err, SearchStopped):
+                raise
+            print(stopped_line(run, cfg.objective), file=sys.stderr)
+            raise SearchStopped from None
+        report_result(result, run, args.show)
+    return 0
+
+
+def _prepare(args) -> tuple:
+    """(the run's settings, the objective or None) from the arguments, every check made before the
+    run folder is touched; CommandError on anything wrong."""
     cfg = config_from_args(args)
     objective = load_objective_arg(args.objective, args.ship)
     if objective is not None:
@@ -219,27 +254,8 @@ def main(argv: list[str]) -> int:
         raise CommandError("--gpus-per-worker applies to --executor ray with --device cuda only "
                            "(local workers all share the machine's GPU)")
     check_workers(cfg)
-    run = args.out
-    check_run_folder(run, args.force)
-    cfg = check_setup(cfg)
-
-    with write_errors("the run folder"):
-        run.mkdir(parents=True, exist_ok=True)
-    with run_lock(run):
-        with write_errors(f"run folder {run}"):
-            scorer = objective or ProxyObjective(cfg)
-            try:
-                init_run(run, cfg, scorer, force=args.force)
-            except FileExistsError as err:
-                raise CommandError(str(err)) from None
-            facts = run_facts(cfg, scorer)
-        if not args.quiet:
-            for line in start_lines(cfg, facts, run):
-                print(line, file=sys.stderr)
-        with write_errors(f"run folder {run}"):  # a disk that fills during the search: one line
-            result = run_search(run, objective=scorer, progress=not args.quiet, ship=args.ship)
-        report_result(result, run, args.show)
-    return 0
+    check_run_folder(args.out, args.force)
+    return check_setup(cfg), objective
 
 
 def check_run_folder(run: Path, force: bool) -> None:

@@ -21,7 +21,7 @@ def _load(spec: str):
     """A named graph, a registry layer, JSON text, or a JSON file (read here) as a Graph, or the
     registry's class of a layer that has no graph; a one-line error if none, with the nearest
     names."""
-    from evonorm.catalog import LAYERS
+    from evonorm.catalog import LAYERS, did_you_mean
     from evonorm.graph.library import NAMED_GRAPHS, resolve_graph
 
     if spec in NAMED_GRAPHS:
@@ -44,13 +44,8 @@ def _load(spec: str):
         except OSError as err:
             raise CommandError(f"cannot read {spec}: {err.strerror}") from None
     else:
-        import difflib
-
-        near = difflib.get_close_matches(spec, list(dict.fromkeys([*NAMED_GRAPHS, *LAYERS])),
-                                       n=3, cutoff=0.5)
-        hint = f"; did you mean {' or '.join(near)}?" if near else ""
         raise CommandError(f"{reprlib.repr(spec)} is not a layer name (`evonorm list` shows them), "
-                           f"a JSON file nor JSON text{hint}")
+                           f"a JSON file nor JSON text{did_you_mean(spec)}")
     try:
         return resolve_graph(text)
     except ValueError as err:

@@ -108,7 +108,7 @@ def main(argv: list[str]) -> int:
           f"{cfg.arch}{width_note(cfg)}, {ds.name}, preset {preset}: "
           f"{cfg.steps} steps of {cfg.batch_size} on {cfg.device}", flush=True)
     log = None if progress or args.progress is False else (lambda s: print(s, file=sys.stderr, flush=True))
-    from evonorm.layers.paths import recording
+    from evonorm.runtime.paths import recording
 
     with recording() as calls:  # which implementation the layer ran on, for the record
         result = train(factory, ds, cfg, progress=progress, log=log)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from evonorm.layers.sync_stats import SyncGroup, batch_stat_synced, sync_active
+from evonorm.runtime.sync_stats import SyncGroup, batch_stat_synced, sync_active
 
 RUNNING = {"mean": ("running_mean", 0.0), "std": ("running_var", 1.0), "rms": ("running_sq", 1.0)}
 """Per statistic: the running buffer's name and initial value."""

@@ -42,7 +42,7 @@ import torch
 from evonorm.files import open_regular, write_atomic
 from evonorm.graph.fast import FastSpec, Plan, like_input, plain_formula
 from evonorm.graph.primitives import NUM_INPUTS
-from evonorm.layers import differentiable_grads
+from evonorm.runtime.common import differentiable_grads
 
 SOURCE = Path(__file__).parent / "csrc" / "graph_kernel.cpp"
 CODES = {name: i for i, name in enumerate(

@@ -15,7 +15,7 @@ import keyword
 from evonorm.graph import batch as B
 from evonorm.graph import primitives as P
 from evonorm.graph.primitives import INPUTS, NUM_INPUTS, LayerGraph
-from evonorm.layers import resolve_groups
+from evonorm.runtime.common import resolve_groups
 
 _HELPER_ORDER = ("_compute_dtype", "_reduce", "_group")
 

@@ -30,7 +30,7 @@ import torch
 from evonorm.graph import primitives as P
 from evonorm.graph.interpret import interpret
 from evonorm.graph.primitives import NUM_INPUTS, LayerGraph
-from evonorm.layers import differentiable_grads, groups_to_channels
+from evonorm.runtime.common import differentiable_grads, groups_to_channels
 
 AXES = ("layer", "instance", "group")
 _NONNEG_OPS = frozenset({"sigmoid", "exp", "abs", "square", "relu"}

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from evonorm.catalog import GRAPH_SPECS
+from evonorm.catalog import GRAPH_SPECS, did_you_mean
 from evonorm.graph.graph import Graph
 
 NAMED_GRAPHS: Mapping[str, Graph] = MappingProxyType({k: Graph.from_json({"nodes": v}) for k, v in GRAPH_SPECS.items()})
@@ -40,8 +40,8 @@ def resolve_graph(spec: Any) -> Graph:
         if text in NAMED_GRAPHS:
             return NAMED_GRAPHS[text]
         if not text.startswith("{"):
-            raise ValueError(f"{reprlib.repr(spec)} is neither a named graph "
-                             f"({', '.join(sorted(NAMED_GRAPHS)[:6])}, ...) nor graph JSON")
+            raise ValueError(f"{reprlib.repr(spec)} is neither a named graph nor graph JSON"
+                             f"{did_you_mean(spec)} (`evonorm list graphs` names them)")
         spec = text
     return Graph.from_json(spec)
 

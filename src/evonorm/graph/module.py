@@ -22,13 +22,13 @@ from evonorm.graph.batch import BatchStat
 from evonorm.graph.fast import FastGraphFunction, FastSpec, fast_applies, make_plan
 from evonorm.graph.cpp import CppGraphFunction, cpp_applies, load_kernel, program
 from evonorm.graph.primitives import INPUTS, NUM_INPUTS, LayerGraph
-from evonorm.layers import resolve_groups
-from evonorm.layers.impl import check_impl
-from evonorm.layers.paths import fell_back, ran
-from evonorm.layers.tracing import exporting, fx_leaf
+from evonorm.runtime.common import resolve_groups
+from evonorm.runtime.impl import check_impl
+from evonorm.runtime.paths import fell_back, ran
+from evonorm.runtime.tracing import exporting, fx_leaf
 
 GRAPH_IMPLS = ("auto", "plain", "fast", "cpp")
-"""How a graph layer runs in eager mode (the package's one `impl` vocabulary, `evonorm.layers.impl.IMPLS`):
+"""How a graph layer runs in eager mode (the package's one `impl` vocabulary, `evonorm.runtime.impl.IMPLS`):
 "plain" this fx module (one autograd op per primitive op), "fast" one autograd function with a hand-derived
 backward (`evonorm.graph.fast`), "cpp" the whole layer as one compiled C++ kernel for CPU tensors
 (`evonorm.graph.cpp`; the fast path for others, said once), "auto" the C++ kernel where it applies and

@@ -6,8 +6,7 @@
 >>> model = convert_sync_norm_act(model)                  # DDP: batch statistics over every rank
 """
 
-from evonorm.layers._common import groups_to_channels, resolve_groups
-from evonorm.layers._formula import differentiable_grads
+from evonorm.runtime.common import groups_to_channels, resolve_groups
 from evonorm.layers.affine import Affine2d
 from evonorm.layers.baselines import (
     BatchNormPReLU2d,
@@ -23,12 +22,12 @@ from evonorm.layers.baselines import (
 from evonorm.layers.convert import ConvertReport, Replacement, convert_norm_act
 from evonorm.layers.evonorm_b import EvoNormB0, EvoNormB1, EvoNormB2
 from evonorm.layers.evonorm_s import EvoNormS0, EvoNormS1, EvoNormS2
-from evonorm.layers.registry import NORM_ACTS, create_norm_act, get_norm_act, is_batch_dependent, list_norm_acts
+from evonorm.layers.registry import (NORM_ACTS, create_norm_act, get_norm_act, is_batch_dependent, list_norm_acts,
+                                     resolve_norm_act)
 from evonorm.layers.sync import convert_sync_norm_act
 from evonorm.layers.timm_compat import TIMM_EVONORMS, convert_timm_evonorm, from_timm, timm_settings
 
 __all__ = [
-    "differentiable_grads",
     "groups_to_channels",
     "resolve_groups",
     "Affine2d",
@@ -59,5 +58,6 @@ __all__ = [
     "get_norm_act",
     "is_batch_dependent",
     "list_norm_acts",
+    "resolve_norm_act",
     "timm_settings",
 ]

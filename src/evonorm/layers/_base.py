@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from evonorm.layers._common import affine, check_input
-from evonorm.layers.impl import EVONORM_IMPLS, check_impl
-from evonorm.layers.paths import fell_back
-from evonorm.layers.tracing import exporting, fx_leaf
+from evonorm.runtime.common import affine, check_input
+from evonorm.layers.impl import EVONORM_IMPLS
+from evonorm.runtime.impl import check_impl
+from evonorm.runtime.paths import fell_back
+from evonorm.runtime.tracing import exporting, fx_leaf
 
 
 class EvoNormBase(nn.Module):

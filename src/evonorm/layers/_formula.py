@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from evonorm.layers._common import compute_dtype
+from evonorm.runtime.common import compute_dtype
 
 
 def s_formula(x: torch.Tensor, v: Optional[torch.Tensor], weight: torch.Tensor, bias: torch.Tensor, groups: int,
@@ -63,12 +63,3 @@ def b_formula(x: torch.Tensor, v: Optional[torch.Tensor], weight: torch.Tensor, 
     y = x3 / torch.maximum(bstd, inst) * weight.to(ct).view(1, -1, 1) + bias.to(ct).view(1, -1, 1)
     return y.reshape(x.shape).to(x.dtype), var_c.detach().flatten()
 
-
-def differentiable_grads(formula, tensors, args, dy):
-    """d(formula(*tensors, *args)) / d(tensors) . dy with a graph (create_graph), None where not needed."""
-    with torch.enable_grad():
-        wanted = [t for t in tensors if t is not None and t.requires_grad]
-        y = formula(*tensors, *args)
-        y = y[0] if isinstance(y, tuple) else y
-        grads = iter(torch.autograd.grad(y, wanted, dy, create_graph=True, allow_unused=True))
-    return [next(grads) if t is not None and t.requires_grad else None for t in tensors]

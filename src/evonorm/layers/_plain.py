@@ -5,7 +5,7 @@ The hand-written autograd kernels (and impl="compile"/"triton") run Python loops
 out= ops that torch.jit.script cannot compile, that a tracer bakes into constants (the legacy ONNX exporter
 wrote a graph with no inputs) and that pin the batch size in torch.export. So a layer takes this path by
 itself while scripted, traced (torch.jit.trace), exported (torch.export, ONNX) or compiled: see
-`evonorm.layers.tracing.exporting`. Under torch.fx a layer inside the traced model is one call_module node (`tracing.fx_leaf`); a layer
+`evonorm.runtime.tracing.exporting`. Under torch.fx a layer inside the traced model is one call_module node (`tracing.fx_leaf`); a layer
 traced as the root calls these functions as single leaf nodes (`torch.fx.wrap` where they are called), so no
 shape check runs as Python control flow on a Proxy.
 """
@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from evonorm.layers._common import affine, check_input, update_running_var
+from evonorm.runtime.common import affine, check_input, update_running_var
 from evonorm.layers._formula import b_formula, s_formula
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from evonorm.layers._common import affine, check_input
-from evonorm.layers.tracing import fx_leaf
+from evonorm.runtime.common import affine, check_input
+from evonorm.runtime.tracing import fx_leaf
 
 
 class Affine2d(nn.Module):

@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evonorm.layers._common import affine, check_input, compute_dtype, resolve_groups
-from evonorm.layers.tracing import fx_leaf
+from evonorm.runtime.common import affine, check_input, compute_dtype, resolve_groups
+from evonorm.runtime.tracing import fx_leaf
 from evonorm.layers.sync import batch_norm_synced
-from evonorm.layers.sync_stats import SyncGroup, sync_active
+from evonorm.runtime.sync_stats import SyncGroup, sync_active
 
 
 def _swish(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

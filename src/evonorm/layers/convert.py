@@ -32,7 +32,7 @@ from torch import fx, nn
 
 from evonorm.layers.affine import Affine2d
 from evonorm.layers.baselines import _BatchNormAct
-from evonorm.layers.registry import NORM_ACTS, get_norm_act
+from evonorm.layers.registry import NORM_ACTS, as_graph, registered_name
 from evonorm.layers.sync import convert_sync_norm_act
 
 _ACT_MODULES = (nn.ReLU, nn.ReLU6, nn.SiLU, nn.GELU)
@@ -171,24 +171,21 @@ class _Layer:
 
 
 def _layer(layer: Any, kwargs: dict) -> _Layer:
-    """`layer` (registry name, Graph, or factory) as a _Layer; ValueError naming the problem before
-    anything changes. A Graph is recognised by its `to_module` (this floor does not import the graph
-    package, which builds on it); graph JSON and named graphs go through `Graph.from_json` or
-    `evonorm.graph.library.resolve_graph` first."""
-    if isinstance(layer, str):
-        if layer.strip().lower().replace("-", "_") in NORM_ACTS:
-            return _Layer(layer, kwargs, cls=get_norm_act(layer))
-        raise ValueError(f"unknown norm-act layer {layer!r}: not a registered layer "
-                         f"({', '.join(NORM_ACTS)}); for a layer graph pass a Graph "
-                         "(evonorm.graph.Graph.from_json, evonorm.graph.library.resolve_graph)")
+    """`layer` (registry name, layer graph, or factory) as a _Layer; ValueError naming the problem before
+    anything changes."""
+    key = registered_name(layer)
+    if key is not None:
+        return _Layer(layer, kwargs, cls=NORM_ACTS[key])
+    if isinstance(layer, (str, dict)):
+        layer = as_graph(layer)
     to_module = getattr(layer, "to_module", None)
     if callable(to_module):  # a Graph
         return _Layer(f"graph {layer}", kwargs, factory=partial(to_module, **kwargs))
     if callable(layer):
         label = getattr(layer, "__qualname__", None) or type(layer).__name__
         return _Layer(label, kwargs, factory=partial(layer, **kwargs) if kwargs else layer)
-    raise TypeError(f"layer must be a registered name, a Graph or a factory "
-                    f"(num_features) -> nn.Module, got {type(layer).__name__}")
+    raise TypeError(f"layer must be a registered name, a layer graph (Graph, its dict or JSON text) or a "
+                    f"factory (num_features) -> nn.Module, got {type(layer).__name__}")
 
 
 def _new_layer(bn: nn.Module, spec: _Layer, apply_act: bool) -> nn.Module:
@@ -335,10 +332,11 @@ def _convert(module: nn.Module, prefix: str, spec: _Layer, report: ConvertReport
 def convert_norm_act(model: nn.Module, layer: Any, **kwargs) -> tuple[nn.Module, ConvertReport]:
     """Replace every BatchNorm2d / SyncBatchNorm of `model` with `layer` (fusing its activation).
 
-    `layer` is a registered name (`list_norm_acts()`), a named graph, graph JSON or a `Graph`, or a
-    factory `(num_features, **kwargs) -> nn.Module`. A registered layer is told `apply_act`; a graph's
-    or a factory's layer takes each BatchNorm-activation pair, and a BatchNorm without an activation
-    becomes a per-channel affine (`Affine2d`), as in the searched architectures.
+    `layer` is a registered name (`list_norm_acts()`), a layer graph (a `Graph`, its dict or JSON text, a
+    named graph: a search's find as stored), or a factory `(num_features, **kwargs) -> nn.Module`. A
+    registered layer is told `apply_act`; a graph's or a factory's layer takes each BatchNorm-activation
+    pair, and a BatchNorm without an activation becomes a per-channel affine (`Affine2d`), as in the
+    searched architectures.
 
     Returns (model, report). Use the returned model: it is `model` changed in place, or a `fx.GraphModule`
     sharing `model`'s other submodules when the graph had to be rewritten (report.mode == "fx").

@@ -9,13 +9,13 @@ from __future__ import annotations
 import torch
 
 from evonorm.layers._base import EvoNormBase
-from evonorm.layers._common import check_input, update_running_var
+from evonorm.runtime.common import check_input, update_running_var
 from evonorm.layers.impl import compiled, resolve_impl, triton_kernels
-from evonorm.layers.paths import fell_back, ran
+from evonorm.runtime.paths import fell_back, ran
 from evonorm.layers.kernels.evonorm_b_cpu import B0, B1, B2, EvoNormBFunction
 from evonorm.layers._plain import b_plain
 from evonorm.layers.sync import b_norm_act_synced
-from evonorm.layers.sync_stats import SyncGroup, sync_active
+from evonorm.runtime.sync_stats import SyncGroup, sync_active
 
 torch.fx.wrap("b_plain")  # one leaf node under torch.fx.symbolic_trace
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from evonorm.layers._base import EvoNormBase
-from evonorm.layers._common import resolve_groups
+from evonorm.runtime.common import resolve_groups
 from evonorm.layers.impl import compiled, resolve_impl, triton_kernels
-from evonorm.layers.paths import ran
+from evonorm.runtime.paths import ran
 from evonorm.layers.kernels.evonorm_s_cpu import S0, S1, S2, EvoNormSFunction
 from evonorm.layers._plain import s_plain
 

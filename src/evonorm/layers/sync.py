@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from evonorm.layers._common import compute_dtype, update_running_var
+from evonorm.runtime.common import compute_dtype, update_running_var
 from evonorm.layers._formula import b_formula
-from evonorm.layers.sync_stats import SyncGroup, global_moments
+from evonorm.runtime.sync_stats import SyncGroup, global_moments
 
 
 def b_norm_act_synced(x: torch.Tensor, v, weight, bias, running_var: torch.Tensor, momentum: float, eps: float,

@@ -26,7 +26,7 @@ def pyplot():
         import matplotlib
     except ImportError as err:  # optional extra
         raise ImportError(
-            "reports need matplotlib, an optional extra: pip install 'evonorm[plots]'") from err
+            "reports need matplotlib, an optional extra: pip install -e '.[plots]' in the evonorm clone") from err
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 

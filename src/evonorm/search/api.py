@@ -15,8 +15,8 @@ from evonorm.search.config import SearchConfig
 from evonorm.search.driver import SearchResult, Tally, init_run, record_run, run_search
 from evonorm.search.executors import Executor
 from evonorm.search.lock import RunLock
-from evonorm.search.objective import (SCORE_NAME, Objective, check_objective, check_picklable,
-                                      objective_name)
+from evonorm.search.objective import (SCORE_NAME, Objective, check_local_workers_can_start, check_objective,
+                                      check_picklable, objective_name)
 from evonorm.search.settings import engine_preset
 from evonorm.search.store import Store
 
@@ -41,6 +41,8 @@ def search(objective: Objective, *, out: str | Path, preset: str = "demo",
     cfg = engine_preset(preset, space=space, budget=budget, workers=workers, executor=executor,
                         seed=seed, **settings)
     check_picklable(check_objective(objective))
+    if cfg.execution.executor == "local":
+        check_local_workers_can_start(objective)
     cfg = own_objective_config(cfg, objective)
     Path(out).mkdir(parents=True, exist_ok=True)
     with RunLock(out):
@@ -67,6 +69,8 @@ def resume(out: str | Path, objective: Objective | None = None, *, budget: int |
         raise ValueError(f"the run in {out} was searched on the built-in proxy task: "
                          f"{BUILTIN_ELSEWHERE}")
     check_resume_objective(cfg.objective, objective, "the objective")
+    if cfg.execution.executor == "local":
+        check_local_workers_can_start(objective)
     cfg = with_budget(cfg, budget)
     with RunLock(out):
         return resume_run(out, objective, cfg, progress=progress, ship=ship)

@@ -77,6 +77,15 @@ class Candidate:
         except (ValueError, TypeError, KeyError):
             return None
 
+    def layer(self, num_features: int, **kwargs):
+        """The layer found, as a module: a drop-in for BatchNorm2d(num_features) + ReLU (`Graph.to_module`;
+        kwargs: apply_act, groups, eps, momentum, impl). ValueError for a record without a graph."""
+        if not self.graph:
+            raise ValueError(f"candidate {self.id} holds no layer graph")
+        from evonorm.graph import Graph
+
+        return Graph.from_json(self.graph).to_module(num_features, **kwargs)
+
     def __repr__(self) -> str:
         """One line: what a reader of `result.top(5)` looks for."""
         fitness = "-" if self.fitness is None else f"{self.fitness:.4f}"

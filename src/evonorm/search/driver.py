@@ -12,6 +12,7 @@ itself does not need.
 from __future__ import annotations
 
 import random
+import shlex
 import sys
 import time
 from collections import Counter, deque
@@ -622,6 +623,30 @@ def _restore_sigterm(previous: Any) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
+class SearchStopped(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a search: its store says "stopped" and the line that resumes it
+    has been printed, so a command says nothing more (still a KeyboardInterrupt for a caller)."""
+
+
+def resume_command(run: Path, objective: str | None) -> str:
+    """The exact command that continues the run in `run`: the built-in task's needs only the folder;
+    one's own objective needs `--objective` again (a run never imports a name it stored), and one
+    defined in a script's `__main__` is importable from that script only."""
+    folder = shlex.quote(str(run))
+    if not objective:
+        return f"`evonorm resume {folder}`"
+    if objective.startswith("__main__:"):
+        return f"`resume({str(run)!r}, {objective.split(':', 1)[1]})` in the script that defines it"
+    return f"`evonorm resume {folder} --objective {shlex.quote(objective)}`"
+
+
+def stopped_line(run: Path, objective: str | None, done: int | None = None, budget: int | None = None) -> str:
+    """The one line a stopped search prints: where it stopped and the command that continues it."""
+    at = f" at {done}/{budget} candidates" if done is not None else ""
+    return (f"search stopped{at}: {resume_command(run, objective)} continues it, repeating what each "
+            "unfinished candidate did since its last checkpoint")
+
+
 def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor | None = None, progress: bool = True,
                progress_every: float = 10.0, ship: list[str] | None = None) -> SearchResult:
     """Run (or continue) the search stored in `run_dir` until its budget is spent.
@@ -635,6 +660,7 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
     """
     run = Path(run_dir)
     store = Store(run)
+    cfg = None
     try:
         cfg = store.search_config()
         if cfg.evolution.prescreen:
@@ -685,11 +711,14 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
                                                and not search.pending)
             # a killed driver leaves "running"; any other exit says what it left behind
             store.set_meta("status", "complete" if complete else "stopped")
-            if not complete and isinstance(sys.exc_info()[1], KeyboardInterrupt):
-                print(f"search stopped at {done}/{cfg.evolution.budget} candidates: `evonorm resume {run}` "
-                      "(or evonorm.search.resume) continues it", file=sys.stderr, flush=True)
         if complete:
             store.set_meta("finished_at", time.time())
         return SearchResult(run, cfg.evolution.budget, done, complete, search.tally)
+    except KeyboardInterrupt as err:  # also while the workers start or the prior loads
+        if cfg is None or isinstance(err, SearchStopped) or store.get_meta("status") == "complete":
+            raise
+        print(stopped_line(run, cfg.objective, store.num_candidates(), cfg.evolution.budget), file=sys.stderr,
+              flush=True)
+        raise SearchStopped from None
     finally:
         store.close()

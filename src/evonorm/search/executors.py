@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import socket
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import wait as mp_wait
 from typing import Any, Callable, Iterator, Literal, Mapping, Protocol
@@ -103,7 +106,13 @@ def die_with_parent() -> None:
 
 
 def _worker_main(conn, fn: Callable[[dict], dict], threads: int) -> None:
-    """A pool worker: evaluate payloads from the pipe until told to stop (None)."""
+    """A pool worker: evaluate payloads from the pipe until told to stop (None).
+
+    It ignores SIGINT: Ctrl-C reaches a terminal's whole process group, and the driver alone stops
+    the search (and its workers), so no worker prints a KeyboardInterrupt traceback. It is ignored
+    from the worker's start, through its imports (`_sigint_ignored_by_children`). A KeyboardInterrupt
+    the objective raises itself is then the candidate's error, like any other."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _set_threads(threads)
     die_with_parent()
     conn.send(("ready", os.getpid()))  # start-up (imports) does not count against a task's timeout
@@ -118,9 +127,27 @@ def _worker_main(conn, fn: Callable[[dict], dict], threads: int) -> None:
         start = time.perf_counter()
         try:
             reply = (task_id, OK, fn(payload), None, time.perf_counter() - start)
-        except Exception as err:  # the candidate's error, reported back; the worker lives on
+        except (Exception, KeyboardInterrupt) as err:  # the candidate's error, reported back; the worker lives on
             reply = (task_id, ERROR, None, _format_error(err), time.perf_counter() - start)
         conn.send(reply)
+
+
+@contextmanager
+def _sigint_ignored_by_children() -> Iterator[None]:
+    """Processes started inside start with SIGINT ignored (an ignored signal stays ignored through
+    exec, and Python then installs no KeyboardInterrupt handler). This process's own Ctrl-C is held
+    (blocked, not lost) meanwhile and delivered on the way out. Off the main thread, where Python
+    cannot change a handler, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 @dataclass
@@ -162,7 +189,8 @@ class LocalExecutor:
             parent, child = self._ctx.Pipe()
             slot.proc = self._ctx.Process(target=_worker_main, args=(child, self.fn, self.threads),
                                           name=f"evonorm-worker-{slot.index}", daemon=True)
-            slot.proc.start()
+            with _sigint_ignored_by_children():
+                slot.proc.start()
             child.close()
             slot.conn = parent
             try:
@@ -320,7 +348,7 @@ class RayExecutor:
         try:
             import ray
         except ImportError as err:
-            raise RuntimeError("the Ray executor needs ray: pip install 'evonorm[ray]'") from err
+            raise RuntimeError("the Ray executor needs ray: pip install -e '.[ray]' in the evonorm clone") from err
         self._ray = ray
         self.fn = fn
         self.timeout = timeout

@@ -216,7 +216,7 @@ def run_trial(objective: Objective, payload: dict) -> Evaluation:
 def _evaluate(objective: Objective, payload: dict) -> Evaluation:
     """`run_trial`'s evaluation as the objective's outcome gives it, before the gate."""
     from evonorm.graph import Graph
-    from evonorm.layers.paths import recording
+    from evonorm.runtime.paths import recording
 
     start = time.perf_counter()
     trial = Trial(Graph.from_json(payload["graph"]), seed=int(payload.get("seed", 0)),
@@ -313,6 +313,58 @@ def check_picklable(fn: Callable, what: str = "the objective") -> None:
     except Exception:
         raise TypeError(f"{what} ({objective_name(fn)}) cannot be sent to the workers: define it "
                         "at the top level of a module") from None
+
+
+GUARD = 'if __name__ == "__main__":'
+
+
+def check_local_workers_can_start(fn: Callable) -> None:
+    """ValueError, one line, before anything is written or any local worker starts, where the workers
+    would fail at their start. Each is a fresh Python process (spawn) that re-runs the running script
+    to import what it defines: an objective defined in a script that is no file (read from stdin,
+    `python -c`, a notebook) cannot be imported there, and a script that starts the search outside
+    the `__main__` guard would start it again in every worker."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    script = path if path and os.path.isfile(path) else None
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    if module == "__main__" and script is None:
+        raise ValueError(f"the objective {objective_name(fn)} is defined in a script that is no file (stdin, "
+                         "python -c, a notebook), which the search's worker processes cannot import: put it "
+                         f"in a file, with the search under `{GUARD}`")
+    line = _main_line() if script else None
+    if line is not None and not _guarded(script, line):
+        raise ValueError(f"{script}:{line} starts the search outside `{GUARD}`: each worker process re-runs "
+                         "the script as it starts, so put the search under that guard")
+
+
+def _main_line() -> int | None:
+    """The line the running script's own top-level code is at (the call that led here), if any."""
+    main = sys.modules.get("__main__")
+    frame = inspect.currentframe()
+    line = None
+    while frame is not None:
+        if frame.f_globals is getattr(main, "__dict__", None) and frame.f_code.co_name == "<module>":
+            line = frame.f_lineno
+        frame = frame.f_back
+    return line
+
+
+def _guarded(script: str, line: int) -> bool:
+    """Whether `line` of `script` lies in a top-level `if __name__ == "__main__":` block (a script
+    that cannot be read or parsed counts as guarded: nothing to tell)."""
+    import ast
+
+    try:
+        tree = ast.parse(Path(script).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return True
+    for node in tree.body:
+        if node.lineno <= line <= (node.end_lineno or node.lineno):
+            return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+                    and ast.unparse(node.test).replace("'", '"') in ('__name__ == "__main__"',
+                                                                      '"__main__" == __name__'))
+    return True
 
 
 def load_objective(spec: str) -> Callable:

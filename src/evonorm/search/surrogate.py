@@ -87,7 +87,7 @@ def require_sklearn() -> None:
     try:
         import sklearn  # noqa: F401
     except ImportError:
-        raise ValueError("the prescreen needs scikit-learn: pip install 'evonorm[prescreen]' "
+        raise ValueError("the prescreen needs scikit-learn: pip install -e '.[prescreen]' in the evonorm clone "
                          "(or search with --prescreen off)") from None
 
 

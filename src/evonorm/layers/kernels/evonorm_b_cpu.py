@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from evonorm.layers._common import as_ncl, per_channel, restore, sample_chunks, update_running_var
-from evonorm.layers._formula import b_formula, differentiable_grads
+from evonorm.runtime.common import (as_ncl, differentiable_grads, per_channel, restore, sample_chunks,
+                                    update_running_var)
+from evonorm.layers._formula import b_formula
 
 B0, B1, B2 = 0, 1, 2  # variants
 

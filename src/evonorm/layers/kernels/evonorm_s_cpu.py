@@ -14,8 +14,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from evonorm.layers._common import as_ncl, groups_to_channels, per_channel, restore, sample_chunks
-from evonorm.layers._formula import differentiable_grads, s_formula
+from evonorm.runtime.common import (as_ncl, differentiable_grads, groups_to_channels, per_channel, restore,
+                                    sample_chunks)
+from evonorm.layers._formula import s_formula
 
 S0, S1, S2 = 0, 1, 2  # variants
 _MIN_V = 1e-3  # below this |v|, S0's forward takes x * sigmoid(v x) rather than silu(v x) / v

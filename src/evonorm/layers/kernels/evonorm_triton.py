@@ -26,7 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from evonorm.layers._formula import b_formula, differentiable_grads, s_formula
+from evonorm.layers._formula import b_formula, s_formula
+from evonorm.runtime.common import differentiable_grads
 
 _TILE = 2048  # elements per [BLOCK_C, BLOCK_L] tile: registers per program stay modest at 4 warps
 _CHAN_BLOCK = 128  # channels per program of the per-channel (batch) reductions

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from evonorm.layers._common import compute_dtype
+from evonorm.runtime.common import compute_dtype
 
 
 @dataclass(frozen=True)

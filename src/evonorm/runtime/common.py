@@ -89,3 +89,13 @@ def resolve_groups(num_channels: int, groups: int, group_size: int | None = None
         if num_channels % g == 0:
             return g
     return 1
+
+
+def differentiable_grads(formula, tensors, args, dy):
+    """d(formula(*tensors, *args)) / d(tensors) . dy with a graph (create_graph), None where not needed."""
+    with torch.enable_grad():
+        wanted = [t for t in tensors if t is not None and t.requires_grad]
+        y = formula(*tensors, *args)
+        y = y[0] if isinstance(y, tuple) else y
+        grads = iter(torch.autograd.grad(y, wanted, dy, create_graph=True, allow_unused=True))
+    return [next(grads) if t is not None and t.requires_grad else None for t in tensors]
