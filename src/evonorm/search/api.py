@@ -114,7 +114,7 @@ def load(out: str | Path) -> SearchResult:
     run = Path(out)
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
-        tally = Tally(num_stages=cfg.hurdles.num_stages)
+        tally = Tally.of(cfg)
         for c in store.candidates():
             tally.add(c)
         complete = store.get_meta("status") == "complete"
