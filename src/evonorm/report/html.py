@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from evonorm.proxy.rerank import RerankRow
 from evonorm.report.data import FINISHED, RunData, formula, reason_category
-from evonorm.report.verdict import layer_stats, search_fitness_text, verdict
+from evonorm.report.verdict import layer_stats, run_verdict, search_fitness_text
 from evonorm.search.candidates import same_layer_keys, top_layers
 from evonorm.search.evaluation import finite
 from evonorm.report.figures import formula_png
@@ -165,12 +165,6 @@ def prescreen_table(run: RunData) -> str:
             + table(["predicted P(passes rejection)", "trained", "passed", "measured share"], rows))
 
 
-def _best(run: RunData) -> Any:
-    """The run's best distinct valid layer (its best Candidate), or None."""
-    rows = top_layers(run.candidates, 1, same=same_layer_keys())
-    return rows[0].best if rows else None
-
-
 def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes]],
                 refresh: float | None = None) -> str:
     """The page: summary, figures (title, caption, PNG bytes), outcome table, and per run its
@@ -182,7 +176,7 @@ def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes
             "search runs, and reloads itself.</p>" if refresh else "")
     parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8>{reload}<title>{esc(title)}</title>"
              f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1>{live}",
-             *[f'<p class="verdict"><b>{esc(r.name)}:</b> {esc(verdict(r.retrain, r.path or r.name, r.train_seeds, r.config.get("objective"), best=_best(r)))}</p>'
+             *[f'<p class="verdict"><b>{esc(r.name)}:</b> {esc(run_verdict(r))}</p>'
                + (f'<p class="note">{esc(r.fidelity)}</p>' if r.fidelity else "")
                + f'<p class="note">{esc(r.name)}: {esc(r.setup)}</p>' for r in runs],
              f'<p class="note">Written {esc(time.strftime("%Y-%m-%d %H:%M:%S %Z"))} from the run store(s); '
