@@ -290,3 +290,36 @@ def test_an_own_objectives_stage_count_is_what_it_reports(tmp_path, capsys):
     assert {"#1 stage 2 (step 1)", "#1 stage 5 (step 4)", "#2 stage 2/5 (step 1)"} <= set(running), running
     assert not any("/3" in r for r in running), running
     assert result.tally.stages() == 5 and result.tally.stopped == 0 and result.tally.best is not None
+
+
+def test_a_resumed_run_has_an_eta_from_its_earlier_candidates_before_its_own(tmp_path):
+    from evonorm.search.api import own_objective_config
+    from evonorm.search.driver import _Search
+    from evonorm.search.store import Store
+
+    # an own objective with no expected cost: the ETA was "?" until a candidate finished in
+    # this session, also after a resume
+    init_run(tmp_path, own_objective_config(fake_config(budget=3, workers=1), slow_fake))
+    run_search(tmp_path, objective=slow_fake, progress=False)
+    with Store(tmp_path) as store:
+        cfg = store.search_config()
+        search = _Search(store, cfg.replace(evolution=cfg.evolution.replace(budget=6)), None)
+        assert search.cost_per_candidate() == pytest.approx(search.spent / 3)
+        assert search.status().eta != "?" and search.status().eta.endswith("s")
+
+
+def test_the_expected_cost_weighs_as_ten_candidates_against_the_first_ones():
+    from types import SimpleNamespace
+
+    from evonorm.search.driver import PRIOR_CANDIDATES, Tally, _Search
+    from evonorm.search.objective import CandidateCost
+
+    # the main job's first two candidates are its seed layers, trained to the end: 50 worker-s
+    # each against a mean of 5.5 over the whole search
+    search = SimpleNamespace(tally=Tally(done=2), spent=100.0,
+                             expected=CandidateCost(5.5, "demo's measured cost"))
+    cost = _Search.cost_per_candidate(search)
+    assert cost == pytest.approx((PRIOR_CANDIDATES * 5.5 + 100.0) / (PRIOR_CANDIDATES + 2))
+    assert cost < 15  # the run's mean alone says 50: a 75-candidate search of 30 min, not 4
+    search.tally.done, search.spent = 200, 200 * 9.0  # its own pace, once it has one
+    assert _Search.cost_per_candidate(search) == pytest.approx(9.0, rel=0.05)

@@ -236,6 +236,9 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
+PRIOR_CANDIDATES = 10  # how many of the run's own candidates an expected cost weighs as (`cost_per_candidate`)
+
+
 @dataclass(frozen=True)
 class Status:
     """The parts of the search's status line (`_Search.status`): the bar shows some of them in its
@@ -327,7 +330,6 @@ class _Search:
         self.bar, self.log = bar, log or (lambda s: None)
         self.every = every  # seconds between plain status lines when there is no bar
         self.started = self.last_line = time.perf_counter()
-        self.done_before = store.num_candidates()
         self.rng = rng_from_state(store.last_rng_state(), cfg.seed)
         self.tally = Tally.of(cfg)
         self.spent = 0.0  # worker-seconds of the finished candidates (for `budget_seconds`)
@@ -478,14 +480,11 @@ class _Search:
 
     def eta(self, elapsed: float, ages: list[float]) -> str:
         """The one ETA: the sooner of the candidate budget's (the candidates still running and
-        those not yet started, `eta_seconds`; before this session has finished a candidate, at
-        the objective's expected cost, said as such) and the worker-seconds budget's (`seconds_eta`)."""
-        done = self.tally.done - self.done_before  # this session's
+        those not yet started at `cost_per_candidate`, `eta_seconds`) and the worker-seconds
+        budget's (`seconds_eta`). Before the run has finished a candidate, at the objective's
+        expected cost, said as such."""
         left = max(0, self.cfg.evolution.budget - self.tally.done)
-        cost = (self.spent - self.spent_before) / done if done else None
-        guessed = cost is None and self.expected is not None
-        if guessed:
-            cost = self.expected.seconds
+        cost = self.cost_per_candidate()
         by_count = eta_seconds(self.durations, ages, max(0, left - len(ages)), cost,
                                self.cfg.execution.num_workers)
         by_seconds = self.seconds_eta(elapsed, ages)
@@ -493,8 +492,20 @@ class _Search:
             return duration_text(by_seconds)
         if by_count is None:
             return "?"
+        guessed = self.tally.done == 0 and self.expected is not None
         return f"~{duration_text(by_count)} ({self.expected.source})" if guessed else \
             duration_text(by_count)
+
+    def cost_per_candidate(self) -> float | None:
+        """Worker-seconds a candidate is expected to cost: the run's own mean (earlier sessions'
+        candidates too: a resumed run knows its pace), with the objective's expected cost counted
+        as `PRIOR_CANDIDATES` candidates more. A search's first candidates are not its typical
+        ones (the seed layers train to the end, most children are rejected in seconds): alone,
+        two seed layers would put a 75-candidate search at hours. None with neither."""
+        n, spent = self.tally.done, self.spent
+        if self.expected is None:
+            return spent / n if n else None
+        return (PRIOR_CANDIDATES * self.expected.seconds + spent) / (PRIOR_CANDIDATES + n)
 
     def seconds_eta(self, elapsed: float, ages: list[float]) -> float | None:
         """Seconds until the worker-seconds budget is spent (None without one): what is left of
