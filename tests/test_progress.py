@@ -195,7 +195,8 @@ def test_the_proxy_task_names_its_phases_and_reports_its_stages(tmp_path):
 def test_a_worker_seconds_budget_is_what_the_bar_and_the_lines_count(tmp_path, monkeypatch, capsys):
     # 100,000 candidates are only a cap: the budget is 2 worker-seconds, and the share of it spent
     init_run(tmp_path / "a", fake_config(budget=100_000, budget_seconds=2.0))
-    run_search(tmp_path / "a", objective=slow_fake, progress=True, progress_every=0.05)
+    result = run_search(tmp_path / "a", objective=slow_fake, progress=True, progress_every=0.05)
+    assert re.fullmatch(r"\d/2 worker-seconds, \d+ candidates", result.progress()), result.progress()
     err = capsys.readouterr().err
     spent = re.findall(r"^search: (\d+)/2 worker-s spent \((\d+)%\), (\d+) done \|", err, re.M)
     assert spent and spent[0] == ("0", "0", "0"), err

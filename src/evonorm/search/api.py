@@ -118,4 +118,5 @@ def load(out: str | Path) -> SearchResult:
         for c in store.candidates():
             tally.add(c)
         complete = store.get_meta("status") == "complete"
-    return SearchResult(run, cfg.evolution.budget, tally.done, complete, tally)
+    return SearchResult(run, cfg.evolution.budget, tally.done, complete, tally,
+                        cfg.evolution.budget_seconds)

@@ -57,6 +57,7 @@ class Tally:
     num_stages: int | None = 1
     best_at: dict[int, float] = field(default_factory=dict)  # the best fitness at each stage reached
     at_stage: Counter = field(default_factory=Counter)  # valid layers by the stage they reached
+    spent: float = 0.0  # worker-seconds of the candidates
 
     @classmethod
     def of(cls, cfg: SearchConfig) -> "Tally":
@@ -67,6 +68,7 @@ class Tally:
     def add(self, c: Candidate) -> None:
         self.done += 1
         self.cache_hits += c.cache_hit
+        self.spent += float(c.seconds or 0.0)
         if c.status == "valid":
             self.valid += 1
             self.at_stage[c.stage] += 1
@@ -116,6 +118,14 @@ class SearchResult:
     done: int
     complete: bool
     tally: Tally
+    budget_seconds: float | None = None  # the worker-seconds budget, where the run has one
+
+    def progress(self) -> str:
+        """How far it got: "12/75 candidates", or its worker-seconds where that is the budget."""
+        if self.budget_seconds is None:
+            return f"{self.done}/{self.budget} candidates"
+        return (f"{self.tally.spent:,.0f}/{self.budget_seconds:,.0f} worker-seconds, "
+                f"{self.done} candidates")
 
     def top(self, k: int = 5) -> list[Candidate]:
         """The best `k` distinct valid layers, best first (as the report ranks them: one row per
@@ -765,6 +775,7 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
                       "(or evonorm.search.resume) continues it", file=sys.stderr, flush=True)
         if complete:
             store.set_meta("finished_at", time.time())
-        return SearchResult(run, cfg.evolution.budget, done, complete, search.tally)
+        return SearchResult(run, cfg.evolution.budget, done, complete, search.tally,
+                            cfg.evolution.budget_seconds)
     finally:
         store.close()
