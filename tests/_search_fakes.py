@@ -205,6 +205,13 @@ class CountedStages:
         return accs
 
 
+class FiveStages(CountedStages):
+    """`CountedStages` reporting 4 stages and its end: more than the engine preset's stages, as an
+    objective of one's own may."""
+
+    STAGE_STEPS = (1, 2, 3, 4)
+
+
 def counted_stages_config(**kw):
     """`fake_config` staged as `CountedStages` trains, one worker."""
     return fake_config(stage_steps=CountedStages.STAGE_STEPS, quality_steps=0, workers=1, **kw)

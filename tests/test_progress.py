@@ -79,9 +79,11 @@ def test_the_bar_moves_while_the_first_candidate_trains(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stderr", tty)
     run_search(tmp_path, objective=_objectives.sleepy, progress=True)
     waiting = [f for f in re.split(r"[\r\n]", tty.getvalue()) if " 0/1 " in f]
-    clocks = {m.group(1) for f in waiting if (m := re.search(r"\[(\d\d:\d\d)<", f))}
+    clocks = {m.group(1) for f in waiting if (m := re.search(r"\[(\d\d:\d\d)\]", f))}
     assert len(clocks) >= 2, waiting  # the elapsed time ticks before anything has finished
     assert any("1 training" in f for f in waiting)
+    # one estimate on a line: the search's ETA, not also tqdm's remaining time beside it
+    assert not any(re.search(r"\d\d:\d\d<", f) or f.count("ETA") > 1 for f in waiting), waiting
 
 
 def test_the_status_line_says_the_stage_and_step_of_each_running_candidate(tmp_path, capsys):
@@ -215,3 +217,137 @@ def test_the_proxy_task_names_its_phases_and_reports_its_stages(tmp_path):
     ProxyObjective(cfg)(g.to_module, trial)
     assert seen[:2] == ["stability test", "quality test"]  # staged: the first stage is the test
     assert "stage 2/2 (step 2)" in seen
+
+
+def test_a_worker_seconds_budget_is_what_the_bar_and_the_lines_count(tmp_path, monkeypatch, capsys):
+    # 100,000 candidates are only a cap: the budget is 2 worker-seconds, and the share of it spent
+    init_run(tmp_path / "a", fake_config(budget=100_000, budget_seconds=2.0))
+    result = run_search(tmp_path / "a", objective=slow_fake, progress=True, progress_every=0.05)
+    assert re.fullmatch(r"\d/2 worker-seconds, \d+ candidates", result.progress()), result.progress()
+    err = capsys.readouterr().err
+    spent = re.findall(r"^search: (\d+)/2 worker-s spent \((\d+)%\), (\d+) done \|", err, re.M)
+    assert spent and spent[0] == ("0", "0", "0"), err
+    assert "100000" not in err and re.search(r"^\[\d+, \d+/2 worker-s\] #\d+ ", err, re.M), err
+    init_run(tmp_path / "b", fake_config(budget=100_000, budget_seconds=2.0))
+    tty = FakeTTY()
+    monkeypatch.setattr("sys.stderr", tty)
+    run_search(tmp_path / "b", objective=slow_fake, progress=True)
+    frames = [f for f in re.split(r"[\r\n]", tty.getvalue()) if "search" in f]
+    assert frames and all(re.search(r"\| \d+/2 worker-s \[", f) for f in frames), frames
+    assert not any("100000" in f for f in frames)
+
+
+def test_the_start_line_says_a_worker_seconds_budget():
+    from evonorm.proxy.presets import get_preset
+    from evonorm.search.driver import budget_text
+
+    assert budget_text(get_preset("scratch")) == ("budget 3,600 worker-seconds (at most 100,000 "
+                                                  "candidates)")
+    assert budget_text(get_preset("demo")) == "budget 75 candidates"
+
+
+def test_the_eta_of_a_worker_seconds_budget_is_the_rest_of_it_at_the_rate_spent(tmp_path):
+    from evonorm.search.driver import _Search
+    from evonorm.search.store import Store
+
+    init_run(tmp_path, fake_config(budget=100_000, budget_seconds=3600.0, workers=2))
+    with Store(tmp_path) as store:
+        search = _Search(store, store.search_config(), executor=None)
+        # before it has run a few seconds: both workers busy
+        assert search.seconds_eta(1.0, [1.0, 1.0]) == pytest.approx((3600 - 2) / 2)
+        # two workers 100 s into their candidates, 400 worker-s finished in 300 s: 2 worker-s/s
+        search.spent = 400.0
+        assert search.seconds_eta(300.0, [100.0, 100.0]) == pytest.approx((3600 - 600) / 2)
+        # a worker idle half the time: 1 worker-s a second, so the rest takes twice as long
+        search.spent = 200.0
+        assert search.seconds_eta(300.0, [100.0]) == pytest.approx(3600 - 300)
+
+
+def test_the_running_candidate_shows_the_step_in_flight(tmp_path):
+    from evonorm.search.objective import Trial, TrialProgress
+
+    path = tmp_path / "p.json"
+    trial = Trial(None, progress_file=str(path))
+    trial.phase("training")
+    trial.report({"a": 0.5}, 150)
+    for step in range(151, 451):  # every step: the driver is told at most once a second
+        trial.training_step(step, of="resnet50_cifar")
+    assert TrialProgress.read(path).describe(2) == "stage 2/2 (step 150)"  # within the second
+    trial.told -= 1.0  # a second later
+    trial.training_step(452, of="resnet50_cifar")
+    assert TrialProgress.read(path).describe(2) == "stage 2/2 (resnet50_cifar step 452)"
+    assert TrialProgress("quality test", 0, None, 60, "m").describe(2) == "quality test (m step 60)"
+    # an own objective's count not known yet: the stage alone
+    assert TrialProgress("training", 1, 150).describe(None) == "stage 2 (step 150)"
+    assert TrialProgress("training", 4, 4).describe(None) == "stage 5 (step 4)"
+
+
+def test_the_proxy_task_says_every_training_step_and_its_architecture():
+    from evonorm.graph.library import NAMED_GRAPHS
+    from evonorm.proxy.objective import ProxyObjective
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.training import with_dataset
+    from evonorm.search.objective import Trial
+
+    steps = []
+
+    class Watched(Trial):
+        def training_step(self, step, of=None):
+            steps.append((of, step))
+
+    cfg = with_dataset(get_preset("tiny", stage_steps=(2,), quality_steps=0, workers=1,
+                                  archs=("resnet20_cifar",)))
+    g = NAMED_GRAPHS["evonorm_s0"]
+    ProxyObjective(cfg)(g.to_module, Watched(g))
+    total = cfg.task["steps"] if isinstance(cfg.task, dict) else None
+    assert steps[:3] == [("resnet20_cifar", 1), ("resnet20_cifar", 2), ("resnet20_cifar", 3)]
+    assert [s for _, s in steps] == list(range(1, len(steps) + 1)) and len(steps) > 2, total
+
+
+def test_an_own_objectives_stage_count_is_what_it_reports(tmp_path, capsys):
+    from _search_fakes import FiveStages, counted_stages_config
+    from evonorm.search.api import own_objective_config
+
+    (tmp_path / "marks").mkdir()
+    objective = FiveStages(tmp_path / "marks", seconds=0.3)
+    # the engine preset stages 3 times; the objective reports 5 stages
+    run = init_run(tmp_path / "run", own_objective_config(counted_stages_config(budget=2), objective))
+    result = run_search(run, objective=objective, progress=True, progress_every=0.05)
+    running = re.findall(r"\| running: (.*)$", capsys.readouterr().err, re.M)
+    # before a layer has finished the count is not known: the stage alone; then the 5 it reported
+    assert {"#1 stage 2 (step 1)", "#1 stage 5 (step 4)", "#2 stage 2/5 (step 1)"} <= set(running), running
+    assert not any("/3" in r for r in running), running
+    assert result.tally.stages() == 5 and result.tally.stopped == 0 and result.tally.best is not None
+
+
+def test_a_resumed_run_has_an_eta_from_its_earlier_candidates_before_its_own(tmp_path):
+    from evonorm.search.api import own_objective_config
+    from evonorm.search.driver import _Search
+    from evonorm.search.store import Store
+
+    # an own objective with no expected cost: the ETA was "?" until a candidate finished in
+    # this session, also after a resume
+    init_run(tmp_path, own_objective_config(fake_config(budget=3, workers=1), slow_fake))
+    run_search(tmp_path, objective=slow_fake, progress=False)
+    with Store(tmp_path) as store:
+        cfg = store.search_config()
+        search = _Search(store, cfg.replace(evolution=cfg.evolution.replace(budget=6)), None)
+        assert search.cost_per_candidate() == pytest.approx(search.spent / 3)
+        assert search.status().eta != "?" and search.status().eta.endswith("s")
+
+
+def test_the_expected_cost_weighs_as_ten_candidates_against_the_first_ones():
+    from types import SimpleNamespace
+
+    from evonorm.search.driver import PRIOR_CANDIDATES, Tally, _Search
+    from evonorm.search.objective import CandidateCost
+
+    # the main job's first two candidates are its seed layers, trained to the end: 50 worker-s
+    # each against a mean of 5.5 over the whole search
+    search = SimpleNamespace(tally=Tally(done=2), spent=100.0,
+                             expected=CandidateCost(5.5, "demo's measured cost"))
+    cost = _Search.cost_per_candidate(search)
+    assert cost == pytest.approx((PRIOR_CANDIDATES * 5.5 + 100.0) / (PRIOR_CANDIDATES + 2))
+    assert cost < 15  # the run's mean alone says 50: a 75-candidate search of 30 min, not 4
+    search.tally.done, search.spent = 200, 200 * 9.0  # its own pace, once it has one
+    assert _Search.cost_per_candidate(search) == pytest.approx(9.0, rel=0.05)

@@ -83,15 +83,18 @@ def test_top_layers_groups_by_key_and_counts_how_often_found():
 def test_progress_curve_is_the_best_so_far_and_never_falls():
     cands = [{"id": i, "status": "valid", "fitness": f, "scores": {}} for i, f in
              enumerate([0.9, 0.1, 0.2, 0.95, 0.3])] + [{"id": 9, "status": "rejected"}]
-    xs, b, m, s = progress_curve(RunData("r", cands), top=2)
-    assert xs == [1, 2, 3, 4, 5] and b == [0.9, 0.9, 0.9, 0.95, 0.95]
-    # the top-2 mean once two exist, over all layers so far (the population window ages layers
-    # out; the best so far does not fall): not 0.5 for 0.9 and 0.1 at first, then more
-    assert m == pytest.approx([None, 0.5, 0.55, 0.925, 0.925])
-    assert s[1] == pytest.approx(0.4) and s[0] is None
-    same = progress_curve(RunData("r", cands, config={"evolution": {"window": 2}}), top=2)
+    xs, b, m, s = progress_curve(RunData("r", cands), top=2, floor=0.0)
+    # to the last candidate evaluated, the rejected one included
+    assert xs == [1, 2, 3, 4, 5, 6] and b == [0.9, 0.9, 0.9, 0.95, 0.95, 0.95]
+    # the top-2 mean over all layers so far (the population window ages layers out; the best so
+    # far does not fall), the missing one at the floor until two exist
+    assert m == pytest.approx([0.45, 0.5, 0.55, 0.925, 0.925, 0.925])
+    assert s[1] == pytest.approx(0.4) and s[0] == pytest.approx(0.45)
+    same = progress_curve(RunData("r", cands, config={"evolution": {"window": 2}}), top=2, floor=0.0)
     assert same[2] == m
-    assert all(a <= b for a, b in zip(m[1:], m[2:])) and all(a <= b for a, b in zip(b, b[1:]))
+    assert all(a <= b for a, b in zip(m, m[1:])) and all(a <= b for a, b in zip(b, b[1:]))
+    # without a floor (an own objective's scores): the mean of those there are
+    assert progress_curve(RunData("r", cands), top=2)[2][0] == pytest.approx(0.9)
 
 
 def test_failures_count_at_chance_and_reasons_are_grouped():
@@ -138,5 +141,5 @@ def test_figures_say_what_they_show():
     assert "above chance: n=30, r=1.00" in fig.axes[0].get_title()
     run = RunData("evo", cands, config={"scores": ARCHS[:2], "evolution": {"window": 16}})
     texts = " ".join(t.get_text() for t in search_progress([run]).texts)
-    assert "line: mean fitness of the 10 best so far (once there are 10)" in texts
+    assert "line: mean fitness of the 10 best so far, band" in texts
     assert "mean held-out accuracy over the architectures" in texts

@@ -119,3 +119,27 @@ def test_the_page_says_what_one_search_fitness_is():
     assert "one training seed per layer" in retrain_table(RunData("old"))  # stored before train_runs
     two = RunData("demo", config={"task": {"train_runs": 2}})
     assert two.train_seeds == 2 and "the mean of 2 training runs per layer" in retrain_table(two)
+
+
+def _nothing_valid_run(n, seconds, **evolution):
+    from evonorm.report.data import RunData
+
+    cands = [{"id": i + 1, "status": "rejected", "reason": "stability", "seconds": seconds}
+             for i in range(n)]
+    return RunData("r", candidates=cands, config={"evolution": evolution}, path="runs/r")
+
+
+def test_a_run_with_no_valid_layer_says_its_budget_spent_and_when_a_first_is_expected():
+    from evonorm.report.verdict import run_verdict
+
+    text = run_verdict(_nothing_valid_run(205, 6.0, budget=100_000, budget_seconds=3600.0))
+    # nothing to re-train: no command to re-train it; how much of the budget, and the expectation
+    assert "retrain" not in text and text.startswith("No valid layer yet in this search: "), text
+    assert "1,230 of 3,600 worker-seconds spent (34%)" in text, text
+    assert "expected in about 207 more candidates (~1,242 worker-seconds" in text, text
+    assert "more than what is left" not in text
+    late = run_verdict(_nothing_valid_run(400, 6.0, budget=100_000, budget_seconds=3600.0))
+    assert late.endswith("more than what is left of the budget."), late
+    by_count = run_verdict(_nothing_valid_run(10, 2.0, budget=75))
+    assert "10 of 75 candidates, 20 worker-seconds" in by_count and "retrain" not in by_count
+    assert run_verdict(_nothing_valid_run(0, 0.0, budget=75)).endswith("nothing evaluated yet.")

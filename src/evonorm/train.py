@@ -128,8 +128,10 @@ class Run:
         return self.result.status == "ok"
 
     def advance(self, to_step: int | None = None, *, progress: bool = False,
-                log: Callable[[str], None] | None = None) -> bool:
-        """Train on until step `to_step` (default: the end); False once the loss is non-finite."""
+                log: Callable[[str], None] | None = None,
+                on_step: Callable[[int], None] | None = None) -> bool:
+        """Train on until step `to_step` (default: the end); False once the loss is non-finite.
+        `on_step(steps_done)` after each step (e.g. a search's progress display)."""
         cfg, result = self.cfg, self.result
         to_step = cfg.steps if to_step is None else min(to_step, cfg.steps)
         if not self.ok or self.step >= to_step:
@@ -165,6 +167,8 @@ class Run:
                 loss.backward()
                 self.opt.step()
                 result.steps_done = step + 1
+                if on_step is not None:
+                    on_step(step + 1)
                 if bar is not None:
                     bar.update(1)
                     if step % 10 == 0:

@@ -183,8 +183,8 @@ def check_executor(cfg) -> None:
 def report_result(result, run: Path, top: int) -> None:
     """The search's closing lines: how far it got, its counts, and its top layers."""
     t = result.tally
-    print(f"search {'complete' if result.complete else 'stopped'}: {result.done}/{result.budget} "
-          f"candidates in {run} | {t.line()}")
+    print(f"search {'complete' if result.complete else 'stopped'}: {result.progress()} in {run} | "
+          f"{t.line()}")
     print(summary_table(run, top=top))
 
 

@@ -14,8 +14,8 @@ from evonorm.commands._common import (ARCHS_HELP, DATA_HELP, check_archs, check_
                                       report_result, run_lock, write_errors)
 from evonorm.search.api import own_objective_config
 from evonorm.search.config import EXECUTORS, SPACES
-from evonorm.search.driver import (SearchStopped, check_seed_layers, init_run, run_facts, run_search,
-                                   stopped_line)
+from evonorm.search.driver import (SearchStopped, budget_text, check_seed_layers, init_run, run_facts,
+                                   run_search, stopped_line)
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.presets import PRESETS, calibration_note, get_preset, measurement
@@ -277,7 +277,7 @@ def start_lines(cfg, facts: dict, run: Path) -> list[str]:
     evo, ex, device = cfg.evolution, cfg.execution, facts["device"]
     if cfg.objective:
         return [f"search: preset {cfg.preset}, space {evo.space}, {evo.algorithm}, objective "
-                f"{cfg.objective}, device {device['type']}, budget {evo.budget}, "
+                f"{cfg.objective}, device {device['type']}, {budget_text(cfg)}, "
                 f"{_workers(ex)} -> {run}"]
     data, task = facts["dataset"], proxy_config(cfg)
     runs = ""
@@ -287,7 +287,7 @@ def start_lines(cfg, facts: dict, run: Path) -> list[str]:
                 "scored by their mean)")
     lines = [f"search: preset {cfg.preset}, space {evo.space}, {evo.algorithm}, dataset "
              f"{data['name']} ({data['train']} train / {data['held_out']} held-out images), "
-             f"device {device['type']}, archs {', '.join(task.archs)}{runs}, budget {evo.budget}, "
+             f"device {device['type']}, archs {', '.join(task.archs)}{runs}, {budget_text(cfg)}, "
              f"{_workers(ex)} -> {run}"]
     if data["name"] == "synthetic":  # `tiny` trains on it whatever is installed
         lines.append("dataset synthetic: generated images for tests, whose fitness says nothing "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from evonorm.proxy.config import TrainSetting, proxy_config, split_seed, with_task_settings
@@ -231,7 +231,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
                     run = runs.get((arch, i))
                     if run is None:
                         run = runs[arch, i] = new_run(arch, i)
-                    run.advance(ends[k])
+                    run.advance(ends[k], on_step=partial(trial.training_step, of=arch))
                     acc = run.score()
                     if acc is None:
                         phase = "quality" if k == 0 and bar is not None else "train"

@@ -72,12 +72,14 @@ def _message(ax: Any, text: str) -> None:
     ax.set_yticks([])
 
 
-def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float], list[float | None],
-                                                           list[float | None]]:
+def progress_curve(run: RunData, top: int = 10, floor: float | None = None
+                   ) -> tuple[list[int], list[float], list[float], list[float]]:
     """(candidates evaluated, best fitness so far, mean and std of the `top` best so far) after
-    each valid arrival: the best-so-far curves of the paper's Fig. 10, which never fall as
-    candidates arrive. The top-`top` mean is None until `top` layers exist (a mean over fewer
-    would fall whenever a weaker layer arrives). In a staged run only layers trained to the end
+    each valid arrival, and once more at the last candidate evaluated, so the curves span the
+    whole search: the best-so-far curves of the paper's Fig. 10, over all candidates so far (the
+    population window ages layers out; these do not). While fewer than `top` layers exist the
+    missing ones count at `floor` (chance, on the built-in task: the curve then never falls);
+    without one, the mean is of those there are. In a staged run only layers trained to the end
     count (a hurdle-stopped layer's fitness is an earlier one)."""
     stages = len(run.part("hurdles").get("stage_steps") or ()) + 1
     xs, best, means, stds = [], [], [], []
@@ -90,16 +92,19 @@ def progress_curve(run: RunData, top: int = 10) -> tuple[list[int], list[float],
         if c.status != "valid" or not finite(c.fitness) or c.stage < stages:
             continue
         fitness.append(float(c.fitness))
-        ranked = sorted(fitness, reverse=True)
+        ranked = sorted(fitness, reverse=True)[:top]
+        if floor is not None:
+            ranked += [floor] * (top - len(ranked))
+        m = sum(ranked) / len(ranked)
         xs.append(evaluated)
-        best.append(ranked[0])
-        if len(ranked) < top:
-            means.append(None)
-            stds.append(None)
-            continue
-        m = sum(ranked[:top]) / top
+        best.append(max(fitness))
         means.append(m)
-        stds.append(math.sqrt(sum((v - m) ** 2 for v in ranked[:top]) / top))
+        stds.append(math.sqrt(sum((v - m) ** 2 for v in ranked) / len(ranked)))
+    if xs and xs[-1] < evaluated:  # the rest of the search found nothing better
+        xs.append(evaluated)
+        best.append(best[-1])
+        means.append(means[-1])
+        stds.append(stds[-1])
     return xs, best, means, stds
 
 
@@ -110,50 +115,129 @@ def score_label(run: RunData) -> str:
             else "mean held-out accuracy over the architectures")
 
 
+def robust_range(values: Sequence[float], k: float = 5.0) -> tuple[float, float] | None:
+    """The range of the bulk of `values`: the quartiles widened by `k` interquartile ranges (by a
+    tenth of the median's size where they coincide), within the values' own range. One wild value
+    (a score of -1.7e20 among scores near 0.6) does not set an axis. None without finite values."""
+    import numpy as np
+
+    v = np.array([x for x in values if finite(x)], dtype=float)
+    if not v.size:
+        return None
+    q1, q3 = np.percentile(v, [25, 75])
+    spread = (q3 - q1) or abs(float(np.median(v))) * 0.1 or 1.0
+    return max(float(v.min()), q1 - k * spread), min(float(v.max()), q3 + k * spread)
+
+
+def padded(lo: float, hi: float, min_span: float = 0.0, pad: float = 0.06) -> tuple[float, float]:
+    """Axis limits around [lo, hi], at least `min_span` wide (about the middle) and padded."""
+    if hi - lo < min_span:
+        mid = (lo + hi) / 2
+        lo, hi = mid - min_span / 2, mid + min_span / 2
+    span = (hi - lo) or abs(hi) * 0.1 or 1.0
+    return lo - pad * span, hi + pad * span
+
+
+def mark_outside(ax: Any, xs: Sequence[float], ys: Sequence[float],
+                 color: Any = "0.3") -> list[tuple[float, float]]:
+    """Points beyond the axes' limits, drawn at the edge they pass as open triangles pointing
+    that way; returns them, for the figure to name (`outside_note`)."""
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    notes = []
+    for x, y in zip(xs, ys):
+        if x0 <= x <= x1 and y0 <= y <= y1:
+            continue
+        cx, cy = min(max(x, x0), x1), min(max(y, y0), y1)
+        marker = "<" if x < x0 else ">" if x > x1 else "v" if y < y0 else "^"
+        ax.scatter([cx], [cy], marker=marker, s=60, facecolors="none", edgecolors=color,
+                   linewidths=1.2, clip_on=False, zorder=6)
+        notes.append((x, y))
+    return notes
+
+
+def outside_note(fig: Any, notes: Sequence[str], what: str = "point") -> None:
+    """A line under the figure naming the values drawn at an axis edge (`mark_outside`)."""
+    if notes:
+        shown = ", ".join(notes[:4]) + (f" and {len(notes) - 4} more" if len(notes) > 4 else "")
+        fig.text(0.01, -0.02, f"{len(notes)} {what}{'s' if len(notes) > 1 else ''} beyond the "
+                 f"axes, drawn at the edge as open triangles: {shown}", fontsize=7, color="C3",
+                 va="top", wrap=True)
+
+
+def legend_outside(ax: Any) -> None:
+    """The legend beside the axes, never over the data."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+              frameon=False)
+
+
 def search_progress(runs: Sequence[RunData], *, top: int = 10, baseline: float | None = None,
                     baseline_label: str = "BN-ReLU") -> Any:
     """Fig. 10: the best fitness so far and the mean and spread of the `top` best so far, against
-    candidates evaluated."""
+    candidates evaluated, on an axis at least a tenth of the fitness's scale wide (10 points of
+    accuracy), so that a gain of 0.0005 looks like one; values beyond the bulk are marked at the
+    edge rather than setting the axis."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    drawn = 0
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    own = bool(runs[0].config.get("objective"))
+    curves = []
     for i, run in enumerate(runs):
-        xs, b, m, s = progress_curve(run, top)
-        if not xs:
-            continue
-        color = f"C{i % 10}"
-        ax.step(xs, b, where="post", color=color, linewidth=0.9, linestyle=":", marker=".",
-                label=f"{run.name}: best ({len(run.finished)} evaluated)")
-        kx = [x for x, v in zip(xs, m) if v is not None]
-        km = [v for v in m if v is not None]
-        ks = [v for v in s if v is not None]
-        if kx:
-            ax.step(kx, km, where="post", color=color, label=f"{run.name}: top-{top} mean")
-            ax.fill_between(kx, [a - d for a, d in zip(km, ks)], [a + d for a, d in zip(km, ks)],
-                            color=color, alpha=0.2, linewidth=0, step="post")
-        drawn += 1
+        floor = None if run.config.get("objective") else 1.0 / run.num_classes
+        xs, b, m, s = progress_curve(run, top, floor)
+        if xs:
+            curves.append((i, run, xs, b, m, s))
     if baseline is None:
         for run in runs:
             ref = run.references.get("bn_relu")
             if ref:
                 baseline = sum(ref.values()) / len(ref)
                 break
-    if not drawn:
+    ax.set_title(f"Search progress (best so far, and mean ± std of the top-{top} so far)",
+                 fontsize=10)
+    if not curves:
         _message(ax, "no layer trained to the end yet: nothing to plot")
-    else:
-        if baseline is not None:
-            ax.axhline(baseline, color="k", linestyle="--", linewidth=1, label=baseline_label)
-        ax.set_xlabel("candidates evaluated")
-        ax.set_ylabel("fitness")
-        ax.legend(fontsize=8, loc="lower right")
-        ax.grid(alpha=0.3)
-        ax.margins(x=0.05)
-    ax.set_title(f"Search progress (best so far, and mean ± std of the top-{top} so far)")
+        return fig
+    values = [v for *_, b, m, _s in curves for v in (*b, *m)] + ([baseline] if baseline else [])
+    lo, hi = robust_range(values, k=10.0) or (0.0, 1.0)  # a curve's early means are real
+    scale = 1.0 if not own else max(abs(lo), abs(hi))
+    notes = []
+    for i, run, xs, b, m, s in curves:
+        color = f"C{i % 10}"
+        gain = f"{b[0]:.4g} to {b[-1]:.4g}" + (f", +{b[-1] - b[0]:.2g}" if b[-1] > b[0] else "")
+        ax.step(xs, b, where="post", color=color, linewidth=1.2, linestyle=":", marker=".",
+                label=f"{run.name}: best ({gain})")
+        fill = "" if run.config.get("objective") else ", missing at chance"
+        y0, y1 = padded(lo, hi, min_span=0.1 * scale)
+        shown = [y0 <= v <= y1 for v in m]  # a mean beyond the axis: a gap, marked at the edge
+        nan = float("nan")
+        ax.step(xs, [v if ok else nan for v, ok in zip(m, shown)], where="post", color=color,
+                label=f"{run.name}: top-{top} mean{fill}")
+        ax.fill_between(xs, [a - d if ok else nan for a, d, ok in zip(m, s, shown)],
+                        [a + d if ok else nan for a, d, ok in zip(m, s, shown)],
+                        color=color, alpha=0.15, linewidth=0, step="post")
+        out = [(x, v) for x, v, ok in zip(xs, m, shown) if not ok]
+        for x, v in out:
+            ax.scatter([x], [y0 if v < y0 else y1], marker="v" if v < y0 else "^", s=40,
+                       facecolors="none", edgecolors=color, clip_on=False, zorder=6)
+        notes += [f"top-{top} mean {v:.3g} at candidate {x}" for x, v in out]
+    if baseline is not None:
+        ax.axhline(baseline, color="k", linestyle="--", linewidth=1, label=baseline_label)
+    ax.set_ylim(*padded(lo, hi, min_span=0.1 * scale))
+    ax.set_xlim(0, max(xs[-1] for *_, xs, _b, _m, _s in curves) * 1.03 + 0.5)
+    ax.set_xlabel("candidates evaluated (valid, rejected and failed)")
+    ax.set_ylabel("fitness")
+    ax.grid(alpha=0.3)
+    # below the axes, not beside: the labels are long, and a wider figure would be shrunk to fit
+    # the page's column
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, frameon=False)
     fig.text(0.01, 0.01, f"Fitness: {score_label(runs[0])}. Dotted: the best valid layer so far; "
-                         f"line: mean fitness of the {top} best so far (once there are {top}), "
-                         "band: ± their std. x: candidates evaluated (valid, rejected and failed).",
+                         f"line: mean fitness of the {top} best so far, band: ± their std. The "
+                         "axis spans at least a tenth of the fitness scale.",
              fontsize=7, color="0.3", wrap=True, va="bottom")
-    fig.subplots_adjust(bottom=0.25)
+    fig.subplots_adjust(bottom=0.3)
+    if notes:
+        fig.text(0.01, -0.02, f"beyond the axis: {'; '.join(notes[:3])}"
+                 + (f" and {len(notes) - 3} more" if len(notes) > 3 else ""), fontsize=7,
+                 color="C3", va="top", wrap=True)
     return fig
 
 
@@ -174,11 +258,16 @@ def random_accuracies(candidates: Sequence[Any], archs: Sequence[str], chance: f
     return out
 
 
-def _integer_counts(ax: Any) -> None:
-    """A log count axis labelled in plain counts (1, 10, 100), without minor labels such as 6x10^0."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+def _integer_counts(ax: Any, top: int) -> None:
+    """A log count axis labelled in plain counts at 1, 2, 5, 10, 20, 50, ... up to `top`, not at
+    the powers of ten alone (two ticks, 1 and 10, on a search's few dozen layers)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
+    ticks = [m * 10 ** e for e in range(0, len(str(max(1, top))) + 1) for m in (1, 2, 5)]
+    ax.set_ylim(0.7, max(2, top) * 1.6)
+    ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if t <= max(2, top) * 1.6]))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
@@ -197,15 +286,18 @@ def accuracy_histogram(candidates: Sequence[Any], archs: Sequence[str], *, chanc
         shown = [a for a in archs if accs[a]]
         labels = [f"{a}: {sum(1 for v in accs[a] if v <= chance * 1.5)}/{len(accs[a])} near chance"
                   for a in shown]  # each bin's bars side by side, one per architecture
-        ax.hist([accs[a] for a in shown], bins=edges, color=[f"C{archs.index(a)}" for a in shown],
-                log=True, histtype="bar", rwidth=0.9, label=labels)
+        counts, _, _ = ax.hist([accs[a] for a in shown], bins=edges, rwidth=0.9, label=labels,
+                               color=[f"C{archs.index(a)}" for a in shown], log=True,
+                               histtype="bar")
         if reference is not None:
             ax.axvline(reference, color="k", linestyle="--", linewidth=1, label="BN-ReLU")
         ax.set_xlim(0, 1)
         ax.set_xlabel("accuracy")
         ax.set_ylabel("count (log scale)")
-        _integer_counts(ax)
-        ax.legend(fontsize=8)
+        import numpy as np
+
+        _integer_counts(ax, int(np.max(counts)))
+        legend_outside(ax)
     kind = f"{n} {origin} layers" if origin else f"{n} layers"
     ax.set_title(f"Accuracy histogram of {kind} (failures count at chance)")
     return fig
@@ -231,8 +323,8 @@ def calibration(candidates: Sequence[Any], archs: Sequence[str], *, chance: floa
             if finite(acc.get(a)) and finite(acc.get(b)):
                 ax.scatter([acc[a]], [acc[b]], marker=next(markers), s=80, color=f"C{k + 1}",
                            edgecolors="k", label=name, zorder=5)
-        if references:
-            ax.legend(fontsize=7, loc="upper left")
+        if references and ax is axes[0][-1]:
+            legend_outside(ax)
         ax.plot([0, 1], [0, 1], color="0.6", linewidth=0.8, linestyle=":")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
@@ -253,18 +345,23 @@ def short(arch: str) -> str:
 def correlation_text(xs: Sequence[float], ys: Sequence[float], chance: float) -> str:
     """Pearson's r over all layers and over the layers above chance on both architectures (the
     near-chance cluster alone makes r look high)."""
-    r = pearson(xs, ys)
     above = [(x, y) for x, y in zip(xs, ys) if x > chance * 1.5 and y > chance * 1.5]
-    r_above = pearson([x for x, _ in above], [y for _, y in above])
-    fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    return f"all: n={len(xs)}, r={fmt(r)}; above chance: n={len(above)}, r={fmt(r_above)}"
+
+    def part(n: int, r: float | None) -> str:  # r undefined (too few points, no spread): not "r=-"
+        return f"n={n}, r={r:.2f}" if r is not None else f"n={n}, no correlation defined"
+
+    return (f"all: {part(len(xs), pearson(xs, ys))}; above chance: "
+            f"{part(len(above), pearson([x for x, _ in above], [y for _, y in above]))}")
 
 
 def pareto(run: RunData) -> Any:
-    """The population's accuracies on the first two architectures, its Pareto front over all
-    architectures highlighted, and reference layers (EvoNorm, BN-ReLU) where the run has them."""
+    """The population's scores on the first two names (the built-in task's architectures), its
+    Pareto front over all of them highlighted, and reference layers (EvoNorm, BN-ReLU) where the
+    run has them. The axes hold the bulk of the layers (`robust_range`): one beyond them is drawn
+    at the edge and named under the figure, not allowed to flatten the rest."""
     plt = pyplot()
     archs = run.archs
+    own = bool(run.config.get("objective"))
     fig, ax = plt.subplots(figsize=(5.6, 4.8))
     pop_ids = set(run.population)
     members = [c for c in run.valid if c.id in pop_ids] or run.valid
@@ -276,25 +373,34 @@ def pareto(run: RunData) -> Any:
     a, b = archs[0], archs[1]
     pts = [[c.scores[x] for x in archs] for c in members]
     front = set(pareto_front(pts))
+    refs = [(name, acc) for name, acc in sorted(run.references.items())
+            if finite(acc.get(a)) and finite(acc.get(b))]
+    xr = robust_range([p[0] for p in pts] + [acc[a] for _, acc in refs])
+    yr = robust_range([p[1] for p in pts] + [acc[b] for _, acc in refs])
+    ax.set_xlim(*padded(*xr))
+    ax.set_ylim(*padded(*yr))
+    ax.set_autoscale_on(False)
     ax.scatter([p[0] for i, p in enumerate(pts) if i not in front],
                [p[1] for i, p in enumerate(pts) if i not in front],
                s=12, color="0.6", alpha=0.6, label="population")
     fr = sorted((pts[i] for i in front), key=lambda p: p[0])
+    kind = "scores" if own else "architectures"
     ax.scatter([p[0] for p in fr], [p[1] for p in fr], s=22, color="C3",
-               label=f"Pareto front over {len(archs)} archs ({len(fr)})")
+               label=f"Pareto front over {len(archs)} {kind} ({len(fr)})")
     if len(archs) == 2:  # with more objectives the front is not a line in this projection
         ax.plot([p[0] for p in fr], [p[1] for p in fr], color="C3", linewidth=0.8, alpha=0.6)
     markers = itertools.cycle("*^sDPX")
-    for name, acc in sorted(run.references.items()):
-        if finite(acc.get(a)) and finite(acc.get(b)):
-            ax.scatter([acc[a]], [acc[b]], marker=next(markers), s=110, edgecolors="k",
-                       label=name, zorder=5)
-    unit = "score" if run.config.get("objective") else "accuracy"
+    for name, acc in refs:
+        ax.scatter([acc[a]], [acc[b]], marker=next(markers), s=110, edgecolors="k",
+                   label=name, zorder=5)
+    outside = mark_outside(ax, [p[0] for p in pts], [p[1] for p in pts], color="C3")
+    unit = "score" if own else "accuracy"
     ax.set_xlabel(f"{a} {unit}")
     ax.set_ylabel(f"{b} {unit}")
-    ax.legend(fontsize=8, loc="lower right")
+    legend_outside(ax)
     ax.grid(alpha=0.3)
-    ax.set_title(f"Pareto front of the population ({len(members)} layers)")
+    ax.set_title(f"Pareto front of the population ({len(members)} layers)", fontsize=10)
+    outside_note(fig, [f"{a} {x:.3g}, {b} {y:.3g}" for x, y in outside], "layer")
     return fig
 
 

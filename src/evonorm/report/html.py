@@ -16,21 +16,23 @@ from typing import Any, Sequence
 from evonorm.files import printable
 from evonorm.proxy.rerank import RerankRow
 from evonorm.report.data import FINISHED, RunData, formula, reason_category
-from evonorm.report.verdict import layer_stats, search_fitness_text, verdict
+from evonorm.report.verdict import layer_stats, run_verdict, search_fitness_text
 from evonorm.search.candidates import same_layer_keys, top_layers
 from evonorm.search.evaluation import finite
 from evonorm.report.figures import formula_png
 from evonorm.report.prescreen import summarize, summary_lines
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1400px;
 color:#222;padding:0 1em}
 h1{font-size:1.6em}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
 table{border-collapse:collapse;font-size:.9em;margin:.6em 0}
 th,td{border:1px solid #ccc;padding:.25em .55em;text-align:left;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 code.formula{font-family:ui-monospace,Menlo,Consolas,monospace;white-space:pre-wrap}
-details{font-size:.8em;color:#555}figure{margin:1em 0}figure img{max-width:100%;border:1px solid #eee}
+details{font-size:.8em;color:#555}figure{margin:0}figure img{max-width:100%;height:auto;border:1px solid #eee}
+.figures{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:1.2em 1.5em;
+align-items:start}
 img.formula{max-width:100%}
 figcaption{font-size:.85em;color:#555}.note{color:#666;font-size:.9em}
 """
@@ -168,12 +170,6 @@ def prescreen_table(run: RunData) -> str:
             + table(["predicted P(passes rejection)", "trained", "passed", "measured share"], rows))
 
 
-def _best(run: RunData) -> Any:
-    """The run's best distinct valid layer (its best Candidate), or None."""
-    rows = top_layers(run.candidates, 1, same=same_layer_keys())
-    return rows[0].best if rows else None
-
-
 def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes]],
                 refresh: float | None = None) -> str:
     """The page: summary, figures (title, caption, PNG bytes), outcome table, and per run its
@@ -185,18 +181,21 @@ def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes
             "search runs, and reloads itself.</p>" if refresh else "")
     parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8>{reload}<title>{esc(title)}</title>"
              f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1>{live}",
-             *[f'<p class="verdict"><b>{esc(r.name)}:</b> {esc(verdict(r.retrain, r.path or r.name, r.train_seeds, r.config.get("objective"), best=_best(r)))}</p>'
+             *[f'<p class="verdict"><b>{esc(r.name)}:</b> {esc(run_verdict(r))}</p>'
                + (f'<p class="note">{esc(r.fidelity)}</p>' if r.fidelity else "")
                + f'<p class="note">{esc(r.name)}: {esc(r.setup)}</p>' for r in runs],
              f'<p class="note">Written {esc(time.strftime("%Y-%m-%d %H:%M:%S %Z"))} from the run store(s); '
              "a search still running shows what had finished by then.</p>",
              "<h2>Runs</h2>",
              table(["run", "status", "finished", "valid", "rejected", "failed", "in flight", "cache hits",
-                    "best fitness", "compute", "architectures"], summary_rows(runs))]
-    parts.append("<h2>Figures</h2>")
+                    "best fitness", "compute",
+                    "scores" if runs[0].config.get("objective") else "architectures"],
+                   summary_rows(runs))]
+    parts.append('<h2>Figures</h2><div class="figures">')
     for name, caption, png in figures:
         parts.append(f'<figure id="{esc(name)}"><img alt="{esc(caption)}" src="{data_uri(png)}">'
                      f"<figcaption>{esc(caption)}</figcaption></figure>")
+    parts.append("</div>")
     parts.append("<h2>Outcomes by reason</h2>" + reasons_table(runs))
     for r in runs:
         parts.append(f"<h2>Top layers of {esc(r.name)}</h2>"
@@ -205,6 +204,9 @@ def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes
                      "v1 = 1 (their initial values) and trained to exactly the same accuracies (such as "
                      "x - v0^2 and x: v0 gets no gradient at 0 and never moves); \"spellings\" counts them "
                      'and "found" counts the candidates that were any of them.</p>' + top_table(r))
+        parts.append(prescreen_table(r))
+        if r.config.get("objective"):  # re-training, references and reranking are the built-in task's
+            continue
         parts.append(f"<h3>Multi-seed re-training ({esc(r.name)})</h3>"
                      '<p class="note">The top distinct found layers, the reference layers of the space and the '
                      "run's seed layers, each trained again with fresh training seeds on the run's own data split "
@@ -212,6 +214,5 @@ def render_page(runs: Sequence[RunData], figures: Sequence[tuple[str, str, bytes
                      "reference or seed layer by a one-sided Welch t-test over these seeds.</p>" + retrain_table(r))
         parts.append(f"<h3>Reference layers ({esc(r.name)})</h3>" + reference_table(r))
         parts.append(f"<h3>Reranking ({esc(r.name)})</h3>" + rerank_table(r))
-        parts.append(prescreen_table(r))
     parts.append("</body></html>\n")
     return "\n".join(parts)

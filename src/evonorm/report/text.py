@@ -8,7 +8,7 @@ from pathlib import Path
 from evonorm.files import printable
 from evonorm.proxy.rerank import RerankRow
 from evonorm.report.data import formula, load_run
-from evonorm.report.verdict import verdict
+from evonorm.report.verdict import run_verdict
 from evonorm.search.candidates import same_layer_keys, top_layers
 
 
@@ -21,8 +21,7 @@ def summary_table(run_dir: str | Path, top: int = 10) -> str:
     archs = run.archs
     rows = top_layers(run.candidates, top, same=same_layer_keys())
     head_lines = "\n".join(line for line in (
-        verdict(run.retrain, str(run_dir), run.train_seeds, run.config.get("objective"),
-                best=rows[0].best if rows else None),
+        run_verdict(run),
         run.fidelity, run.setup) if line)
     if not rows:
         return _printable(head_lines + "\nno valid layer found")

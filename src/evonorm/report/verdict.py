@@ -13,6 +13,9 @@ from typing import Any, Iterable, Sequence
 
 from evonorm.stats import mean_std
 from evonorm.proxy.retrain import RetrainRow
+from evonorm.report.data import RunData
+from evonorm.search.candidates import same_layer_keys, top_layers
+from evonorm.search.evaluation import finite
 
 ALPHA = 0.05
 
@@ -105,3 +108,44 @@ def verdict(rows: Iterable[RetrainRow], run: str = "RUN", train_seeds: int = 1,
                 f"t-test, p={p:.3g} < {ALPHA}).")
     return (f"No found layer beats {ref.text()} beyond noise (best: {best.text()}, "
             f"mean +- std fitness in % over {seeds}; one-sided Welch t-test, p={p:.3g} >= {ALPHA}).")
+
+
+def run_verdict(run: RunData) -> str:
+    """A run's first sentence: `verdict`, or while it has no valid layer, `nothing_valid` (there
+    is nothing to re-train yet, so no command to re-train it)."""
+    rows = top_layers(run.candidates, 1, same=same_layer_keys())
+    found = any(r.kind == "found" for r in run.retrain)
+    if not rows and not found:
+        return nothing_valid(run)
+    return verdict(run.retrain, run.path or run.name, run.train_seeds, run.config.get("objective"),
+                   best=rows[0].best if rows else None)
+
+
+def nothing_valid(run: RunData) -> str:
+    """How far a run with no valid layer has got: candidates evaluated, the share of its budget
+    spent, and when a first valid layer is to be expected at its rate so far. With none valid in
+    n, Laplace's rule of succession puts the chance of the next at 1/(n+2): a first one in about
+    n+2 more candidates, about as much again as it has spent."""
+    done = run.finished
+    n = len(done)
+    seconds = sum(float(c.seconds) for c in done if finite(c.seconds) and c.seconds > 0)
+    evo = run.part("evolution")
+    limit, budget = evo.get("budget_seconds"), evo.get("budget")
+    if finite(limit) and limit > 0:
+        spent = f"{seconds:,.0f} of {limit:,.0f} worker-seconds spent ({100 * seconds / limit:.0f}%)"
+        left = max(0.0, limit - seconds)
+    else:
+        spent = f"{n} of {budget} candidates, {seconds:,.0f} worker-seconds"
+        per = seconds / n if n else 0.0
+        left = max(0, int(budget or 0) - n) * per
+    who = f" with the objective {run.config['objective']}" if run.config.get("objective") else ""
+    head = f"No valid layer yet in this search{who}: {spent}"
+    if n == 0:
+        return head + "; nothing evaluated yet."
+    more = (n + 2) * seconds / n
+    expect = (f"; with none valid in {n}, a first valid layer is expected in about {n + 2} more "
+              f"candidates (~{more:,.0f} worker-seconds at this run's cost per candidate; Laplace's "
+              "rule of succession)")
+    if more > left:
+        expect += ", more than what is left of the budget"
+    return head + expect + "."

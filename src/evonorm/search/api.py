@@ -130,8 +130,9 @@ def load(out: str | Path) -> SearchResult:
     run = Path(out)
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
-        tally = Tally(num_stages=cfg.hurdles.num_stages)
+        tally = Tally.of(cfg)
         for c in store.candidates():
             tally.add(c)
         complete = store.get_meta("status") == "complete"
-    return SearchResult(run, cfg.evolution.budget, tally.done, complete, tally)
+    return SearchResult(run, cfg.evolution.budget, tally.done, complete, tally,
+                        cfg.evolution.budget_seconds)

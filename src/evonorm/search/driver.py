@@ -54,27 +54,51 @@ class Tally:
     failed: int = 0
     cache_hits: int = 0
     rejected: Counter = field(default_factory=Counter)
-    best: float | None = None  # of the layers trained to the end
-    num_stages: int = 1  # scored stages of a fully trained layer
-    stopped: int = 0  # valid layers a hurdle stopped before the end
+    # scored stages of a fully trained layer; None: as many as the objective reports (one's own
+    # objective says its stages as it goes: the most a valid layer reached so far)
+    num_stages: int | None = 1
+    best_at: dict[int, float] = field(default_factory=dict)  # the best fitness at each stage reached
+    at_stage: Counter = field(default_factory=Counter)  # valid layers by the stage they reached
+    spent: float = 0.0  # worker-seconds of the candidates
+
+    @classmethod
+    def of(cls, cfg: SearchConfig) -> "Tally":
+        """A run's tally: the built-in task's stages are its config's, an own objective's what it
+        reports."""
+        return cls(num_stages=None if cfg.objective else cfg.hurdles.num_stages)
 
     def add(self, c: Candidate) -> None:
         self.done += 1
         self.cache_hits += c.cache_hit
+        self.spent += float(c.seconds or 0.0)
         if c.status == "valid":
             self.valid += 1
-            self.stopped += c.stage < self.num_stages
-            final = c.stage >= self.num_stages  # with hurdles, a stopped layer's fitness is earlier
-            if final and c.fitness is not None and (self.best is None or c.fitness > self.best):
-                self.best = c.fitness
+            self.at_stage[c.stage] += 1
+            if c.fitness is not None and c.fitness > self.best_at.get(c.stage, float("-inf")):
+                self.best_at[c.stage] = c.fitness
         elif c.status == "rejected":
             self.rejected[reason_group(c.reason)] += 1
         else:
             self.failed += 1
 
+    def stages(self) -> int:
+        """Scored stages of a fully trained layer (an own objective's: the most reached so far)."""
+        return self.num_stages or max(self.best_at, default=1)
+
+    @property
+    def best(self) -> float | None:
+        """The best fitness of the layers trained to the end (with hurdles, a stopped layer's
+        fitness is from shorter training)."""
+        return self.best_at.get(self.stages())
+
+    @property
+    def stopped(self) -> int:
+        """Valid layers a hurdle stopped before the end."""
+        return self.valid - self.at_stage[self.stages()]
+
     def line(self) -> str:
         rej = " ".join(f"{k}:{v}" for k, v in sorted(self.rejected.items())) or "0"
-        hurdled = f" ({self.stopped} stopped by a hurdle)" if self.num_stages > 1 else ""
+        hurdled = f" ({self.stopped} stopped by a hurdle)" if self.stages() > 1 else ""
         return (f"valid {self.valid}{hurdled} | rejected {rej} | failed {self.failed} | "
                 f"cache hits {self.cache_hits} | best {self.best_text()}")
 
@@ -96,6 +120,14 @@ class SearchResult:
     done: int
     complete: bool
     tally: Tally
+    budget_seconds: float | None = None  # the worker-seconds budget, where the run has one
+
+    def progress(self) -> str:
+        """How far it got: "12/75 candidates", or its worker-seconds where that is the budget."""
+        if self.budget_seconds is None:
+            return f"{self.done}/{self.budget} candidates"
+        return (f"{self.tally.spent:,.0f}/{self.budget_seconds:,.0f} worker-seconds, "
+                f"{self.done} candidates")
 
     def top(self, k: int = 5) -> list[Candidate]:
         """The best `k` distinct valid layers, best first (as the report ranks them: one row per
@@ -233,6 +265,9 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
+PRIOR_CANDIDATES = 10  # how many of the run's own candidates an expected cost weighs as (`cost_per_candidate`)
+
+
 @dataclass(frozen=True)
 class Status:
     """The parts of the search's status line (`_Search.status`): the bar shows some of them in its
@@ -246,6 +281,17 @@ class Status:
     elapsed: float
     eta: str  # "95s"; "~12 min (demo's measured cost)" before this session's own timings; "?"
     running: tuple[str, ...] = ()  # each running candidate: "#12 stage 2/3 (step 300)"
+    spent: float = 0.0  # worker-seconds of the finished candidates
+    budget_seconds: float | None = None  # the run's worker-seconds budget, where it has one
+
+    def count(self) -> str:
+        """How far the budget is spent: candidates, or worker-seconds where that is the budget
+        (a candidate count there is only a cap)."""
+        if self.budget_seconds is None:
+            return f"{self.done}/{self.budget} done"
+        share = 100 * min(1.0, self.spent / self.budget_seconds)
+        return (f"{self.spent:.0f}/{self.budget_seconds:.0f} worker-s spent ({share:.0f}%), "
+                f"{self.done} done")
 
     def tail(self) -> str:
         """What a bar adds to its own count and best: the candidates training, the clock, the ETA
@@ -254,8 +300,35 @@ class Status:
         return f"{self.training} training | {self.elapsed:.0f}s elapsed, ETA {self.eta}{running}"
 
     def line(self) -> str:
-        return (f"search: {self.done}/{self.budget} done | valid {self.valid} | best {self.best} | "
+        return (f"search: {self.count()} | valid {self.valid} | best {self.best} | "
                 f"{self.tail()}")
+
+
+def budget_text(cfg: SearchConfig) -> str:
+    """A run's budget as its start line says it: candidates, or worker-seconds where it has
+    that budget (its candidate count then a cap)."""
+    evo = cfg.evolution
+    if evo.budget_seconds is None:
+        return f"budget {evo.budget:,} candidates"
+    return f"budget {evo.budget_seconds:,.0f} worker-seconds (at most {evo.budget:,} candidates)"
+
+
+def progress_bar(cfg: SearchConfig, done: int, spent: float):
+    """The search's bar on a terminal: of the worker-seconds budget where the run has one, else
+    of its candidates. Without tqdm's rate and remaining time: the search's own ETA (in the
+    postfix) is the one estimate shown."""
+    from tqdm import tqdm
+
+    limit = cfg.evolution.budget_seconds
+    if limit is None:
+        return tqdm(total=cfg.evolution.budget, initial=done, unit="cand", desc="search",
+                    file=sys.stderr, dynamic_ncols=True,
+                    bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}]"
+                               "{postfix}")
+    return tqdm(total=limit, initial=min(spent, limit), unit="worker-s", desc="search",
+                file=sys.stderr, dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} {unit} "
+                           "[{elapsed}]{postfix}")
 
 
 def prescreen_prior(objective, cfg: SearchConfig,
@@ -289,9 +362,8 @@ class _Search:
         self.bar, self.log = bar, log or (lambda s: None)
         self.every = every  # seconds between plain status lines when there is no bar
         self.started = self.last_line = time.perf_counter()
-        self.done_before = store.num_candidates()
         self.rng = rng_from_state(store.last_rng_state(), cfg.seed)
-        self.tally = Tally(num_stages=cfg.hurdles.num_stages)
+        self.tally = Tally.of(cfg)
         self.spent = 0.0  # worker-seconds of the finished candidates (for `budget_seconds`)
         self.durations: list[float] = []  # this session's trained candidates' worker-seconds
         self.submitted: dict[int, float] = {}  # when each in-flight candidate went to a worker
@@ -404,9 +476,11 @@ class _Search:
         if self.bar is not None:
             self.bar.set_description_str(printable(f"search best {self.tally.best_text()}"), refresh=False)
             self.bar.set_postfix_str(printable(self.tally.short()), refresh=False)
-            self.bar.update(1)
+            # a worker-seconds bar stops at its budget (a last candidate may end beyond it)
+            self.bar.update(1 if self.cfg.evolution.budget_seconds is None
+                            else min(seconds, max(0.0, self.bar.total - self.bar.n)))
         else:
-            self.log(f"[{self.tally.done}/{self.cfg.evolution.budget}] #{cand.id} {cand.status}"
+            self.log(f"[{self.count()}] #{cand.id} {cand.status}"
                      f"{' (' + cand.reason + ')' if cand.reason else ''}"
                      f"{' cache' if cache_hit else ''} | {self.tally.line()}")
             self.last_line = time.perf_counter()
@@ -427,32 +501,62 @@ class _Search:
             f"{', '.join(self.cfg.scores)}")[:300], timings=e.timings)
 
     def status(self) -> Status:
-        """done / valid / best / ETA: the candidates still running and those not yet started
-        (`eta_seconds`), or the worker-seconds budget at this session's pace; before this session
-        has finished a candidate, at the objective's expected cost, said as such. And where each
-        running candidate is, as its worker last said (`TrialProgress`)."""
+        """done / valid / best / ETA (`eta`), and where each running candidate is, as its worker
+        last said (`TrialProgress`)."""
         now = time.perf_counter()
-        elapsed = now - self.started
-        done, now_done = self.tally.done, self.tally.done - self.done_before  # all, this session's
-        left = max(0, self.cfg.evolution.budget - done)
         ages = [now - t for t in self.submitted.values()]
-        cost = (self.spent - self.spent_before) / now_done if now_done else None
-        guessed = cost is None and self.expected is not None
-        if guessed:
-            cost = self.expected.seconds
-        eta_now = eta_seconds(self.durations, ages, max(0, left - len(ages)), cost,
-                              self.cfg.execution.num_workers)
-        etas = [eta_now] if eta_now is not None else []
-        spent = self.spent - self.spent_before  # and the worker-seconds budget, at this pace
-        if self.cfg.evolution.budget_seconds is not None and spent > 0:
-            etas.append(elapsed / spent * max(0.0, self.cfg.evolution.budget_seconds - self.spent))
-        eta = "?"
-        if etas and guessed:
-            eta = f"~{duration_text(min(etas))} ({self.expected.source})"
-        elif etas:
-            eta = f"{min(etas):.0f}s"
-        return Status(done, self.cfg.evolution.budget, self.tally.valid, self.tally.best_text(),
-                      len(self.in_flight), elapsed, eta, self.running())
+        return Status(self.tally.done, self.cfg.evolution.budget, self.tally.valid,
+                      self.tally.best_text(), len(self.in_flight), now - self.started,
+                      self.eta(now - self.started, ages), self.running(), self.spent,
+                      self.cfg.evolution.budget_seconds)
+
+    def eta(self, elapsed: float, ages: list[float]) -> str:
+        """The one ETA: the sooner of the candidate budget's (the candidates still running and
+        those not yet started at `cost_per_candidate`, `eta_seconds`) and the worker-seconds
+        budget's (`seconds_eta`). Before the run has finished a candidate, at the objective's
+        expected cost, said as such."""
+        left = max(0, self.cfg.evolution.budget - self.tally.done)
+        cost = self.cost_per_candidate()
+        by_count = eta_seconds(self.durations, ages, max(0, left - len(ages)), cost,
+                               self.cfg.execution.num_workers)
+        by_seconds = self.seconds_eta(elapsed, ages)
+        if by_seconds is not None and (by_count is None or by_seconds <= by_count):
+            return duration_text(by_seconds)
+        if by_count is None:
+            return "?"
+        guessed = self.tally.done == 0 and self.expected is not None
+        return f"~{duration_text(by_count)} ({self.expected.source})" if guessed else \
+            duration_text(by_count)
+
+    def cost_per_candidate(self) -> float | None:
+        """Worker-seconds a candidate is expected to cost: the run's own mean (earlier sessions'
+        candidates too: a resumed run knows its pace), with the objective's expected cost counted
+        as `PRIOR_CANDIDATES` candidates more. A search's first candidates are not its typical
+        ones (the seed layers train to the end, most children are rejected in seconds): alone,
+        two seed layers would put a 75-candidate search at hours. None with neither."""
+        n, spent = self.tally.done, self.spent
+        if self.expected is None:
+            return spent / n if n else None
+        return (PRIOR_CANDIDATES * self.expected.seconds + spent) / (PRIOR_CANDIDATES + n)
+
+    def seconds_eta(self, elapsed: float, ages: list[float]) -> float | None:
+        """Seconds until the worker-seconds budget is spent (None without one): what is left of
+        it, less what the running candidates have used, at the rate this session spends it
+        (all workers busy until it has run a few seconds)."""
+        limit = self.cfg.evolution.budget_seconds
+        if limit is None:
+            return None
+        used = self.spent - self.spent_before + sum(ages)
+        workers = self.cfg.execution.num_workers
+        rate = used / elapsed if elapsed >= 5.0 and used > 0 else workers
+        return max(0.0, limit - self.spent - sum(ages)) / min(rate, workers)
+
+    def count(self) -> str:
+        """A finished candidate's place in the budget: "12/75", or "12, 340/3600 worker-s"."""
+        limit = self.cfg.evolution.budget_seconds
+        if limit is None:
+            return f"{self.tally.done}/{self.cfg.evolution.budget}"
+        return f"{self.tally.done}, {self.spent:.0f}/{limit:.0f} worker-s"
 
     def status_line(self) -> str:
         return self.status().line()
@@ -466,9 +570,16 @@ class _Search:
             where = ""
             if self._local():
                 said = TrialProgress.read(self._progress(idx))
-                where = said.describe(self.cfg.hurdles.num_stages) if said else "starting"
+                where = said.describe(self.stage_count()) if said else "starting"
             out.append(f"#{idx + 1} {where}".rstrip())
         return tuple(out)
+
+    def stage_count(self) -> int | None:
+        """Stages of a layer trained to the end: the run's config's for the built-in task; for an
+        own objective as many as its layers have reported so far (None before one has)."""
+        if self.tally.num_stages is not None or self.tally.best_at:
+            return self.tally.stages()
+        return None
 
     def heartbeat(self, force: bool = False) -> None:
         """Without a bar, a plain status line every `every` seconds (and at once with `force`), so
@@ -640,9 +751,10 @@ def resume_command(run: Path, objective: str | None) -> str:
     return f"`evonorm resume {folder} --objective {shlex.quote(objective)}`"
 
 
-def stopped_line(run: Path, objective: str | None, done: int | None = None, budget: int | None = None) -> str:
-    """The one line a stopped search prints: where it stopped and the command that continues it."""
-    at = f" at {done}/{budget} candidates" if done is not None else ""
+def stopped_line(run: Path, objective: str | None, where: str | None = None) -> str:
+    """The one line a stopped search prints: where it stopped (how far its budget is spent) and the
+    command that continues it."""
+    at = f" at {where}" if where else ""
     return (f"search stopped{at}: {resume_command(run, objective)} continues it, repeating what each "
             "unfinished candidate did since its last checkpoint")
 
@@ -660,7 +772,7 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
     """
     run = Path(run_dir)
     store = Store(run)
-    cfg = None
+    cfg, search = None, None
     try:
         cfg = store.search_config()
         if cfg.evolution.prescreen:
@@ -679,11 +791,6 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
                                      address=ex.address, device=ex.device,
                                      gpus_per_worker=ex.gpus_per_worker, data_dir=ex.data_dir,
                                      threads=ex.threads, ship=ship)
-        bar = None
-        if progress and sys.stderr.isatty():
-            from tqdm import tqdm
-            bar = tqdm(total=cfg.evolution.budget, initial=store.num_candidates(), unit="cand",
-                       desc="search", file=sys.stderr, dynamic_ncols=True)
         # quoted (`printable`): a line holds text from the run (a reason, a phase), and a raw control
         # sequence in it would act on the terminal
         log = (lambda s: print(printable(s), file=sys.stderr, flush=True)) if progress else None
@@ -693,16 +800,18 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
             store.set_meta("prescreen_prior", {"rows": len(prior),
                                                "valid": sum(r["valid"] for r in prior)})
             screen = Prescreen(cfg, getattr(objective, "prescreen_features", None), prior=prior)
-        search = _Search(store, cfg, executor, bar=bar, log=log, every=progress_every,
-                         prescreen=screen, expected=expected)
+        search = _Search(store, cfg, executor, log=log, every=progress_every, prescreen=screen,
+                         expected=expected)
+        if progress and sys.stderr.isatty():
+            search.bar = progress_bar(cfg, search.tally.done, search.spent)
         store.set_meta("status", "running")
         term = _sigterm_as_interrupt()
         try:
             search.run()
         finally:
             _restore_sigterm(term)
-            if bar is not None:
-                bar.close()
+            if search.bar is not None:
+                search.bar.close()
             if own_executor:
                 executor.close()
             search.forget_progress()
@@ -713,12 +822,13 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
             store.set_meta("status", "complete" if complete else "stopped")
         if complete:
             store.set_meta("finished_at", time.time())
-        return SearchResult(run, cfg.evolution.budget, done, complete, search.tally)
+        return SearchResult(run, cfg.evolution.budget, done, complete, search.tally,
+                            cfg.evolution.budget_seconds)
     except KeyboardInterrupt as err:  # also while the workers start or the prior loads
         if cfg is None or isinstance(err, SearchStopped) or store.get_meta("status") == "complete":
             raise
-        print(stopped_line(run, cfg.objective, store.num_candidates(), cfg.evolution.budget), file=sys.stderr,
-              flush=True)
+        print(stopped_line(run, cfg.objective, search.count() + " candidates" if search else None),
+              file=sys.stderr, flush=True)
         raise SearchStopped from None
     finally:
         store.close()

@@ -74,12 +74,15 @@ PROGRESS_BYTES = 4096  # a progress file is one short JSON object (~60 bytes)
 @dataclass(frozen=True)
 class TrialProgress:
     """Where a running candidate is, as its worker last said: the phase it named (`Trial.phase`),
-    how many stages it has reported and the step of the last. A worker writes it to a small file
-    the driver reads for its progress display (local runs: the file is in the run folder)."""
+    how many stages it has reported and the step of the last, and the training step it is at now
+    and of which run (`Trial.training_step`). A worker writes it to a small file the driver reads
+    for its progress display (local runs: the file is in the run folder)."""
 
     phase: str | None = None
     reports: int = 0
     step: int | None = None
+    at: int | None = None  # the training step in flight, where the objective says it
+    of: str | None = None  # which of its trainings (e.g. an architecture), where it says
 
     def write(self, path: str | Path) -> None:
         """Atomically: the driver never reads half a file."""
@@ -103,19 +106,27 @@ class TrialProgress:
         if set(d) != {f.name for f in dataclasses.fields(cls)}:  # `write` writes every field
             return None
         progress = cls(**d)
-        if progress.reports < 0 or (progress.step is not None and progress.step < 0):
+        if progress.reports < 0 or any(v is not None and v < 0 for v in (progress.step, progress.at)):
             return None
-        phase = None if progress.phase is None else printable(progress.phase)[:40]
-        return dataclasses.replace(progress, phase=phase)
+        quoted = {k: None if v is None else printable(v)[:40]
+                  for k, v in (("phase", progress.phase), ("of", progress.of))}
+        return dataclasses.replace(progress, **quoted)
 
-    def describe(self, num_stages: int) -> str:
-        """E.g. "stage 2/3 (step 300)" once it reported a stage of several, else its phase."""
-        if self.reports and num_stages > 1:
-            return (f"stage {min(self.reports + 1, num_stages)}/{num_stages}"
-                    + ("" if self.step is None else f" (step {self.step})"))
-        if num_stages > 1 and self.phase == TRAINING:
-            return f"stage 1/{num_stages}"
-        return (self.phase or "") + ("" if self.step is None else f" (step {self.step})")
+    def describe(self, num_stages: int | None) -> str:
+        """E.g. "stage 2/3 (resnet50_cifar step 450)": the stage it is in and the step in flight
+        (else the step of its last report), once it reported a stage of several; else its phase.
+        `num_stages` None: the count is not known (an objective of one's own reports as many as it
+        does), so the stage is given alone."""
+        where = self.at if self.at is not None else self.step
+        step = "" if where is None else f" ({self.of + ' ' if self.of else ''}step {where})"
+        total = "" if num_stages is None else f"/{num_stages}"
+        several = num_stages is None or num_stages > 1
+        if self.reports and several:
+            stage = self.reports + 1 if num_stages is None else min(self.reports + 1, num_stages)
+            return f"stage {stage}{total}{step}"
+        if several and self.phase == TRAINING:
+            return f"stage 1{total}{step}"
+        return (self.phase or "") + step
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,9 @@ class Trial:
     stopped: bool = False  # should_stop() said so: the last report is where the layer stopped
     progress_file: str | None = None  # where the driver reads `TrialProgress` (local runs)
     current_phase: str | None = None
+    at: int | None = None  # the training step in flight (`training_step`)
+    of: str | None = None
+    told: float = float("-inf")  # when the driver was last told (`tell`)
 
     def report(self, value: float | Mapping[str, float], step: int) -> None:
         """Record the candidate's fitness after a stage of its evaluation (training step `step`)."""
@@ -156,17 +170,28 @@ class Trial:
     def phase(self, name: str) -> None:
         """Say what the evaluation is doing now ("stability test", "quality test", "training"),
         for the search's progress display."""
-        self.current_phase = str(name)
+        self.current_phase, self.at, self.of = str(name), None, None  # a step was the last phase's
         self.tell()
+
+    def training_step(self, step: int, of: str | None = None) -> None:
+        """Say which training step the evaluation is at (and of which training, e.g. an
+        architecture), for the search's progress display. Cheap to call every step: the driver
+        is told at most once a second."""
+        self.at, self.of = int(step), of
+        now = time.monotonic()
+        if now - self.told >= 1.0:
+            self.tell()
 
     def tell(self) -> None:
         """Hand the driver where this evaluation is (`TrialProgress`), where it listens. Progress
         is only shown: a file that cannot be written never fails the candidate."""
         if self.progress_file is None:
             return
+        self.told = time.monotonic()
         step = self.reports[-1][0] if self.reports else None
         try:
-            TrialProgress(self.current_phase, len(self.reports), step).write(self.progress_file)
+            TrialProgress(self.current_phase, len(self.reports), step, self.at,
+                          self.of).write(self.progress_file)
         except OSError:
             pass
 
