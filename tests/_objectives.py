@@ -195,6 +195,18 @@ class Hooked:
             raise RuntimeError("hook broke\nsecond line")
         if self.mode == "exit":
             sys.exit(7)
+        if self.mode == "os_exit":
+            import os
+
+            os._exit(7)
+        if self.mode == "fork":  # a child the hook forks ends with os._exit, as multiprocessing's do
+            import os
+
+            pid = os.fork()
+            if pid == 0:
+                os._exit(3)
+            assert os.waitpid(pid, 0)[1] >> 8 == 3
+            return good
         return {"none": None, "list": [1.0, 2.0], "array": np.ones(3), "text": "x",
                 "numpy": good}.get(self.mode, good)
 

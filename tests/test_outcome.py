@@ -99,7 +99,7 @@ def test_a_disk_that_fills_during_search_ends_it_in_one_line_and_the_run_resumes
 
 # ---------------------------------------------------------------- the objective's hooks
 
-@pytest.mark.parametrize("mode", ["raise", "exit", "none", "list", "array", "text"])
+@pytest.mark.parametrize("mode", ["raise", "exit", "os_exit", "none", "list", "array", "text"])
 def test_a_feature_hook_that_fails_costs_its_layer_the_prediction_with_one_warning(mode, capsys):
     from evonorm.search.config import SearchConfig
     from evonorm.search.surrogate import Prescreen
@@ -119,17 +119,23 @@ def test_numpy_features_are_stored_as_numbers_and_a_non_finite_one_as_missing():
     feats = screen.features(NAMED_GRAPHS["evonorm_s0"].to_json())
     assert type(feats["task_n"]) is float and feats["task_big"] is None
     json.dumps(feats, allow_nan=False)
+    forks = Prescreen(SearchConfig(), _objectives.Hooked("prescreen_features", "fork").prescreen_features)
+    assert forks.features(NAMED_GRAPHS["evonorm_s0"].to_json())["task_n"] == feats["task_n"]
 
 
 @pytest.mark.parametrize("hook", ["expected_cost", "prescreen_prior", "run_facts"])
-@pytest.mark.parametrize("mode", ["raise", "exit", "array", "text"])
+@pytest.mark.parametrize("mode", ["raise", "exit", "os_exit", "array", "text"])
 def test_a_run_hook_that_fails_is_one_line_naming_it(tmp_path, hook, mode):
+    import os
+
     from evonorm.search.outcome import HookFailed
 
+    real_exit = os._exit
     with pytest.raises(HookFailed, match=f"the objective's {hook}") as err:
         search(_objectives.Hooked(hook, mode), out=tmp_path / "run", preset="tiny", budget=2, workers=1,
                progress=False, prescreen=True, seed_layers=())
     assert "\n" not in str(err.value)
+    assert os._exit is real_exit  # restored
     if hook == "run_facts":  # read before anything is written
         assert not (tmp_path / "run" / "store.sqlite").exists()
 

@@ -13,10 +13,12 @@ Stdlib only: numpy values are recognised by their `item()` method, as numpy is n
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
-from typing import Any, Callable
+import os
+from typing import Any, Callable, Iterator, NoReturn
 
 from evonorm.search.evaluation import Evaluation
 
@@ -150,12 +152,40 @@ def call_hook(objective: Any, name: str, *args: Any) -> Any:
     return guarded(fn, name, *args)
 
 
+class _Exited(BaseException):
+    """`os._exit(code)` called by a hook (`_exit_refused`)."""
+
+
+@contextlib.contextmanager
+def _exit_refused() -> Iterator[None]:
+    """While a hook runs in the driver, `os._exit` raises instead of ending the driver: the search, its
+    workers and its store would otherwise end with no word of why (no handler runs after it). A process
+    the hook forks meanwhile keeps the real one (it is another pid), and it is restored after."""
+    real, driver = os._exit, os.getpid()
+
+    def refused(code: int) -> NoReturn:
+        if os.getpid() != driver:
+            real(code)
+        raise _Exited(code)
+
+    os._exit = refused
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
 def guarded(fn: Callable[..., Any] | None, name: str, *args: Any) -> Any:
     """`fn(*args)` (None where `fn` is None) for the objective's hook `name`: as `call_hook`."""
     try:
-        return None if fn is None else fn(*args)
+        if fn is None:
+            return None
+        with _exit_refused():
+            return fn(*args)
     except (KeyboardInterrupt, MemoryError):
         raise
+    except _Exited as err:
+        raise HookFailed(f"the objective's {name} called os._exit({err})") from None
     except BaseException as err:  # noqa: BLE001 - the user's code: said in one line, never a traceback
         lines = str(err).splitlines()
         raise HookFailed(f"the objective's {name} raised {type(err).__name__}"
