@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as err:  # a stopped search has printed the line that resumes it
         driver = sys.modules.get("evonorm.search.driver")  # loaded wherever a search ran
-        if driver is None or not isinstance(err, driver.SearchStopped):
+        if driver is None or not driver.told_how_to_resume(err):
             print(f"evonorm {name}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `evonorm show ... | head`: the reader has what it wanted

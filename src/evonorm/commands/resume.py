@@ -13,7 +13,7 @@ from evonorm.commands.search import load_objective_arg
 from evonorm.report.text import summary_table
 from evonorm.search.api import check_resume_objective, resume_run
 from evonorm.search.config import EXECUTORS, with_settings
-from evonorm.search.driver import SearchStopped, stopped_line
+from evonorm.search.driver import stop_search, stopped_line, told_how_to_resume
 from evonorm.proxy.config import anchor_archs, proxy_config, with_task_settings
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.training import search_dataset
@@ -91,10 +91,9 @@ def main(argv: list[str]) -> int:
     try:
         return _resume(args)
     except KeyboardInterrupt as err:  # before the search went on, too: the same command continues it
-        if isinstance(err, SearchStopped):
+        if told_how_to_resume(err):
             raise
-        print(stopped_line(args.run, args.objective), file=sys.stderr)
-        raise SearchStopped from None
+        stop_search(stopped_line(args.run, args.objective))
 
 
 def _resume(args) -> int:

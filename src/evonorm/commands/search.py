@@ -14,8 +14,8 @@ from evonorm.commands._common import (ARCHS_HELP, DATA_HELP, check_archs, check_
                                       report_result, run_lock, write_errors)
 from evonorm.search.api import own_objective_config
 from evonorm.search.config import EXECUTORS, SPACES
-from evonorm.search.driver import (SearchStopped, budget_text, check_seed_layers, init_run, run_facts,
-                                   run_search, stopped_line)
+from evonorm.search.driver import (budget_text, check_seed_layers, init_run, run_facts, run_search,
+                                   stop_search, stopped_line, told_how_to_resume)
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.presets import PRESETS, calibration_note, get_preset, measurement
@@ -200,8 +200,7 @@ def main(argv: list[str]) -> int:
     try:
         cfg, objective = _prepare(args)
     except KeyboardInterrupt:  # checking the data and the networks can take a while
-        print("search interrupted before its run was stored: run the same command again", file=sys.stderr)
-        raise SearchStopped from None
+        stop_search("search interrupted before its run was stored: run the same command again")
     run = args.out
     with write_errors("the run folder"):
         run.mkdir(parents=True, exist_ok=True)
@@ -220,10 +219,9 @@ def main(argv: list[str]) -> int:
             with write_errors(f"run folder {run}"):  # a disk that fills during the search: one line
                 result = run_search(run, objective=scorer, progress=not args.quiet, ship=args.ship)
         except KeyboardInterrupt as err:
-            if isinstance(err, SearchStopped):
+            if told_how_to_resume(err):
                 raise
-            print(stopped_line(run, cfg.objective), file=sys.stderr)
-            raise SearchStopped from None
+            stop_search(stopped_line(run, cfg.objective))
         report_result(result, run, args.show)
     return 0
 

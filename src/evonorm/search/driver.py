@@ -19,7 +19,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from evonorm.files import check_folder, printable
 from evonorm.search.candidates import Candidate, reason_group, same_layer_keys, top_layers
@@ -734,9 +734,19 @@ def _restore_sigterm(previous: Any) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
-class SearchStopped(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM stopped a search: its store says "stopped" and the line that resumes it
-    has been printed, so a command says nothing more (still a KeyboardInterrupt for a caller)."""
+def stop_search(line: str) -> NoReturn:
+    """Print `line` (where a search stopped, how to go on) and raise a KeyboardInterrupt marked as told
+    (`told_how_to_resume`): a command then prints nothing more, and a script stopped by Ctrl-C ends as
+    Python ends one (a subclass would not: Python exits with status 130 for KeyboardInterrupt itself)."""
+    print(line, file=sys.stderr, flush=True)
+    err = KeyboardInterrupt()
+    err.told_how_to_resume = True  # type: ignore[attr-defined]
+    raise err from None
+
+
+def told_how_to_resume(err: BaseException) -> bool:
+    """Whether `err` comes from `stop_search`, its line printed."""
+    return getattr(err, "told_how_to_resume", False) is True
 
 
 def resume_command(run: Path, objective: str | None) -> str:
@@ -825,10 +835,8 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
         return SearchResult(run, cfg.evolution.budget, done, complete, search.tally,
                             cfg.evolution.budget_seconds)
     except KeyboardInterrupt as err:  # also while the workers start or the prior loads
-        if cfg is None or isinstance(err, SearchStopped) or store.get_meta("status") == "complete":
+        if cfg is None or told_how_to_resume(err) or store.get_meta("status") == "complete":
             raise
-        print(stopped_line(run, cfg.objective, search.count() + " candidates" if search else None),
-              file=sys.stderr, flush=True)
-        raise SearchStopped from None
+        stop_search(stopped_line(run, cfg.objective, search.count() + " candidates" if search else None))
     finally:
         store.close()
