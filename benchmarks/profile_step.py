@@ -1,9 +1,9 @@
 """Where a `demo` candidate's training step spends its time, per anchor architecture, from torch.profiler.
 
 For each architecture and layer, a `demo` run (its training config, on Fashion-MNIST when installed) trains
-`--warm` steps untimed, then `--steps` steps under the profiler, then one evaluation pass (`Run.score`) is
-timed without it. A step's wall time (measured without the profiler) is split by the ops' self CPU time:
-convolutions forward and backward, the norm-act layer (the C++ graph kernel, or group norm and relu), the
+`--warm` steps untimed, `--steps` timed, `--steps` more under the profiler, then one evaluation pass
+(`Run.score`) is timed, all in CPU seconds of the process (one thread: other jobs disturb it far less). A
+step's time (measured without the profiler) is split in proportion to the ops' self CPU time: convolutions forward and backward, the norm-act layer (the C++ graph kernel, or group norm and relu), the
 optimizer's foreach ops, autograd's engine, the other aten ops; what no op accounts for is Python and the
 dispatch around the ops. The profiler's own cost inflates the small-op shares: read them as proportions.
 
@@ -54,13 +54,13 @@ def profile_run(layer, ds, tcfg, warm: int, steps: int) -> dict:
 
     run = Run(layer, ds, tcfg)
     run.advance(warm)
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # one thread: the work's own time, which other processes disturb far less
     run.advance(warm + steps)
-    step_ms = 1e3 * (time.perf_counter() - t0) / steps
+    step_ms = 1e3 * (time.process_time() - t0) / steps
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         run.advance(warm + 2 * steps)
-        profiled_ms = 1e3 * (time.perf_counter() - t0) / steps
+        profiled_ms = 1e3 * (time.process_time() - t0) / steps
     shares = dict.fromkeys([c for c, _ in CATEGORIES], 0.0)
     other: dict[str, float] = {}
     for ev in prof.key_averages():
@@ -73,9 +73,9 @@ def profile_run(layer, ds, tcfg, warm: int, steps: int) -> dict:
     # what no op's self time accounts for: Python, and the dispatch between the ops
     shares["Python + dispatch"] = max(0.0, profiled_ms - sum(shares.values()))
     top_other = dict(sorted(other.items(), key=lambda kv: -kv[1])[:6])
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     run.score()
-    eval_ms = 1e3 * (time.perf_counter() - t0)
+    eval_ms = 1e3 * (time.process_time() - t0)
     return dict(step_ms=step_ms, profiled_ms=profiled_ms, shares=shares, eval_ms=eval_ms, top_other=top_other)
 
 
@@ -101,7 +101,7 @@ def main() -> int:
             print(f"  {arch} {name}: {r['step_ms']:.1f} ms/step", file=sys.stderr, flush=True)
     cats = [c for c, _ in CATEGORIES] + ["Python + dispatch"]
     print(f"# torch {torch.__version__}, {args.threads} thread(s), demo config, {ds_name}; ms per step "
-          f"(a step timed without the profiler; the split from the ops' self CPU time under it)")
+          f"(CPU ms of a step timed without the profiler; the split from the ops' self CPU time under it)")
     print("| arch | layer | ms/step | " + " | ".join(cats) + " | eval pass ms |")
     print("|---|---|---" + "|---" * (len(cats) + 1) + "|")
     for r in rows:
