@@ -3,9 +3,10 @@
 For each architecture and layer, a `demo` run (its training config, on Fashion-MNIST when installed) trains
 `--warm` steps untimed, `--steps` timed, `--steps` more under the profiler, then one evaluation pass
 (`Run.score`) is timed, all in CPU seconds of the process (one thread: other jobs disturb it far less). A
-step's time (measured without the profiler) is split in proportion to the ops' self CPU time: convolutions forward and backward, the norm-act layer (the C++ graph kernel, or group norm and relu), the
-optimizer's foreach ops, autograd's engine, the other aten ops; what no op accounts for is Python and the
-dispatch around the ops. The profiler's own cost inflates the small-op shares: read them as proportions.
+step's time (measured without the profiler) is split in proportion to the ops' self CPU time: convolutions
+forward and backward, the norm-act layer (the C++ graph kernel, or group norm and relu), the optimizer's
+foreach ops, autograd's engine, the other aten ops; what no op accounts for is Python and the dispatch
+around the ops. The profiler's own cost inflates the small-op shares: read them as proportions.
 
     python benchmarks/profile_step.py                          # seed GN-ReLU graph, one stored graph, gn_relu
     python benchmarks/profile_step.py --archs mobilenetv2_cifar --layers gn_relu --steps 20
@@ -22,14 +23,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bench_candidate import demo_dataset, named_graphs
-from evonorm.graph import Graph
 from evonorm.proxy.presets import PRESETS
 
-# A valid layer of the from-scratch search (results/from_scratch/summary.json, "winner").
-STORED = '{"nodes": [["tanh", 2], ["max", 0, 0], ["max", 0, 2], ["add", 0, 6], ["layer_std", 6], ["log", 3], ' \
-         '["group_rms", 0], ["tanh", 9], ["neg", 1], ["tanh", 7]]}'
-LAYERS = {"GN-ReLU graph": lambda: named_graphs(["GN-ReLU"])["GN-ReLU graph"],
-          "stored graph": lambda: Graph.from_json(STORED),
+LAYERS = {"GN-ReLU graph": lambda: named_graphs(["GN-ReLU"])["GN-ReLU graph"],  # the demo's first seed layer
+          "scratch-winner graph": lambda: named_graphs(["scratch-winner"])["scratch-winner graph"],  # a found one
           "gn_relu": lambda: "gn_relu"}
 
 CATEGORIES = (  # (category, a test on an op's name); the first that matches
