@@ -2,8 +2,8 @@
 
 For each architecture and layer, a `demo` run (its training config, on Fashion-MNIST when installed) trains
 `--warm` steps untimed, `--steps` timed, `--steps` more under the profiler, then one evaluation pass
-(`Run.score`) is timed, all in CPU seconds of the process (one thread: other jobs disturb it far less). A
-step's time (measured without the profiler) is split in proportion to the ops' self CPU time: convolutions
+(`Run.score`) is timed, in CPU seconds of the process (one thread: other jobs disturb it far less). A
+step's time (measured without the profiler) is split in proportion to the ops' self time: convolutions
 forward and backward, the norm-act layer (the C++ graph kernel, or group norm and relu), the optimizer's
 foreach ops, autograd's engine, the other aten ops; what no op accounts for is Python and the dispatch
 around the ops. The profiler's own cost inflates the small-op shares: read them as proportions.
@@ -55,9 +55,9 @@ def profile_run(layer, ds, tcfg, warm: int, steps: int) -> dict:
     run.advance(warm + steps)
     step_ms = 1e3 * (time.process_time() - t0) / steps
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        t0 = time.process_time()
+        t0 = time.perf_counter()  # wall, as the profiler's own times are
         run.advance(warm + 2 * steps)
-        profiled_ms = 1e3 * (time.process_time() - t0) / steps
+        profiled_ms = 1e3 * (time.perf_counter() - t0) / steps
     shares = dict.fromkeys([c for c, _ in CATEGORIES], 0.0)
     other: dict[str, float] = {}
     for ev in prof.key_averages():
@@ -102,7 +102,7 @@ def main() -> int:
     print("| arch | layer | ms/step | " + " | ".join(cats) + " | eval pass ms |")
     print("|---|---|---" + "|---" * (len(cats) + 1) + "|")
     for r in rows:
-        scale = r["step_ms"] / r["profiled_ms"]  # the profiler's own cost, taken out in proportion
+        scale = r["step_ms"] / r["profiled_ms"]  # the profiler's cost and other jobs' waits, out in proportion
         print(f"| {r['arch']} | {r['layer']} | {r['step_ms']:.1f} | "
               + " | ".join(f"{r['shares'][c] * scale:.1f}" for c in cats) + f" | {r['eval_ms']:.0f} |")
     for r in rows:
