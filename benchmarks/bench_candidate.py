@@ -37,11 +37,25 @@ from evonorm.graph.library import get_graph
 from evonorm.proxy.presets import PRESETS
 
 NATIVE = ("bn_relu", "gn_relu", "evonorm_s0")
+STORED = {  # five valid layers that searches found (where each is stored, by its file)
+    "scratch-winner": '{"nodes": [["tanh", 2], ["max", 0, 0], ["max", 0, 2], ["add", 0, 6], ["layer_std", 6], '
+                      '["log", 3], ["group_rms", 0], ["tanh", 9], ["neg", 1], ["tanh", 7]]}',  # from_scratch/summary.json
+    "scratch-second": '{"nodes": [["group_rms", 3], ["layer_mean", 4], ["instance_mean", 0], ["layer_std", 6], '
+                      '["neg", 6], ["add", 7, 0], ["abs", 6], ["instance_rms", 6], ["group_rms", 1], ["tanh", 9]]}',
+    "scratch-third": '{"nodes": [["tanh", 3], ["div", 0, 4], ["sigmoid", 0], ["layer_mean", 4], ["sqrt", 4], '
+                     '["div", 7, 8], ["layer_rms", 7], ["square", 2], ["layer_rms", 9], ["tanh", 5]]}',
+    "main-found_17": '{"nodes": [["layer_rms", 0], ["neg", 4], ["add", 0, 5], ["layer_std", 0], ["div", 6, 7], '
+                     '["max", 8, 1]]}',  # fidelity/main_job/panel.json
+    "long-573": '{"nodes": [["mul", 2, 0], ["instance_mean", 4], ["add", 0, 5], ["instance_rms", 6], ["div", 6, 7], '
+                '["neg", 8]]}',  # long_search/retrain.jsonl
+}
 
 
 def named_graphs(names: list[str]) -> dict[str, Graph]:
-    """The graphs by short name: GN/LN/IN-ReLU (the `demo` seed layers) or a named graph of the library."""
+    """The graphs by short name: GN/LN/IN-ReLU (the `demo` seed layers), a stored found layer (`STORED`) or a
+    named graph of the library."""
     seeds = dict(zip(("GN-ReLU", "LN-ReLU", "IN-ReLU"), (Graph.from_json(s) for s in PRESETS["demo"].evolution.seed_layers)))
+    seeds.update({name: Graph.from_json(text) for name, text in STORED.items()})
     return {f"{n} graph": seeds[n] if n in seeds else get_graph(n) for n in names}
 
 
@@ -164,7 +178,8 @@ def main() -> int:
     p.add_argument("--block", type=int, default=10, help="steps each model trains before the next takes its turn")
     p.add_argument("--archs", nargs="+", default=["resnet50_cifar", "mobilenetv2_cifar"])
     p.add_argument("--graphs", nargs="+", default=["GN-ReLU", "evonorm_s0", "s_top1"],
-                   help="graph layers: GN-ReLU, LN-ReLU, IN-ReLU (the demo's seed layers) or named graphs")
+                   help="graph layers: GN-ReLU, LN-ReLU, IN-ReLU (the demo's seed layers), stored found layers ("
+                        f"{', '.join(STORED)}) or named graphs")
     p.add_argument("--impls", nargs="+", default=["plain", "fast", "cpp"],
                    choices=["plain", "fast", "cpp", "auto"])
     p.add_argument("--layer-only", action="store_true", help="time one layer's forward + backward instead")

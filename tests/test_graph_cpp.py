@@ -88,6 +88,22 @@ def test_a_plan_becomes_rows_of_op_codes_with_the_fused_steps():
     assert s0 == [[codes["swish"], 0, 0, 3], [codes["std"], K.AXES["group"], 0, -1], [codes["div"], 0, 4, 5]]
 
 
+def test_the_kernel_ops_take_a_shape_only_implementation():
+    """torch.compile traces a network through the layer only where the kernel's ops can have a fake (shape-only)
+    implementation beside their CPU kernel: a catch-all kernel refuses one (benchmarks/bench_compile.py adds them)."""
+    assert K.load_kernel().ok
+    lib = torch.library.Library("evonorm_graph", "FRAGMENT")  # its registrations go when it does
+    torch.library.register_fake("evonorm_graph::backward",
+                                lambda dy, x, v0, v1, w, saved, prog, groups, eps:
+                                [torch.empty_like(x)] + [w.new_empty(x.shape[1]) for _ in range(4)], lib=lib)
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        x, p = torch.empty(2, 4, 3, 3), torch.empty(4)
+        shapes = [t.shape for t in torch.ops.evonorm_graph.backward(x, x, p, p, p, torch.empty(2, 9, dtype=torch.float64),
+                                                                   torch.empty(2, 4, dtype=torch.int64), 2, 1e-5)]
+    del lib
+    assert shapes == [(2, 4, 3, 3)] + [(4,)] * 4
+
+
 def test_a_malformed_program_is_refused():
     assert K.load_kernel().ok
     x, p = torch.randn(2, 4, 3, 3), torch.ones(4)

@@ -766,9 +766,17 @@ std::vector<at::Tensor> graph_backward(const at::Tensor& dy, const at::Tensor& x
 
 }  // namespace
 
+// The ops are declared, and their CPU kernels registered apart (not as one catch-all kernel), so that a shape-only
+// ("fake") implementation can stand beside them: torch.compile then traces a model through the layer, with the
+// program as one more input tensor (`evonorm.graph.cpp.compiled_layer`).
 TORCH_LIBRARY(evonorm_graph, m) {
   m.def("forward(Tensor x, Tensor v0, Tensor v1, Tensor weight, Tensor bias, Tensor program, int groups, "
-        "float eps) -> Tensor[]", graph_forward);
+        "float eps) -> Tensor[]");
   m.def("backward(Tensor dy, Tensor x, Tensor v0, Tensor v1, Tensor weight, Tensor saved, Tensor program, "
-        "int groups, float eps) -> Tensor[]", graph_backward);
+        "int groups, float eps) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(evonorm_graph, CPU, m) {
+  m.impl("forward", graph_forward);
+  m.impl("backward", graph_backward);
 }
