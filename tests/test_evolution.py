@@ -90,3 +90,33 @@ def test_a_mutation_that_keeps_the_parents_function_is_drawn_again():
 
     assert same_function(0) > 30  # without redraws most children are the parent again
     assert same_function(50) <= 2
+
+
+def test_a_child_of_a_known_function_is_mutated_again_and_counted():
+    """A child computing a function the run already scored would take a slot only to repeat a
+    known result (a cache hit): with `fresh_tries` it is drawn again, and the redraws counted."""
+    import random
+
+    from evonorm.graph import Graph
+    from evonorm.search.evolution import AgingPopulation, Member, propose
+
+    parent = Graph.from_json({"nodes": [["layer_rms", 0], ["div", 0, 4], ["tanh", 5]]})
+    pop = AgingPopulation(4, [Member(1, parent.to_json(), (0.3, 0.1), 1)])
+    # what the run has scored: the children of 100 other streams
+    scored = {Graph.from_json(propose(random.Random(100 + i), pop, p_random=0.0, mutations=1,
+                                      allow_batch=False).graph).fingerprint() for i in range(100)}
+
+    def known(g: dict) -> bool:
+        return Graph.from_json(g).fingerprint() in scored
+
+    def kids(tries: int):
+        rng = random.Random(7)
+        return [propose(rng, pop, p_random=0.0, mutations=1, allow_batch=False, known=known,
+                        fresh_tries=tries) for _ in range(40)]
+
+    plain, fresh = kids(0), kids(20)
+    assert all(k.repeats == 0 for k in plain)
+    assert sum(known(k.graph) for k in plain) >= 15  # without redraws, repeats take slots
+    assert sum(known(k.graph) for k in fresh) <= 2
+    assert sum(k.repeats for k in fresh) >= 15  # each redrawn child counted
+    assert all(k.parent_id == 1 and k.origin == "mutation" for k in fresh)  # the same parent

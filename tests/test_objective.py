@@ -153,6 +153,26 @@ def test_own_objective_search_honours_hurdles(tmp_path):
     assert 0 < load(tmp_path / "run").tally.stopped < len(cands)
 
 
+def test_a_child_the_run_knows_takes_no_slot_and_the_redraws_are_stored(tmp_path):
+    """Evolution around one small parent (a window of one) keeps proposing functions it has
+    scored: each would take a slot as a cache hit. With `fresh_tries` it is drawn again, and the
+    store counts the children drawn and drawn again, across the run."""
+    parent = json.dumps({"nodes": [["layer_rms", 0], ["div", 0, 4]]})
+
+    def run(name: str, tries: int):
+        res = search(_objectives.mixed, out=tmp_path / name, preset="tiny", budget=30, workers=1,
+                     initial_population=1, p_random=0.0, mutations=1, window=1,
+                     seed_layers=(parent,), fresh_tries=tries, progress=False)
+        with Store(tmp_path / name, readonly=True) as store:
+            return res.tally.cache_hits, store.get_meta("repeats")
+
+    hits, counted = run("plain", 0)
+    assert hits >= 5 and counted is None  # the repeats took slots; nothing was checked
+    hits, counted = run("fresh", 20)
+    assert hits <= 1
+    assert counted["redrawn"] >= 5 and counted["children"] == 29 + counted["redrawn"]
+
+
 @pytest.mark.parametrize("spec, message", [
     ("nomodule_xyz:f", "no module named 'nomodule_xyz'"),
     ("_objectives:nothing", "has no 'nothing'"),

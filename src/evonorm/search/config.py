@@ -78,6 +78,10 @@ class Evolution(_Part):
     prescreen_explore: float = 0.2
     prescreen_min: int = 3
     prescreen_prior: bool = True
+    # a child whose function the run already knows (scored, or in flight) would only take a slot
+    # to repeat a known result as a cache hit: it is drawn again (mutated anew, or a fresh random
+    # graph), up to `fresh_tries` times, before it takes its slot (0: children are not checked)
+    fresh_tries: int = 0
 
     def __post_init__(self):
         _tuple(self, "seed_layers")
@@ -112,6 +116,8 @@ class Evolution(_Part):
             e.append(f"prescreen_explore must be in [0, 1], got {self.prescreen_explore}")
         if self.prescreen_min < 1:
             e.append(f"prescreen_min must be >= 1, got {self.prescreen_min}")
+        if self.fresh_tries < 0:
+            e.append(f"fresh_tries must be >= 0, got {self.fresh_tries}")
         return e
 
     @property

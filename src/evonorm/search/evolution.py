@@ -13,7 +13,7 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 CRITERIA = ("pareto", "average")
 ALGORITHMS = ("evolution", "random")
@@ -109,13 +109,15 @@ class Proposal:
     graph: dict
     origin: str  # "random" | "mutation" | "seed"
     parent_id: int | None = None
+    repeats: int = 0  # children drawn before it that computed a function the run knew
 
 
 def propose(rng: random.Random, population: AgingPopulation, *, algorithm: str = "evolution",
             allow_batch: bool = True, initial_population: int = 0, tournament_fraction: float = 0.05,
             tournament_min: int = 2, criterion: str = "pareto", mutations: int = 2,
             p_random: float = 0.5, max_nodes: int = 10, graph_kwargs: dict[str, Any] | None = None,
-            redraws: int = 50) -> Proposal:
+            redraws: int = 50, known: Callable[[dict], bool] | None = None,
+            fresh_tries: int = 0) -> Proposal:
     """The next candidate (paper Sec. 5.1).
 
     Random search, and evolution until the population holds `initial_population` members, draw
@@ -124,6 +126,11 @@ def propose(rng: random.Random, population: AgingPopulation, *, algorithm: str =
     does not spend a tournament. A child that computes its parent's function (the same
     fingerprint: a mutation of an unused node, say) is drawn again, up to `redraws` times: it
     would only repeat the parent's result, and as a cache hit join the population as its clone.
+
+    With `known` (graph JSON -> whether the run already scored its function) and `fresh_tries`,
+    a child the run knows is drawn again, up to `fresh_tries` times: the same parent mutated
+    anew, or another random graph; the last draw takes the slot whatever it is. The proposal
+    counts the known children it replaced (`repeats`).
     """
     from evonorm.graph import Graph, mutate, random_graph
     from evonorm.graph.fingerprint import fingerprint_or_none
@@ -131,17 +138,32 @@ def propose(rng: random.Random, population: AgingPopulation, *, algorithm: str =
     kw = dict(graph_kwargs or {})
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
+    tries = fresh_tries + 1 if known is not None else 1
+
+    def fresh(draw: Callable[[], dict]) -> tuple[dict, int]:
+        for repeats in range(tries):
+            g = draw()
+            if repeats == tries - 1 or known is None or not known(g):
+                return g, repeats
+        raise AssertionError("unreachable")
+
     if (algorithm != "evolution" or len(population) == 0 or len(population) < initial_population
             or rng.random() < p_random):
-        g = random_graph(rng, allow_batch=allow_batch, max_nodes=max_nodes, **kw)
-        return Proposal(graph=g.to_json(), origin="random")
+        g, repeats = fresh(lambda: random_graph(rng, allow_batch=allow_batch, max_nodes=max_nodes,
+                                                **kw).to_json())
+        return Proposal(graph=g, origin="random", repeats=repeats)
     winner = population.tournament(rng, tournament_fraction, criterion, tournament_min)
     parent = Graph.from_json(winner.graph)
     same = fingerprint_or_none(parent)
-    for _ in range(redraws + 1):
-        g = parent
-        for _ in range(mutations):
-            g = mutate(g, rng, allow_batch=allow_batch, **kw)
-        if same is None or fingerprint_or_none(g) != same:
-            break
-    return Proposal(graph=g.to_json(), origin="mutation", parent_id=winner.id)
+
+    def child() -> dict:
+        for _ in range(redraws + 1):
+            g = parent
+            for _ in range(mutations):
+                g = mutate(g, rng, allow_batch=allow_batch, **kw)
+            if same is None or fingerprint_or_none(g) != same:
+                break
+        return g.to_json()
+
+    g, repeats = fresh(child)
+    return Proposal(graph=g, origin="mutation", parent_id=winner.id, repeats=repeats)
