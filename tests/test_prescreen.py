@@ -60,6 +60,22 @@ def test_task_features_are_the_proxy_objectives_and_deterministic():
         assert a[f"{arch}_fit_finite"] == 1.0 and a[f"{arch}_fit_ratio"] < 0
 
 
+def test_signal_features_read_the_network_at_initialisation():
+    """The ladder's network rung: one forward and backward pass. A normalizing layer keeps the
+    signal's scale through depth and the images apart; a layer that squares its input each slot
+    blows the signal up (or to inf) on its way to the logits."""
+    from evonorm.graph import Graph
+    from evonorm.proxy.features import signal_features
+
+    cfg = PRESETS["tiny"]
+    s0 = signal_features(resolve_graph("evonorm_s0"), cfg)
+    assert s0 == signal_features(resolve_graph("evonorm_s0"), cfg)  # deterministic
+    assert s0["error"] == 0.0 and s0["finite"] == 1.0 and s0["loss"] is not None
+    assert s0["logit_spread"] > 0.05 and abs(s0["scale_slope"]) < 1
+    square = signal_features(Graph.from_json({"nodes": [["square", 0], ["square", 4]]}), cfg)
+    assert square["finite"] == 0.0 or square["scale_slope"] > 5 + abs(s0["scale_slope"])
+
+
 def _rows(n):
     """Features where valid layers have a live max: the rule the surrogate should find."""
     rng = random.Random(0)
@@ -161,6 +177,24 @@ def test_a_prescreened_search_on_an_own_objective_records_prescreen_rejections(t
     assert fresh and all(k.startswith(("graph_", "probe_")) for c in fresh for k in c.features)
     predicted = [c for c in cands if c.prediction is not None and c.reason != "prescreen"]
     assert predicted and all(0.0 <= c.prediction["p_valid"] <= 1.0 for c in predicted)
+
+
+def test_a_child_the_tasks_features_reject_is_rejected_untrained_in_every_slot(tmp_path):
+    """The task's features may find a child hopeless as they measure it: rejected at birth with
+    the task's reason, before the surrogate can predict (cold start) and in exploring slots."""
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
+    run = tmp_path / "run"
+    search(_objectives.NeedsMaxScreened(), out=run, preset="tiny", budget=30, workers=1,
+           progress=False, prescreen=True, prescreen_min=1000, prescreen_explore=1.0,
+           initial_population=1, p_random=1.0, seed_layers=())
+    with Store(run, readonly=True) as st:
+        cands = [c for c in st.candidates() if not c.cache_hit]
+    screened = [c for c in cands if c.reason == "signal"]
+    assert screened and all(c.detail == {"why": "no max"} and c.reason_step == 0 for c in screened)
+    assert all("train" not in c.timings and c.seconds > 0 for c in screened)  # its features' cost
+    # the objective, which rejects a layer without a max, saw none (a layer degenerate on the
+    # probe has no features to reject it by: the pre-checks reject those)
+    assert not any(c.reason == "no max" for c in cands), [c.reason for c in cands]
 
 
 def test_search_cli_refuses_a_bad_prescreen_value(tmp_path):
@@ -365,3 +399,53 @@ def test_features_beyond_float32_are_capped_so_the_surrogate_still_fits():
         s.add({"a": 1e308 if i % 2 else -1e39, "b": float(i), "c": 10**400}, i % 2 == 0, None)
     pred = s.predict({"a": 1e39, "b": 2.0, "c": 10**400})
     assert pred is not None and 0.0 <= pred.p_valid <= 1.0
+
+
+def test_the_surrogate_refits_once_its_labels_grew_by_a_share_not_on_every_label():
+    """A refit on a prior of a thousand rows takes seconds of the driver's time: it waits until
+    the labels grew by REFIT_GROWTH (one label at a time while they are few)."""
+    from evonorm.search.surrogate import REFIT_GROWTH, Surrogate
+
+    prior = [{"features": {"a": float(i % 2), "b": float(i)}, "valid": i % 2 == 0, "fitness": None}
+             for i in range(200)]
+    s = Surrogate(min_each=2, seed=0, trees=5, prior=prior)
+    s.predict({"a": 1.0, "b": 3.0})
+    first = s._clf
+    s.add({"a": 1.0, "b": 1.0}, True, None)
+    s.predict({"a": 1.0, "b": 3.0})
+    assert s._clf is first  # one label over 200: not yet
+    for _ in range(int(REFIT_GROWTH * 200)):
+        s.add({"a": 1.0, "b": 1.0}, True, None)
+    s.predict({"a": 1.0, "b": 3.0})
+    assert s._clf is not first
+    small = Surrogate(min_each=2, seed=0, trees=5, prior=prior[:6])
+    small.predict({"a": 1.0, "b": 3.0})
+    model = small._clf
+    small.add({"a": 0.0, "b": 0.0}, False, None)
+    small.predict({"a": 1.0, "b": 3.0})
+    assert small._clf is not model  # few labels: each one refits
+
+
+def test_the_scratch2_prior_applies_from_the_first_candidate_and_is_ignored_in_one_line_elsewhere(
+        capsys, monkeypatch):
+    """The preset's shipped prior holds for its setting only: a run of another space or of another
+    version of the network's features ignores it, saying so in one line that names what differs."""
+    from evonorm.proxy import features
+    from evonorm.proxy.objective import ProxyObjective
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.prior import prior_for
+    from evonorm.proxy.training import with_dataset
+
+    cfg = with_dataset(get_preset("scratch2"))
+    prior = prior_for(cfg)
+    assert prior is not None and prior.provenance["valid"] > 100
+    assert ProxyObjective(cfg).prescreen_prior() == prior.rows
+    assert all(k.startswith(("graph_", "probe_", "task_signal_")) for k in prior.rows[0]["features"])
+    assert capsys.readouterr().err == ""
+    assert prior_for(with_dataset(get_preset("scratch2", space="b"))) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "scratch2-s.json" in err[0] and "space" in err[0] and "ignored" in err[0]
+    monkeypatch.setattr(features, "SIGNAL_VERSION", features.SIGNAL_VERSION + 1)
+    assert prior_for(cfg) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "features" in err[0] and "space" not in err[0]

@@ -349,7 +349,10 @@ class _Search:
             prop = self._commit(s.proposal, s.born)
             if not s.train:
                 key, fp = layer_identity(prop.graph)
+                rej = s.born.reject
                 self._record(prop, key, fp, Evaluation(
+                    "rejected", rej.reason, reason_step=rej.step, detail=rej.detail,
+                    timings={PRESCREEN_REASON: s.born.seconds}) if rej is not None else Evaluation(
                     "rejected", PRESCREEN_REASON, detail={
                         **s.born.prediction.to_dict(), "threshold": c.prescreen_threshold},
                     timings={PRESCREEN_REASON: s.born.seconds}))

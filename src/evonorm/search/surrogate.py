@@ -19,7 +19,11 @@ layers it would have rejected) is measured on them.
 
 Features: the engine's (`evonorm.search.features`, from the layer alone) for every objective,
 plus the task's when the objective hands a feature function over as its `prescreen_features`
-attribute (`fn(graph) -> dict[str, float]`; the built-in proxy task does).
+attribute (`fn(graph) -> dict[str, float]`; the built-in proxy task does). That function may
+raise `Reject` for a child it finds hopeless as it measures it (a network whose loss is not finite
+at initialisation, say): the child is rejected untrained with that reason, in every slot,
+exploring or not, and like any rejection a later proposal of the layer is answered from the
+store.
 
 A prior: a short search finds too few valid layers to end the cold start (the `demo` main job
 finds 2-3 in 75 candidates), so the surrogate may start from labelled candidates of earlier runs
@@ -41,6 +45,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from evonorm.search.candidates import Candidate
 from evonorm.search.config import SearchConfig
+from evonorm.search.reject import Reject
 
 PRESCREEN_REASON = "prescreen"
 FeatureFn = Callable[[Any], Mapping[str, Any]]
@@ -72,6 +77,7 @@ class Born:
     prediction: Prediction | None = None
     seconds: float = 0.0
     explore: bool = False  # trained whatever the surrogate said
+    reject: Reject | None = None  # the task's features found the child hopeless
 
     def record(self) -> dict | None:
         """The prediction as stored with the candidate (None: no prediction was made)."""
@@ -130,6 +136,10 @@ def feature_matrix(rows: Sequence[Mapping[str, Any]], names: Sequence[str]):
     return np.array([[num(r.get(n)) for n in names] for r in rows], dtype=np.float64)
 
 
+# the share of new labels, over those of the last fit, that refits the surrogate
+REFIT_GROWTH = 0.02
+
+
 class Surrogate:
     """P(passes rejection) and fitness from features, refitted when new labels arrived."""
 
@@ -159,8 +169,11 @@ class Surrogate:
         return pos >= self.min_each and neg >= self.min_each
 
     def fit(self) -> None:
-        """Fit both models on every label so far (a no-op when nothing new arrived)."""
-        if self._fitted == len(self.rows) or not self.ready:
+        """Fit both models on every label so far: again once the labels grew by `REFIT_GROWTH`
+        of those of the last fit (at least one), as a refit on a prior of a thousand rows takes
+        seconds of the driver's time and one more label barely moves it."""
+        if not self.ready or (self._fitted >= 0 and len(self.rows) - self._fitted
+                              < max(1.0, REFIT_GROWTH * self._fitted)):
             return
         from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
@@ -210,7 +223,10 @@ def labelled_rows(candidates: Sequence[Candidate], screen: "Prescreen") -> list[
         target = label(c)
         if target is None or c.graph is None:
             continue
-        feats = c.features if c.features is not None else screen.features(c.graph)
+        try:
+            feats = c.features if c.features is not None else screen.features(c.graph)
+        except Reject:  # what the search would now reject at birth teaches the surrogate nothing
+            continue
         if feats is not None:
             rows.append({"features": feats, "valid": target[0], "fitness": target[1]})
     return rows
@@ -242,7 +258,10 @@ class Prescreen:
     def born(self, graph_json: dict, *, explore: bool = False) -> Born:
         """Features of a new child and the current prediction."""
         start = time.perf_counter()
-        feats = self.features(graph_json)
+        try:
+            feats = self.features(graph_json)
+        except Reject as rej:
+            return Born(None, None, time.perf_counter() - start, explore, rej)
         seconds = time.perf_counter() - start
         return Born(feats, self.surrogate.predict(feats), seconds, explore)
 
@@ -299,7 +318,8 @@ class Prescreen:
             p = draw()
             if known(p.graph):
                 return [Screened(p, Born(None), True)]
-            return [Screened(p, self.born(p.graph, explore=self.surrogate.ready), True)]
+            b = self.born(p.graph, explore=self.surrogate.ready)
+            return [Screened(p, b, b.reject is None)]
         out: list[Screened] = []
         scored: list[Screened] = []
         for _ in range(max(1, cfg.evolution.prescreen_pool if pool is None else pool)):
@@ -308,7 +328,9 @@ class Prescreen:
                 out.append(Screened(p, Born(None), True))
                 continue
             b = self.born(p.graph)
-            if b.prediction is None:  # a degenerate layer: the task's own checks reject it
+            if b.reject is not None:
+                out.append(Screened(p, b, False))
+            elif b.prediction is None:  # a degenerate layer: the task's own checks reject it
                 out.append(Screened(p, b, True))
             elif b.prediction.p_valid < cfg.evolution.prescreen_threshold:
                 out.append(Screened(p, b, False))
