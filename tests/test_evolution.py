@@ -120,3 +120,31 @@ def test_a_child_of_a_known_function_is_mutated_again_and_counted():
     assert sum(known(k.graph) for k in fresh) <= 2
     assert sum(k.repeats for k in fresh) >= 15  # each redrawn child counted
     assert all(k.parent_id == 1 and k.origin == "mutation" for k in fresh)  # the same parent
+
+
+def test_a_niche_is_the_statistic_a_layer_divides_by():
+    from evonorm.graph.library import resolve_graph
+    from evonorm.search.evolution import niche
+
+    assert niche({"nodes": [["group_rms", 0], ["div", 0, 4], ["neg", 5]]}) == "group_rms"
+    assert niche(resolve_graph("evonorm_s0").to_json()) == "group_std"
+    assert niche({"nodes": [["max", 0, 2], ["add", 0, 4], ["tanh", 5]]}) == "none"
+    # a statistic that is not under a division does not normalize
+    assert niche({"nodes": [["layer_mean", 0], ["add", 0, 4]]}) == "none"
+
+
+def test_with_niches_a_normalizing_layer_found_early_stays_a_contestant():
+    """From random graphs the first experiment's evolution lost its normalizing layers to the
+    unnormalized ones that followed: with niches the best of each niche outlives the window."""
+    normalizing = Member(1, {"nodes": [["group_rms", 0], ["div", 0, 4], ["neg", 5]]}, (0.6, 0.6))
+    later = [Member(2 + i, {"nodes": [["tanh", 0]]}, (0.3 + 0.01 * i, 0.3)) for i in range(8)]
+    for niches, kept in ((False, False), (True, True)):
+        pop = AgingPopulation(4, niches=niches)
+        for m in [normalizing, *later]:
+            pop.add(m)
+        assert len(pop) == 4 and 1 not in pop.ids()  # aged out of the window either way
+        assert (1 in [m.id for m in pop.contestants()]) is kept
+        winners = {pop.tournament(random.Random(i), 1.0, "average").id for i in range(5)}
+        assert (winners == {1}) is kept
+    # one member per niche beyond the window: the best tanh layer is in the window already
+    assert len(pop.contestants()) == 5 and pop.elites["none"].id == 9

@@ -173,6 +173,27 @@ def test_a_child_the_run_knows_takes_no_slot_and_the_redraws_are_stored(tmp_path
     assert counted["redrawn"] >= 5 and counted["children"] == 29 + counted["redrawn"]
 
 
+def test_a_search_with_niches_keeps_each_niches_best_across_a_resume(tmp_path):
+    """The niches' elites are rebuilt from the store on resume, from every member, not only the
+    window's."""
+    from evonorm.search.driver import _Search
+    from evonorm.search.evolution import niche
+
+    seeds = (json.dumps({"nodes": [["group_rms", 0], ["div", 0, 4]]}), "evonorm_s0")
+    res = search(_objectives.two, out=tmp_path / "run", preset="tiny", budget=10, workers=1,
+                 window=2, initial_population=1, p_random=0.0, niches=True, seed_layers=seeds,
+                 progress=False)
+    assert res.complete
+    with Store(tmp_path / "run") as store:
+        cfg = store.search_config()
+        assert cfg.evolution.niches
+        valid = [c for c in store.candidates() if c.status == "valid"]
+        again = _Search(store, cfg, executor=None)
+    kinds = {niche(c.graph) for c in valid}
+    assert {"group_rms", "group_std"} <= kinds and set(again.population.elites) == kinds
+    assert len(again.population.contestants()) >= len(kinds)
+
+
 @pytest.mark.parametrize("spec, message", [
     ("nomodule_xyz:f", "no module named 'nomodule_xyz'"),
     ("_objectives:nothing", "has no 'nothing'"),

@@ -82,6 +82,10 @@ class Evolution(_Part):
     # to repeat a known result as a cache hit: it is drawn again (mutated anew, or a fresh random
     # graph), up to `fresh_tries` times, before it takes its slot (0: children are not checked)
     fresh_tries: int = 0
+    # the best member of each niche (which statistic the layer divides by) stays a tournament
+    # contestant after it ages out of the window, so a normalizing layer found early is not
+    # crowded out by faster-starting unnormalized ones
+    niches: bool = False
 
     def __post_init__(self):
         _tuple(self, "seed_layers")
@@ -116,6 +120,8 @@ class Evolution(_Part):
             e.append(f"prescreen_explore must be in [0, 1], got {self.prescreen_explore}")
         if self.prescreen_min < 1:
             e.append(f"prescreen_min must be >= 1, got {self.prescreen_min}")
+        if not isinstance(self.niches, bool):
+            e.append(f"niches must be True or False (on or off), got {self.niches!r}")
         if self.fresh_tries < 0:
             e.append(f"fresh_tries must be >= 0, got {self.fresh_tries}")
         return e

@@ -288,7 +288,9 @@ class _Search:
                 valid.append(self._member(c))
             if prescreen is not None:
                 prescreen.learn(c)
-        self.population = AgingPopulation(cfg.evolution.window, valid[-cfg.evolution.window:])
+        self.population = AgingPopulation(cfg.evolution.window, valid[-cfg.evolution.window:],
+                                          niches=cfg.evolution.niches)
+        self.population.remember(valid[:-cfg.evolution.window])
         self.spent_before = self.spent
         # children drawn by the rng, and those of them drawn again as the run knew their function
         # (`fresh_tries`): stored, so that the share of repeats spans a resumed run

@@ -58,11 +58,13 @@ ENGINE_PRESETS: dict[str, SearchConfig] = {
     # the stability test. Judged offline on that experiment's 2,946 candidates, leave one seed
     # out (results/from_scratch_2): it kept 97.7% of the layers that pass that test and rejected
     # 93.6% of the rest, at 0.95 worker-s a candidate. 5% of slots train one child whatever the
-    # surrogate says; a child whose function the run already scored is drawn again (up to 10 times).
+    # surrogate says; a child whose function the run already scored is drawn again (up to 10 times);
+    # the best member of each niche (the statistic a layer divides by) stays a contestant.
     "scratch2": _DEMO.replace(
         preset="scratch2", evolution=_DEMO.evolution.replace(
             budget=100_000, budget_seconds=3600.0, window=32, seed_layers=(), near_misses=True,
-            prescreen=True, prescreen_threshold=0.06, prescreen_explore=0.05, fresh_tries=10),
+            prescreen=True, prescreen_threshold=0.06, prescreen_explore=0.05, fresh_tries=10,
+            niches=True),
         hurdles=Hurdles(stage_steps=(75,), hurdle_min=3)),
     # The paper's settings (Sec. 5.1).
     "paper-b": SearchConfig(preset="paper-b", evolution=Evolution(
