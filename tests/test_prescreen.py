@@ -449,3 +449,23 @@ def test_the_scratch2_prior_applies_from_the_first_candidate_and_is_ignored_in_o
     assert prior_for(cfg) is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "features" in err[0] and "space" not in err[0]
+
+
+def test_a_layer_degenerate_on_the_probe_is_still_judged_by_the_tasks_features():
+    """sigmoid(instance_rms(x) / v0) is constant at its initial v0 = 0 (no engine features: the
+    surrogate cannot rank it) yet passes the checks of the layer alone, which randomise v0: the
+    task's features still judge it. A layer the checks reject costs the task nothing."""
+    from evonorm.search.reject import Reject
+
+    seen = []
+
+    def task_features(graph):
+        seen.append(graph.key())
+        raise Reject("signal", step=0, detail={"why": "logits alike"})
+
+    screen = Prescreen(SearchConfig(evolution=Evolution(prescreen=True)), task_features)
+    flat_at_init = {"nodes": [["instance_rms", 0], ["div", 4, 2], ["sigmoid", 5]]}
+    assert layer_features(flat_at_init) is None
+    born = screen.born(flat_at_init)
+    assert born.reject is not None and born.reject.detail == {"why": "logits alike"}
+    assert screen.born(CONSTANT).reject is None and len(seen) == 1  # the pre-checks reject it

@@ -290,10 +290,30 @@ class Prescreen:
             feats = layer_features(graph_json)
         except Exception:  # noqa: BLE001 - a layer that breaks on the probe: the objective judges it
             feats = None
-        if feats is not None and self.task_features is not None:
-            feats.update({f"task_{k}": v for k, v in
-                          self.task_features(Graph.from_json(graph_json)).items()})
+        if self.task_features is None:
+            return feats
+        if feats is None:
+            # degenerate on the probe, which the surrogate cannot rank: the task's features still
+            # judge a layer that passes the checks of the layer alone (they may reject it)
+            if not self._passes_checks(graph_json):
+                return None
+            self.task_features(Graph.from_json(graph_json))
+            return None
+        feats.update({f"task_{k}": v for k, v in
+                      self.task_features(Graph.from_json(graph_json)).items()})
         return feats
+
+    def _passes_checks(self, graph_json: dict) -> bool:
+        """The run's checks of the layer alone pass (or are off): what the objective runs first."""
+        from evonorm.graph import Graph
+        from evonorm.search.checks import layer_checks
+
+        if not self.cfg.evolution.prechecks:
+            return True
+        try:
+            return layer_checks(Graph.from_json(graph_json), seed=self.cfg.seed) is None
+        except Exception:  # noqa: BLE001 - a layer that breaks: the objective judges it
+            return False
 
     def learn(self, c: Candidate) -> None:
         """Add an evaluated candidate to what the surrogate learns from (if it teaches anything)."""
