@@ -27,7 +27,9 @@ Protocol:
 
     python experiments/ladder_offline.py --runs /tmp/ladder_runs/runs/from_scratch \\
         --cache /tmp/ladder_features.jsonl
-writes results/from_scratch_2/ladder.json (and ladder.md). Feature computation is cached in
+writes results/from_scratch_2/ladder.json ({RUNG: {"cost_s", "recall", "rejected"}}, the whole
+ladder as the entry "ladder"), ladder_detail.json (the command, the counts, the thresholds, every
+rung's detail, also on unseen functions) and ladder.md. Feature computation is cached in
 `--cache` (a rerun only judges).
 """
 
@@ -342,7 +344,8 @@ def main() -> None:
     if args.prior:
         meta["prior"] = write_prior_file(cands, signal_rows, rule, args.recall, meta["command"])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ladder.json").write_text(json.dumps({**out, "_meta": meta}, indent=1) + "\n")
+    (args.out / "ladder.json").write_text(json.dumps(out, indent=1) + "\n")
+    (args.out / "ladder_detail.json").write_text(json.dumps(meta, indent=1) + "\n")
     lines = ["| rung | cost_s | recall | rejected | rejected (quality-test failures) | "
              "recall (unseen) | rejected (unseen) |", "|---|---|---|---|---|---|---|"]
     for name, d in detail.items():
