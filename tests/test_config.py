@@ -73,7 +73,8 @@ def test_presets_hold_their_settings():
     assert s2.evolution.fresh_tries > 0 and s2.evolution.niches and s2.evolution.prescreen
     e1 = s1.evolution
     assert s2.evolution.replace(fresh_tries=0, niches=False, prescreen_threshold=e1.prescreen_threshold,
-                                prescreen_explore=e1.prescreen_explore) == e1
+                                prescreen_explore=e1.prescreen_explore,
+                                prescreen_layer_threshold=0.0) == e1
 
 
 def test_the_measured_settings_are_what_a_calibration_depends_on():

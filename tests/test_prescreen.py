@@ -469,3 +469,34 @@ def test_a_layer_degenerate_on_the_probe_is_still_judged_by_the_tasks_features()
     born = screen.born(flat_at_init)
     assert born.reject is not None and born.reject.detail == {"why": "logits alike"}
     assert screen.born(CONSTANT).reject is None and len(seen) == 1  # the pre-checks reject it
+
+
+def test_the_layer_rung_rejects_before_the_tasks_features_are_computed():
+    """With `prescreen_layer_threshold`, a forest on the layer alone's features (milliseconds)
+    rejects the children it is surest of before the task's (costlier) features are computed;
+    exploring slots skip it."""
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
+    computed = []
+
+    def task_features(graph):
+        computed.append(graph.key())
+        return {"x": 1.0}
+
+    # what a prior teaches: valid layers have a live max (the task's feature says nothing)
+    prior = [{"features": {**layer_features(g), "task_x": 1.0}, "valid": i % 2 == 1,
+              "fitness": 0.6 if i % 2 else None}
+             for i, g in enumerate(({"nodes": [["layer_std", 0], ["div", 0, 4]]},
+                                    {"nodes": [["group_std", 0], ["div", 0, 4], ["max", 5, 1]]}) * 4)]
+    cfg = SearchConfig(evolution=Evolution(prescreen=True, prescreen_pool=4, prescreen_explore=0.0,
+                                           prescreen_min=2, prescreen_layer_threshold=0.5))
+    screen = Prescreen(cfg, task_features, prior=prior)
+    out = screen.choose(_draws(), random.Random(0))
+    first = [s for s in out if s.born.layer_rung]
+    assert first and all(not s.train and s.born.features["graph_op_max"] == 0 for s in first)
+    assert all(not any(k.startswith("task_") for k in s.born.features) for s in first)
+    assert len(computed) == 4 - len(first)  # the task paid only for the others
+    assert any(s.train for s in out)
+    explorer = Prescreen(cfg.replace(evolution=cfg.evolution.replace(prescreen_explore=1.0)),
+                         task_features, prior=prior)
+    (only,) = explorer.choose(_draws(), random.Random(0))  # the hopeless first draw, trained
+    assert only.train and not only.born.layer_rung

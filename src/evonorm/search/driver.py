@@ -356,13 +356,20 @@ class _Search:
                     "rejected", rej.reason, reason_step=rej.step, detail=rej.detail,
                     timings={PRESCREEN_REASON: s.born.seconds}) if rej is not None else Evaluation(
                     "rejected", PRESCREEN_REASON, detail={
-                        **s.born.prediction.to_dict(), "threshold": c.prescreen_threshold},
+                        **s.born.prediction.to_dict(), **self._rung(s.born)},
                     timings={PRESCREEN_REASON: s.born.seconds}))
             elif first is None:
                 first = prop
             else:
                 self.pending.append(prop)
         return first
+
+    def _rung(self, born: Born) -> dict:
+        """Which of the prescreen's rungs rejected a child, and at what threshold."""
+        c = self.cfg.evolution
+        if born.layer_rung:
+            return {"rung": "layer", "threshold": c.prescreen_layer_threshold}
+        return {"threshold": c.prescreen_threshold}
 
     def _commit(self, p: Proposal, born: Born | None) -> PendingProposal:
         idx = self.store.add_proposal(p.graph, p.parent_id, p.origin, self.rng.getstate())

@@ -78,6 +78,7 @@ class Born:
     seconds: float = 0.0
     explore: bool = False  # trained whatever the surrogate said
     reject: Reject | None = None  # the task's features found the child hopeless
+    layer_rung: bool = False  # rejected by the forest on the layer alone, before the task's features
 
     def record(self) -> dict | None:
         """The prediction as stored with the candidate (None: no prediction was made)."""
@@ -202,6 +203,23 @@ class Surrogate:
         return Prediction(p, f, len(self.rows))
 
 
+def _one_thread(fn: Callable[[Any], Any], arg: Any) -> Any:
+    """fn(arg) at one torch thread, the count restored after (see `Prescreen.features`)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return fn(arg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def engine_only(features: Mapping[str, Any]) -> dict:
+    """A candidate's features less the task's ("task_..."): what the first rung learns from."""
+    return {k: v for k, v in features.items() if not k.startswith("task_")}
+
+
 def check_prior(rows: Sequence[Any], where: str) -> None:
     """ValueError, one line naming `where` and the row, unless every row is a labelled candidate:
     {"features": dict, "valid": bool, "fitness": number or None}."""
@@ -254,10 +272,21 @@ class Prescreen:
         if self.surrogate is None:
             self.surrogate = Surrogate(min_each=self.cfg.evolution.prescreen_min, seed=self.cfg.seed,
                                        prior=self.prior)
+        # the first rung: the same labels, the engine's features alone
+        self.layer: Surrogate | None = None
+        if self.cfg.evolution.prescreen_layer_threshold > 0:
+            self.layer = Surrogate(min_each=self.cfg.evolution.prescreen_min, seed=self.cfg.seed,
+                                   prior=[{**r, "features": engine_only(r["features"])}
+                                          for r in self.prior])
 
     def born(self, graph_json: dict, *, explore: bool = False) -> Born:
         """Features of a new child and the current prediction."""
         start = time.perf_counter()
+        if self.layer is not None and not explore:
+            engine = _one_thread(self.engine_features, graph_json)
+            first = self.layer.predict(engine)
+            if first is not None and first.p_valid < self.cfg.evolution.prescreen_layer_threshold:
+                return Born(engine, first, time.perf_counter() - start, explore, layer_rung=True)
         try:
             feats = self.features(graph_json)
         except Reject as rej:
@@ -273,23 +302,22 @@ class Prescreen:
         and a team of OpenMP threads that spin while they wait loses the cores to any other
         multi-threaded torch process beside it (a layer whose features take 0.5 s took 55 s next
         to one), which the candidate's cost would then carry."""
-        import torch
+        return _one_thread(self._features, graph_json)
 
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return self._features(graph_json)
-        finally:
-            torch.set_num_threads(threads)
-
-    def _features(self, graph_json: dict) -> dict | None:
-        from evonorm.graph import Graph
+    def engine_features(self, graph_json: dict) -> dict | None:
+        """The engine's features of the layer alone (`evonorm.search.features`), None for a layer
+        degenerate on the probe or broken there."""
         from evonorm.search.features import layer_features
 
         try:
-            feats = layer_features(graph_json)
+            return layer_features(graph_json)
         except Exception:  # noqa: BLE001 - a layer that breaks on the probe: the objective judges it
-            feats = None
+            return None
+
+    def _features(self, graph_json: dict) -> dict | None:
+        from evonorm.graph import Graph
+
+        feats = self.engine_features(graph_json)
         if self.task_features is None:
             return feats
         if feats is None:
@@ -320,6 +348,8 @@ class Prescreen:
         target = learning_target(c, self.cfg.evolution.near_misses)
         if target is not None:
             self.surrogate.add(c.features, *target)
+            if self.layer is not None:
+                self.layer.add(engine_only(c.features), *target)
 
     def choose(self, draw: Callable[[], Any], rng: random.Random,
                known: Callable[[dict], bool] = lambda g: False,
@@ -339,7 +369,7 @@ class Prescreen:
             if known(p.graph):
                 return [Screened(p, Born(None), True)]
             b = self.born(p.graph, explore=self.surrogate.ready)
-            return [Screened(p, b, b.reject is None)]
+            return [Screened(p, b, b.reject is None and not b.layer_rung)]
         out: list[Screened] = []
         scored: list[Screened] = []
         for _ in range(max(1, cfg.evolution.prescreen_pool if pool is None else pool)):
@@ -348,7 +378,7 @@ class Prescreen:
                 out.append(Screened(p, Born(None), True))
                 continue
             b = self.born(p.graph)
-            if b.reject is not None:
+            if b.reject is not None or b.layer_rung:
                 out.append(Screened(p, b, False))
             elif b.prediction is None:  # a degenerate layer: the task's own checks reject it
                 out.append(Screened(p, b, True))
