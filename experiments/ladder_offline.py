@@ -17,16 +17,17 @@ Protocol:
   loss is not finite at initialisation, or whose logits are alike for every image,
   `evonorm.proxy.features.signal_verdict`), and the
   stability test that the search already runs (its stored cost; it rejects no ResNet-50 pass by
-  construction of the candidate set);
+  construction of the candidate set); the whole `ladder` as the `scratch2` preset runs it: the
+  layer forest at recall LOOSE_RECALL, the rule, the signal forest, the stability test;
 - judged leave one seed out: fitted on four seeds' runs (all arms), judged on the fifth. The
   threshold is chosen on the four seeds alone (their own leave-one-seed-out predictions: the
-  highest threshold keeping `--fit-recall` of their passes), as a search fixes it before it runs;
+  highest threshold keeping `--recall` of their passes), as a search fixes it before it runs;
 - per rung and for the whole ladder: cost per candidate (worker-s), recall of ResNet-50 passes,
   share of the failures rejected (all failures, and those of the quality tests alone); also on
   the held-out candidates whose function no training seed's run met (`unseen`).
 
     python experiments/ladder_offline.py --runs /tmp/ladder_runs/runs/from_scratch \\
-        --cache /tmp/ladder_features.jsonl
+        --cache /tmp/ladder_features.jsonl --prior
 writes results/from_scratch_2/ladder.json ({RUNG: {"cost_s", "recall", "rejected"}}, the whole
 ladder as the entry "ladder"), ladder_detail.json (the command, the counts, the thresholds, every
 rung's detail, also on unseen functions) and ladder.md. Feature computation is cached in
