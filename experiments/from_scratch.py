@@ -69,7 +69,7 @@ class Experiment:
     comparisons: tuple[tuple[str, str], ...]  # (a, b): one-sided a > b on every metric
     chosen_from: tuple[str, ...]  # the arms whose best layers are trained at the reference setting
     chosen_per_arm: int | None  # None: the best `len(names)` over those arms pooled
-    names: tuple[str, ...]  # the chosen layers' names (pooled: best first)
+    names: tuple[str, ...]  # the pooled choice's names, best first (a per-arm choice names its own)
     reference_seeds: tuple[int, ...]
     seeds: tuple[int, ...]
     metrics: tuple[str, ...]
@@ -243,9 +243,10 @@ def read_arms(args) -> dict:
 
 def top_layers(arms: dict, exp: Experiment = FIRST) -> list[dict]:
     """The layers trained at the reference setting, by the search's own fitness, each function
-    (key) once: the best `len(exp.names)` of the chosen arms pooled, or the best
-    `exp.chosen_per_arm` of each chosen arm in turn (a function already chosen from an arm
-    before is skipped: the next of that arm takes its place). Named as `exp.names` in order."""
+    (key) once. Pooled (`exp.chosen_per_arm` None): the best `len(exp.names)` of the chosen arms
+    together, named `exp.names` in order. Per arm: the best `exp.chosen_per_arm` of each chosen
+    arm in turn (a function chosen from an arm before is skipped: that arm's next takes its place),
+    named ARM_RANK, but the best of them all by search fitness, which is named `winner`."""
     pools = ([sum((arms[a]["full"] for a in exp.chosen_from), [])] if exp.chosen_per_arm is None
              else [arms[a]["full"] for a in exp.chosen_from])
     per_pool = len(exp.names) if exp.chosen_per_arm is None else exp.chosen_per_arm
@@ -257,9 +258,12 @@ def top_layers(arms: dict, exp: Experiment = FIRST) -> list[dict]:
                 continue
             seen.add(key)
             taken += 1
-            out.append({"graph": graph, "search_fitness": round(fitness, 4), "arm": arm,
-                        "seed": seed, "candidate": cid})
-    return [{"name": n, **t} for n, t in zip(exp.names, out)]
+            name = exp.names[len(out)] if exp.chosen_per_arm is None else f"{arm}_{taken}"
+            out.append({"name": name, "graph": graph, "search_fitness": round(fitness, 4),
+                        "arm": arm, "seed": seed, "candidate": cid})
+    if exp.chosen_per_arm is not None and out:
+        max(out, key=lambda t: t["search_fitness"])["name"] = "winner"
+    return out
 
 
 def reference_dir(args) -> Path:
@@ -359,7 +363,7 @@ def summary_step(args) -> dict:
                       "seeds": list(exp.reference_seeds),
                       "runs": [{k: r.get(k) for k in ("layer", "graph", "arch", "seed",
                                                         "test_accuracy")} for r in runs],
-                      "p_values": reference_tests(runs, exp.names) if runs else {},
+                      "p_values": reference_tests(runs, tuple(t["name"] for t in top)) if runs else {},
                       "test": "one-sided exact permutation test on per-seed means over the "
                               "two architectures (independent samples)"},
     }

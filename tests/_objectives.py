@@ -86,6 +86,19 @@ class NeedsMaxWithPrior:
         return rows + ([{"features": {}, "valid": "yes"}] if self.broken else [])
 
 
+class NeedsMaxScreened:
+    """`needs_max` whose features at birth reject a layer without a live max (as the built-in
+    task's network rung rejects a hopeless network), handed over as `prescreen_features`."""
+
+    def __call__(self, norm_act, trial) -> float:
+        return needs_max(norm_act, trial)
+
+    def prescreen_features(self, graph):
+        if not any(graph.node(n)[0] == "max" for n in graph.live_nodes() if n >= 4):
+            raise Reject("signal", step=0, detail={"why": "no max"})
+        return {"has_max": 1.0}
+
+
 # What an objective may hand back that the store cannot hold as given (numpy values, text that is
 # not UTF-8, a detail that is not a JSON object of finite values): `HOSTILE[name](trial)`.
 def _np():

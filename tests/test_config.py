@@ -65,6 +65,16 @@ def test_presets_hold_their_settings():
     assert proxy_config(PRESETS["demo-b"]).train["steps"] == 150
     assert PRESETS["scratch"].task == PRESETS["demo"].task
     assert not PRESETS["scratch"].evolution.seed_layers and PRESETS["scratch"].evolution.prescreen
+    # `scratch2` is `scratch` with the ladder: the same proxy, the network rung's features, and
+    # evolution that neither repeats a known function nor loses a niche's best layer
+    s1, s2 = PRESETS["scratch"], PRESETS["scratch2"]
+    assert {**s2.task, "prescreen_features": "full"} == s1.task
+    assert proxy_config(s2).prescreen_features == "signal" and s2.hurdles == s1.hurdles
+    assert s2.evolution.fresh_tries > 0 and s2.evolution.niches and s2.evolution.prescreen
+    e1 = s1.evolution
+    assert s2.evolution.replace(fresh_tries=0, niches=False, prescreen_threshold=e1.prescreen_threshold,
+                                prescreen_explore=e1.prescreen_explore,
+                                prescreen_layer_threshold=0.0) == e1
 
 
 def test_the_measured_settings_are_what_a_calibration_depends_on():

@@ -90,3 +90,61 @@ def test_a_mutation_that_keeps_the_parents_function_is_drawn_again():
 
     assert same_function(0) > 30  # without redraws most children are the parent again
     assert same_function(50) <= 2
+
+
+def test_a_child_of_a_known_function_is_mutated_again_and_counted():
+    """A child computing a function the run already scored would take a slot only to repeat a
+    known result (a cache hit): with `fresh_tries` it is drawn again, and the redraws counted."""
+    import random
+
+    from evonorm.graph import Graph
+    from evonorm.search.evolution import AgingPopulation, Member, propose
+
+    parent = Graph.from_json({"nodes": [["layer_rms", 0], ["div", 0, 4], ["tanh", 5]]})
+    pop = AgingPopulation(4, [Member(1, parent.to_json(), (0.3, 0.1), 1)])
+    # what the run has scored: the children of 100 other streams
+    scored = {Graph.from_json(propose(random.Random(100 + i), pop, p_random=0.0, mutations=1,
+                                      allow_batch=False).graph).fingerprint() for i in range(100)}
+
+    def known(g: dict) -> bool:
+        return Graph.from_json(g).fingerprint() in scored
+
+    def kids(tries: int):
+        rng = random.Random(7)
+        return [propose(rng, pop, p_random=0.0, mutations=1, allow_batch=False, known=known,
+                        fresh_tries=tries) for _ in range(40)]
+
+    plain, fresh = kids(0), kids(20)
+    assert all(k.repeats == 0 for k in plain)
+    assert sum(known(k.graph) for k in plain) >= 15  # without redraws, repeats take slots
+    assert sum(known(k.graph) for k in fresh) <= 2
+    assert sum(k.repeats for k in fresh) >= 15  # each redrawn child counted
+    assert all(k.parent_id == 1 and k.origin == "mutation" for k in fresh)  # the same parent
+
+
+def test_a_niche_is_the_statistic_a_layer_divides_by():
+    from evonorm.graph.library import resolve_graph
+    from evonorm.search.evolution import niche
+
+    assert niche({"nodes": [["group_rms", 0], ["div", 0, 4], ["neg", 5]]}) == "group_rms"
+    assert niche(resolve_graph("evonorm_s0").to_json()) == "group_std"
+    assert niche({"nodes": [["max", 0, 2], ["add", 0, 4], ["tanh", 5]]}) == "none"
+    # a statistic that is not under a division does not normalize
+    assert niche({"nodes": [["layer_mean", 0], ["add", 0, 4]]}) == "none"
+
+
+def test_with_niches_a_normalizing_layer_found_early_stays_a_contestant():
+    """From random graphs the first experiment's evolution lost its normalizing layers to the
+    unnormalized ones that followed: with niches the best of each niche outlives the window."""
+    normalizing = Member(1, {"nodes": [["group_rms", 0], ["div", 0, 4], ["neg", 5]]}, (0.6, 0.6))
+    later = [Member(2 + i, {"nodes": [["tanh", 0]]}, (0.3 + 0.01 * i, 0.3)) for i in range(8)]
+    for niches, kept in ((False, False), (True, True)):
+        pop = AgingPopulation(4, niches=niches)
+        for m in [normalizing, *later]:
+            pop.add(m)
+        assert len(pop) == 4 and 1 not in pop.ids()  # aged out of the window either way
+        assert (1 in [m.id for m in pop.contestants()]) is kept
+        winners = {pop.tournament(random.Random(i), 1.0, "average").id for i in range(5)}
+        assert (winners == {1}) is kept
+    # one member per niche beyond the window: the best tanh layer is in the window already
+    assert len(pop.contestants()) == 5 and pop.elites["none"].id == 9

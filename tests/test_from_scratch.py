@@ -103,7 +103,7 @@ def test_per_arm_choice_takes_each_arm_s_best_distinct_functions_in_turn():
     exp = fs.Experiment(name="x", preset="scratch", arms={"evolution": ("evolution", {}),
                                                           "random": ("random", {})},
                         comparisons=(), chosen_from=("evolution", "random"), chosen_per_arm=2,
-                        names=("winner", "evolution_2", "random_1", "random_2"),
+                        names=(),
                         reference_seeds=(10,), seeds=(0,), metrics=())
     arms = {"evolution": {"full": [(0.7, "k1", {"g": 1}, "evolution", 0, 5),
                                    (0.9, "k2", {"g": 2}, "evolution", 1, 7),
@@ -115,6 +115,9 @@ def test_per_arm_choice_takes_each_arm_s_best_distinct_functions_in_turn():
     assert [(t["name"], t["graph"]) for t in top] == [
         ("winner", {"g": 2}), ("evolution_2", {"g": 1}), ("random_1", {"g": 5}),
         ("random_2", {"g": 6})]
+    arms["random"]["full"][1] = (0.99, "k5", {"g": 5}, "random", 2, 3)  # the best of all: winner
+    assert [t["name"] for t in fs.top_layers(arms, exp)] == [
+        "evolution_1", "evolution_2", "winner", "random_2"]
 
 
 def test_a_normalizing_layer_is_told_from_one_that_is_not():

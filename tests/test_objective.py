@@ -153,6 +153,47 @@ def test_own_objective_search_honours_hurdles(tmp_path):
     assert 0 < load(tmp_path / "run").tally.stopped < len(cands)
 
 
+def test_a_child_the_run_knows_takes_no_slot_and_the_redraws_are_stored(tmp_path):
+    """Evolution around one small parent (a window of one) keeps proposing functions it has
+    scored: each would take a slot as a cache hit. With `fresh_tries` it is drawn again, and the
+    store counts the children drawn and drawn again, across the run."""
+    parent = json.dumps({"nodes": [["layer_rms", 0], ["div", 0, 4]]})
+
+    def run(name: str, tries: int):
+        res = search(_objectives.mixed, out=tmp_path / name, preset="tiny", budget=30, workers=1,
+                     initial_population=1, p_random=0.0, mutations=1, window=1,
+                     seed_layers=(parent,), fresh_tries=tries, progress=False)
+        with Store(tmp_path / name, readonly=True) as store:
+            return res.tally.cache_hits, store.get_meta("repeats")
+
+    hits, counted = run("plain", 0)
+    assert hits >= 5 and counted is None  # the repeats took slots; nothing was checked
+    hits, counted = run("fresh", 20)
+    assert hits <= 1
+    assert counted["redrawn"] >= 5 and counted["children"] == 29 + counted["redrawn"]
+
+
+def test_a_search_with_niches_keeps_each_niches_best_across_a_resume(tmp_path):
+    """The niches' elites are rebuilt from the store on resume, from every member, not only the
+    window's."""
+    from evonorm.search.driver import _Search
+    from evonorm.search.evolution import niche
+
+    seeds = (json.dumps({"nodes": [["group_rms", 0], ["div", 0, 4]]}), "evonorm_s0")
+    res = search(_objectives.two, out=tmp_path / "run", preset="tiny", budget=10, workers=1,
+                 window=2, initial_population=1, p_random=0.0, niches=True, seed_layers=seeds,
+                 progress=False)
+    assert res.complete
+    with Store(tmp_path / "run") as store:
+        cfg = store.search_config()
+        assert cfg.evolution.niches
+        valid = [c for c in store.candidates() if c.status == "valid"]
+        again = _Search(store, cfg, executor=None)
+    kinds = {niche(c.graph) for c in valid}
+    assert {"group_rms", "group_std"} <= kinds and set(again.population.elites) == kinds
+    assert len(again.population.contestants()) >= len(kinds)
+
+
 @pytest.mark.parametrize("spec, message", [
     ("nomodule_xyz:f", "no module named 'nomodule_xyz'"),
     ("_objectives:nothing", "has no 'nothing'"),

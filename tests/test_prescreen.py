@@ -60,6 +60,22 @@ def test_task_features_are_the_proxy_objectives_and_deterministic():
         assert a[f"{arch}_fit_finite"] == 1.0 and a[f"{arch}_fit_ratio"] < 0
 
 
+def test_signal_features_read_the_network_at_initialisation():
+    """The ladder's network rung: one forward and backward pass. A normalizing layer keeps the
+    signal's scale through depth and the images apart; a layer that squares its input each slot
+    blows the signal up (or to inf) on its way to the logits."""
+    from evonorm.graph import Graph
+    from evonorm.proxy.features import signal_features
+
+    cfg = PRESETS["tiny"]
+    s0 = signal_features(resolve_graph("evonorm_s0"), cfg)
+    assert s0 == signal_features(resolve_graph("evonorm_s0"), cfg)  # deterministic
+    assert s0["error"] == 0.0 and s0["finite"] == 1.0 and s0["loss"] is not None
+    assert s0["logit_spread"] > 0.05 and abs(s0["scale_slope"]) < 1
+    square = signal_features(Graph.from_json({"nodes": [["square", 0], ["square", 4]]}), cfg)
+    assert square["finite"] == 0.0 or square["scale_slope"] > 5 + abs(s0["scale_slope"])
+
+
 def _rows(n):
     """Features where valid layers have a live max: the rule the surrogate should find."""
     rng = random.Random(0)
@@ -163,6 +179,24 @@ def test_a_prescreened_search_on_an_own_objective_records_prescreen_rejections(t
     assert fresh and all(k.startswith(("graph_", "probe_")) for c in fresh for k in c.features)
     predicted = [c for c in cands if c.prediction is not None and c.reason != "prescreen"]
     assert predicted and all(0.0 <= c.prediction["p_valid"] <= 1.0 for c in predicted)
+
+
+def test_a_child_the_tasks_features_reject_is_rejected_untrained_in_every_slot(tmp_path):
+    """The task's features may find a child hopeless as they measure it: rejected at birth with
+    the task's reason, before the surrogate can predict (cold start) and in exploring slots."""
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
+    run = tmp_path / "run"
+    search(_objectives.NeedsMaxScreened(), out=run, preset="tiny", budget=30, workers=1,
+           progress=False, prescreen=True, prescreen_min=1000, prescreen_explore=1.0,
+           initial_population=1, p_random=1.0, seed_layers=())
+    with Store(run, readonly=True) as st:
+        cands = [c for c in st.candidates() if not c.cache_hit]
+    screened = [c for c in cands if c.reason == "signal"]
+    assert screened and all(c.detail == {"why": "no max"} and c.reason_step == 0 for c in screened)
+    assert all("train" not in c.timings and c.seconds > 0 for c in screened)  # its features' cost
+    # the objective, which rejects a layer without a max, saw none (a layer degenerate on the
+    # probe has no features to reject it by: the pre-checks reject those)
+    assert not any(c.reason == "no max" for c in cands), [c.reason for c in cands]
 
 
 def test_search_cli_refuses_a_bad_prescreen_value(tmp_path):
@@ -391,3 +425,104 @@ def test_a_fifo_link_or_folder_among_the_priors_is_skipped_naming_what_it_is(tmp
     warned = capsys.readouterr().err.strip().splitlines()
     cause = "is a symbolic link" if kind == "link" else "is not a regular file"
     assert len(warned) == 1 and "skipped the prescreen prior" in warned[0] and cause in warned[0], warned
+
+
+def test_the_surrogate_refits_once_its_labels_grew_by_a_share_not_on_every_label():
+    """A refit on a prior of a thousand rows takes seconds of the driver's time: it waits until
+    the labels grew by REFIT_GROWTH (one label at a time while they are few)."""
+    from evonorm.search.surrogate import REFIT_GROWTH, Surrogate
+
+    prior = [{"features": {"a": float(i % 2), "b": float(i)}, "valid": i % 2 == 0, "fitness": None}
+             for i in range(200)]
+    s = Surrogate(min_each=2, seed=0, trees=5, prior=prior)
+    s.predict({"a": 1.0, "b": 3.0})
+    first = s._clf
+    s.add({"a": 1.0, "b": 1.0}, True, None)
+    s.predict({"a": 1.0, "b": 3.0})
+    assert s._clf is first  # one label over 200: not yet
+    for _ in range(int(REFIT_GROWTH * 200)):
+        s.add({"a": 1.0, "b": 1.0}, True, None)
+    s.predict({"a": 1.0, "b": 3.0})
+    assert s._clf is not first
+    small = Surrogate(min_each=2, seed=0, trees=5, prior=prior[:6])
+    small.predict({"a": 1.0, "b": 3.0})
+    model = small._clf
+    small.add({"a": 0.0, "b": 0.0}, False, None)
+    small.predict({"a": 1.0, "b": 3.0})
+    assert small._clf is not model  # few labels: each one refits
+
+
+def test_the_scratch2_prior_applies_from_the_first_candidate_and_is_ignored_in_one_line_elsewhere(
+        capsys, monkeypatch):
+    """The preset's shipped prior holds for its setting only: a run of another space or of another
+    version of the network's features ignores it, saying so in one line that names what differs."""
+    from evonorm.proxy import features
+    from evonorm.proxy.objective import ProxyObjective
+    from evonorm.proxy.presets import get_preset
+    from evonorm.proxy.prior import prior_for
+    from evonorm.proxy.training import with_dataset
+
+    cfg = with_dataset(get_preset("scratch2"))
+    prior = prior_for(cfg)
+    assert prior is not None and prior.provenance["valid"] > 100
+    assert ProxyObjective(cfg).prescreen_prior() == prior.rows
+    assert all(k.startswith(("graph_", "probe_", "task_signal_")) for k in prior.rows[0]["features"])
+    assert capsys.readouterr().err == ""
+    assert prior_for(with_dataset(get_preset("scratch2", space="b"))) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "scratch2-s.json" in err[0] and "space" in err[0] and "ignored" in err[0]
+    monkeypatch.setattr(features, "SIGNAL_VERSION", features.SIGNAL_VERSION + 1)
+    assert prior_for(cfg) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "features" in err[0] and "space" not in err[0]
+
+
+def test_a_layer_degenerate_on_the_probe_is_still_judged_by_the_tasks_features():
+    """sigmoid(instance_rms(x) / v0) is constant at its initial v0 = 0 (no engine features: the
+    surrogate cannot rank it) yet passes the checks of the layer alone, which randomise v0: the
+    task's features still judge it. A layer the checks reject costs the task nothing."""
+    from evonorm.search.reject import Reject
+
+    seen = []
+
+    def task_features(graph):
+        seen.append(graph.key())
+        raise Reject("signal", step=0, detail={"why": "logits alike"})
+
+    screen = Prescreen(SearchConfig(evolution=Evolution(prescreen=True)), task_features)
+    flat_at_init = {"nodes": [["instance_rms", 0], ["div", 4, 2], ["sigmoid", 5]]}
+    assert layer_features(flat_at_init) is None
+    born = screen.born(flat_at_init)
+    assert born.reject is not None and born.reject.detail == {"why": "logits alike"}
+    assert screen.born(CONSTANT).reject is None and len(seen) == 1  # the pre-checks reject it
+
+
+def test_the_layer_rung_rejects_before_the_tasks_features_are_computed():
+    """With `prescreen_layer_threshold`, a forest on the layer alone's features (milliseconds)
+    rejects the children it is surest of before the task's (costlier) features are computed;
+    exploring slots skip it."""
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
+    computed = []
+
+    def task_features(graph):
+        computed.append(graph.key())
+        return {"x": 1.0}
+
+    # what a prior teaches: valid layers have a live max (the task's feature says nothing)
+    prior = [{"features": {**layer_features(g), "task_x": 1.0}, "valid": i % 2 == 1,
+              "fitness": 0.6 if i % 2 else None}
+             for i, g in enumerate(({"nodes": [["layer_std", 0], ["div", 0, 4]]},
+                                    {"nodes": [["group_std", 0], ["div", 0, 4], ["max", 5, 1]]}) * 4)]
+    cfg = SearchConfig(evolution=Evolution(prescreen=True, prescreen_pool=4, prescreen_explore=0.0,
+                                           prescreen_min=2, prescreen_layer_threshold=0.5))
+    screen = Prescreen(cfg, task_features, prior=prior)
+    out = screen.choose(_draws(), random.Random(0))
+    first = [s for s in out if s.born.layer_rung]
+    assert first and all(not s.train and s.born.features["graph_op_max"] == 0 for s in first)
+    assert all(not any(k.startswith("task_") for k in s.born.features) for s in first)
+    assert len(computed) == 4 - len(first)  # the task paid only for the others
+    assert any(s.train for s in out)
+    explorer = Prescreen(cfg.replace(evolution=cfg.evolution.replace(prescreen_explore=1.0)),
+                         task_features, prior=prior)
+    (only,) = explorer.choose(_draws(), random.Random(0))  # the hopeless first draw, trained
+    assert only.train and not only.born.layer_rung

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from evonorm.search.config import MEASURED, PARTS, SearchConfig, with_settings
 
 PAPER_ARCHS = ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar")
+PRESCREEN_FEATURES = ("full", "signal")
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,11 @@ class ProxyConfig:
     # mean of all of them, so the noise falls where layers are ranked while the many layers the
     # quality test or a hurdle stops cost what they did
     final_train_runs: int | None = field(default=None, metadata=MEASURED)
+    # what the task hands the prescreen of a candidate at birth, beside the engine's features of
+    # the layer alone: "full" (`task_features`: every architecture at initialisation and a few
+    # optimiser steps, about 1.4 s a candidate on the 2-core machine) or "signal"
+    # (`signal_features`: one forward and backward pass of the first architecture, about 0.2 s)
+    prescreen_features: str = "full"
     # reranking (Sec. 5.2): a larger training setting on the same architectures
     rerank_preset: str = "small"
     rerank_train: dict = field(default_factory=dict)
@@ -100,6 +106,9 @@ class ProxyConfig:
             errors.append(f"holdout must be in (0, 1), got {self.holdout}")
         if self.train_runs < 1:
             errors.append(f"train_runs must be >= 1, got {self.train_runs}")
+        if self.prescreen_features not in PRESCREEN_FEATURES:
+            errors.append(f"prescreen_features must be one of {', '.join(PRESCREEN_FEATURES)}, "
+                          f"got {self.prescreen_features!r}")
         if self.final_train_runs is not None and self.final_train_runs < self.train_runs:
             errors.append(f"final_train_runs must be >= train_runs ({self.train_runs}), got "
                           f"{self.final_train_runs}")

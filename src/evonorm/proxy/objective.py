@@ -60,10 +60,20 @@ class ProxyObjective:
                            "workers": ex.num_workers, "executor": ex.executor}}
 
     def prescreen_features(self, graph) -> dict[str, float | None]:
-        """What the task hands the engine's prescreen: each anchor architecture's features of the new
-        layer at initialisation (`evonorm.proxy.features`), under the task's own settings."""
-        from evonorm.proxy.features import task_features
+        """What the task hands the engine's prescreen: features of the new layer in the anchor
+        architectures at initialisation (`evonorm.proxy.features`), under the task's own
+        settings: every architecture's (`task_features`), or the first's signal propagation
+        alone (`signal_features`, prefixed "signal_"), as the task's `prescreen_features` says.
+        With "signal", a hopeless network (`signal_verdict`) is rejected here, untrained, with
+        reason "signal" and what was wrong."""
+        from evonorm.proxy.features import signal_features, signal_verdict, task_features
 
+        if proxy_config(self.config).prescreen_features == "signal":
+            feats = signal_features(graph, self.config)
+            why = signal_verdict(feats)
+            if why is not None:
+                raise Reject("signal", step=0, detail={"why": why})
+            return {f"signal_{k}": v for k, v in feats.items()}
         return task_features(graph, self.config)
 
     def prescreen_prior(self) -> list[dict] | None:

@@ -54,6 +54,9 @@ _SHORT_TRAIN = {**TASKS["demo"].train, "steps": 150}
 
 # From primitives: `demo`'s proxy, with its quality test at the engine's first stage (75 steps).
 TASKS["scratch"] = TASKS["demo"]
+# ... and the ladder's network rung: the prescreen's features of the network at initialisation are
+# one forward and backward pass of ResNet-50, and a hopeless network is rejected there.
+TASKS["scratch2"] = dataclasses.replace(TASKS["demo"], prescreen_features="signal")
 
 # `demo` for the B space, at lower learning rates: at `demo`'s, EvoNorm-B0 often stays at chance
 # on MobileNetV2 and the seed spread hides the gaps between the B references (docs/calibration.md).

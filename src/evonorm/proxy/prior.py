@@ -40,11 +40,14 @@ _IGNORED = ("data_root", "data_seed", "rerank_preset", "rerank_train", "rerank_t
 def setting(cfg: SearchConfig) -> dict[str, Any]:
     """What a prior shares with every run it applies to (plain JSON values, compared whole)."""
     task = {k: v for k, v in proxy_config(cfg).to_dict().items() if k not in _IGNORED}
+    versions = {"engine": engine_features_module.FEATURES_VERSION}
+    if task.get("prescreen_features") == "signal":
+        versions["signal"] = task_features_module.SIGNAL_VERSION
+    else:
+        versions["task"] = task_features_module.FEATURES_VERSION
     return json.loads(json.dumps({
         "space": cfg.evolution.space,  # an S-space prior says nothing of the batch ops' layers
-        "task": task, "stage_steps": list(cfg.hurdles.stage_steps),
-        "features": {"engine": engine_features_module.FEATURES_VERSION,
-                     "task": task_features_module.FEATURES_VERSION}}))
+        "task": task, "stage_steps": list(cfg.hurdles.stage_steps), "features": versions}))
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,12 @@ def write_prior(path: str | Path, prior: Prior) -> None:
 
 
 def prior_for(cfg: SearchConfig, folder: str | Path | None = None) -> Prior | None:
-    """The prior in `folder` (default: the shipped ones, PRIORS) built under the run's setting, or None
-    where there is none."""
+    """The prior in `folder` (default: the shipped ones, PRIORS) built under the run's setting, or
+    None where there is none. The run's preset's own prior, where its setting is not the run's
+    (another space, a features version, a task setting changed), is ignored with one line on stderr
+    naming what differs."""
     want = setting(cfg)
+    own = None
     for path in sorted(Path(PRIORS if folder is None else folder).glob("*.json")):
         try:
             prior = read_prior(path)
@@ -98,6 +104,16 @@ def prior_for(cfg: SearchConfig, folder: str | Path | None = None) -> Prior | No
             continue
         if prior.setting == want:
             return prior
+        if path.stem.rsplit("-", 1)[0] == cfg.preset:
+            own = own or (path, prior)
+    if own is not None:
+        path, prior = own
+        theirs, ours = prior.setting, want
+        off = [k for k in sorted(set(ours) | set(theirs)) if k != "task" and ours.get(k) != theirs.get(k)]
+        off += [f"task.{k}" for k in sorted(set(ours["task"]) | set(theirs.get("task", {})))
+                if ours["task"].get(k) != theirs.get("task", {}).get(k)]
+        print(f"evonorm: the prescreen prior {path.name} does not apply to this run (it differs "
+              f"in {', '.join(off)}): ignored", file=sys.stderr, flush=True)
     return None
 
 

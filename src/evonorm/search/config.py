@@ -81,6 +81,18 @@ class Evolution(_Part):
     prescreen_explore: float = 0.2
     prescreen_min: int = 3
     prescreen_prior: bool = True
+    # the ladder's first rung: a child whose P(passes) from a forest on the engine's features of
+    # the layer alone (milliseconds) is below this is rejected before the task's features (which
+    # cost more) are computed; not in exploring slots (0: off)
+    prescreen_layer_threshold: float = 0.0
+    # a child whose function the run already knows (scored, or in flight) would only take a slot
+    # to repeat a known result as a cache hit: it is drawn again (mutated anew, or a fresh random
+    # graph), up to `fresh_tries` times, before it takes its slot (0: children are not checked)
+    fresh_tries: int = 0
+    # the best member of each niche (which statistic the layer divides by) stays a tournament
+    # contestant after it ages out of the window, so a normalizing layer found early is not
+    # crowded out by faster-starting unnormalized ones
+    niches: bool = False
 
     def __post_init__(self):
         _tuple(self, "seed_layers")
@@ -120,8 +132,15 @@ class Evolution(_Part):
             e.append(f"prescreen_threshold must be in [0, 1), got {self.prescreen_threshold}")
         if not 0.0 <= self.prescreen_explore <= 1.0:
             e.append(f"prescreen_explore must be in [0, 1], got {self.prescreen_explore}")
+        if not 0.0 <= self.prescreen_layer_threshold < 1.0:
+            e.append(f"prescreen_layer_threshold must be in [0, 1), got "
+                     f"{self.prescreen_layer_threshold}")
         if self.prescreen_min < 1:
             e.append(f"prescreen_min must be >= 1, got {self.prescreen_min}")
+        if not isinstance(self.niches, bool):
+            e.append(f"niches must be True or False (on or off), got {self.niches!r}")
+        if self.fresh_tries < 0:
+            e.append(f"fresh_tries must be >= 0, got {self.fresh_tries}")
         return e
 
     @property

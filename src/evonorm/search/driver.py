@@ -36,6 +36,10 @@ from evonorm.search.surrogate import (PRESCREEN_REASON, Born, Prescreen, check_p
                                       require_sklearn)
 
 
+# the store's meta key of the children drawn and drawn again (`_Search.repeats`)
+REPEATS_META = "repeats"
+
+
 def rng_from_state(state: Any, seed: int) -> random.Random:
     """The search rng, continued from a stored `getstate()` (JSON lists) or fresh from the seed."""
     rng = random.Random(seed)
@@ -378,8 +382,14 @@ class _Search:
                 valid.append(self._member(c))
             if prescreen is not None:
                 prescreen.learn(c)
-        self.population = AgingPopulation(cfg.evolution.window, valid[-cfg.evolution.window:])
+        self.population = AgingPopulation(cfg.evolution.window, valid[-cfg.evolution.window:],
+                                          niches=cfg.evolution.niches)
+        self.population.remember(valid[:-cfg.evolution.window])
         self.spent_before = self.spent
+        # children drawn by the rng, and those of them drawn again as the run knew their function
+        # (`fresh_tries`): stored, so that the share of repeats spans a resumed run
+        self.repeats: dict[str, int] = {"children": 0, "redrawn": 0,
+                                        **store.get_meta(REPEATS_META, {})}
         self.pending: deque[PendingProposal] = deque(store.pending_proposals())
         self.in_flight: dict[int, InFlight] = {}  # by proposal idx
         self.waiting: dict[str, list[PendingProposal]] = {}  # behind an in-flight key
@@ -417,11 +427,15 @@ class _Search:
             return self._commit(p, born)
 
         def draw() -> Proposal:
-            return propose(self.rng, self.population, algorithm=c.algorithm,
-                           allow_batch=c.allow_batch, initial_population=c.initial_population,
-                           tournament_fraction=c.tournament_fraction,
-                           tournament_min=c.tournament_min, criterion=c.criterion,
-                           mutations=c.mutations, p_random=c.p_random, max_nodes=c.max_nodes)
+            p = propose(self.rng, self.population, algorithm=c.algorithm,
+                        allow_batch=c.allow_batch, initial_population=c.initial_population,
+                        tournament_fraction=c.tournament_fraction,
+                        tournament_min=c.tournament_min, criterion=c.criterion,
+                        mutations=c.mutations, p_random=c.p_random, max_nodes=c.max_nodes,
+                        known=self._known if c.fresh_tries else None, fresh_tries=c.fresh_tries)
+            self.repeats["children"] += 1 + p.repeats
+            self.repeats["redrawn"] += p.repeats
+            return p
 
         if self.prescreen is None:
             return self._commit(draw(), None)
@@ -431,9 +445,12 @@ class _Search:
             prop = self._commit(s.proposal, s.born)
             if not s.train:
                 key, fp = layer_identity(prop.graph)
+                rej = s.born.reject
                 self._record(prop, key, fp, Evaluation(
+                    "rejected", rej.reason, reason_step=rej.step, detail=rej.detail,
+                    timings={PRESCREEN_REASON: s.born.seconds}) if rej is not None else Evaluation(
                     "rejected", PRESCREEN_REASON, detail={
-                        **s.born.prediction.to_dict(), "threshold": c.prescreen_threshold},
+                        **s.born.prediction.to_dict(), **self._rung(s.born)},
                     timings={PRESCREEN_REASON: s.born.seconds}))
             elif first is None:
                 first = prop
@@ -441,8 +458,17 @@ class _Search:
                 self.pending.append(prop)
         return first
 
+    def _rung(self, born: Born) -> dict:
+        """Which of the prescreen's rungs rejected a child, and at what threshold."""
+        c = self.cfg.evolution
+        if born.layer_rung:
+            return {"rung": "layer", "threshold": c.prescreen_layer_threshold}
+        return {"threshold": c.prescreen_threshold}
+
     def _commit(self, p: Proposal, born: Born | None) -> PendingProposal:
         idx = self.store.add_proposal(p.graph, p.parent_id, p.origin, self.rng.getstate())
+        if self.cfg.evolution.fresh_tries:
+            self.store.set_meta(REPEATS_META, self.repeats)
         if born is not None:
             self.born[idx] = born
         return PendingProposal(idx, p.graph, p.parent_id, p.origin, time.time())
@@ -818,6 +844,10 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
         term = _sigterm_as_interrupt()
         try:
             search.run()
+            if cfg.evolution.fresh_tries and log is not None:
+                r = search.repeats
+                log(f"repeats: {r['redrawn']} of {r['children']} children drawn computed a function "
+                    f"the run knew and were drawn again ({r['redrawn'] / max(1, r['children']):.0%})")
         finally:
             _restore_sigterm(term)
             if search.bar is not None:

@@ -13,7 +13,7 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 CRITERIA = ("pareto", "average")
 ALGORITHMS = ("evolution", "random")
@@ -66,20 +66,69 @@ class Member:
     stage: int = 1
 
 
-class AgingPopulation:
-    """The sliding window of the most recent `window` valid candidates (Real et al., 2019)."""
+def niche(graph: dict) -> str:
+    """Which statistics a layer divides by: the aggregation ops under the denominator of any of
+    its live divisions ("group_rms" for -x / group_rms(x)), joined; "none" for a layer that
+    divides by none (tanh(x + max(x, v0)), say). The population's niches (`AgingPopulation`)."""
+    from evonorm.graph import Graph
+    from evonorm.graph.primitives import NUM_INPUTS, PRIMITIVES
 
-    def __init__(self, window: int, members: Iterable[Member] = ()):
+    g = Graph.from_json(graph)
+    found: set[str] = set()
+    for nid in g.live_nodes():
+        if nid < NUM_INPUTS or g.node(nid)[0] != "div":
+            continue
+        stack, seen = [g.node(nid)[2]], set()
+        while stack:
+            n = stack.pop()
+            if n < NUM_INPUTS or n in seen:
+                continue
+            seen.add(n)
+            op, *args = g.node(n)
+            if PRIMITIVES[op].aggregation:
+                found.add(op)
+            stack.extend(args)
+    return "+".join(sorted(found)) or "none"
+
+
+def _rank(m: Member) -> tuple[int, float]:
+    """A member's standing in its niche: the stage it reached, then its mean score."""
+    return m.stage, sum(m.scores) / max(1, len(m.scores))
+
+
+class AgingPopulation:
+    """The sliding window of the most recent `window` valid candidates (Real et al., 2019).
+
+    With `niches`, the best member ever of each niche (`niche`: which statistic the layer divides
+    by) stays a contestant after it ages out of the window: from random graphs, unnormalized
+    layers that start faster otherwise crowd out the normalizing ones found early, which the
+    first from-scratch experiment's evolution lost in every run."""
+
+    def __init__(self, window: int, members: Iterable[Member] = (), *, niches: bool = False):
         if window < 1:
             raise ValueError(f"population window must be >= 1, got {window}")
         self.window = window
-        self._members: deque[Member] = deque(members, maxlen=window)
+        self.niches = niches
+        self.elites: dict[str, Member] = {}  # the best member of each niche so far
+        self._members: deque[Member] = deque(maxlen=window)
+        for m in members:
+            self.add(m)
 
     def add(self, member: Member) -> Member | None:
         """Append a member; returns the oldest one when it falls out of the window."""
         oldest = self._members[0] if len(self._members) == self.window else None
         self._members.append(member)
+        self.remember([member])
         return oldest
+
+    def remember(self, members: Iterable[Member]) -> None:
+        """Offer members to their niches' elites (a resumed run's members older than the window)."""
+        if not self.niches:
+            return
+        for m in members:
+            key = niche(m.graph)
+            if key not in self.elites or _rank(m) > _rank(self.elites[key]):
+                self.elites[key] = m
 
     def __len__(self) -> int:
         return len(self._members)
@@ -90,12 +139,19 @@ class AgingPopulation:
     def ids(self) -> list[int]:
         return [m.id for m in self._members]
 
+    def contestants(self) -> list[Member]:
+        """The window, and each niche's best member that has aged out of it."""
+        members = list(self._members)
+        inside = {m.id for m in members}
+        return members + [e for e in self.elites.values() if e.id not in inside]
+
     def tournament(self, rng: random.Random, fraction: float, criterion: str = "pareto",
                    minimum: int = 2) -> Member:
-        """Sample a random subset of the window and return its winner. Scores compare only at an
-        equal training stage: the contestants that reached the furthest stage in the sample
-        compete (with hurdles, those were above the mean of the ones a hurdle stopped)."""
-        members = list(self._members)
+        """Sample a random subset of the contestants (`contestants`) and return its winner. Scores
+        compare only at an equal training stage: the contestants that reached the furthest stage
+        in the sample compete (with hurdles, those were above the mean of the ones a hurdle
+        stopped)."""
+        members = self.contestants()
         contestants = rng.sample(members, tournament_size(len(members), fraction, minimum))
         top = max(m.stage for m in contestants)
         contestants = [m for m in contestants if m.stage == top]
@@ -109,13 +165,15 @@ class Proposal:
     graph: dict
     origin: str  # "random" | "mutation" | "seed"
     parent_id: int | None = None
+    repeats: int = 0  # children drawn before it that computed a function the run knew
 
 
 def propose(rng: random.Random, population: AgingPopulation, *, algorithm: str = "evolution",
             allow_batch: bool = True, initial_population: int = 0, tournament_fraction: float = 0.05,
             tournament_min: int = 2, criterion: str = "pareto", mutations: int = 2,
             p_random: float = 0.5, max_nodes: int = 10, graph_kwargs: dict[str, Any] | None = None,
-            redraws: int = 50) -> Proposal:
+            redraws: int = 50, known: Callable[[dict], bool] | None = None,
+            fresh_tries: int = 0) -> Proposal:
     """The next candidate (paper Sec. 5.1).
 
     Random search, and evolution until the population holds `initial_population` members, draw
@@ -124,6 +182,11 @@ def propose(rng: random.Random, population: AgingPopulation, *, algorithm: str =
     does not spend a tournament. A child that computes its parent's function (the same
     fingerprint: a mutation of an unused node, say) is drawn again, up to `redraws` times: it
     would only repeat the parent's result, and as a cache hit join the population as its clone.
+
+    With `known` (graph JSON -> whether the run already scored its function) and `fresh_tries`,
+    a child the run knows is drawn again, up to `fresh_tries` times: the same parent mutated
+    anew, or another random graph; the last draw takes the slot whatever it is. The proposal
+    counts the known children it replaced (`repeats`).
     """
     from evonorm.graph import Graph, mutate, random_graph
     from evonorm.graph.fingerprint import fingerprint_or_none
@@ -131,17 +194,32 @@ def propose(rng: random.Random, population: AgingPopulation, *, algorithm: str =
     kw = dict(graph_kwargs or {})
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r} (choose from {', '.join(ALGORITHMS)})")
+    tries = fresh_tries + 1 if known is not None else 1
+
+    def fresh(draw: Callable[[], dict]) -> tuple[dict, int]:
+        for repeats in range(tries):
+            g = draw()
+            if repeats == tries - 1 or known is None or not known(g):
+                return g, repeats
+        raise AssertionError("unreachable")
+
     if (algorithm != "evolution" or len(population) == 0 or len(population) < initial_population
             or rng.random() < p_random):
-        g = random_graph(rng, allow_batch=allow_batch, max_nodes=max_nodes, **kw)
-        return Proposal(graph=g.to_json(), origin="random")
+        g, repeats = fresh(lambda: random_graph(rng, allow_batch=allow_batch, max_nodes=max_nodes,
+                                                **kw).to_json())
+        return Proposal(graph=g, origin="random", repeats=repeats)
     winner = population.tournament(rng, tournament_fraction, criterion, tournament_min)
     parent = Graph.from_json(winner.graph)
     same = fingerprint_or_none(parent)
-    for _ in range(redraws + 1):
-        g = parent
-        for _ in range(mutations):
-            g = mutate(g, rng, allow_batch=allow_batch, **kw)
-        if same is None or fingerprint_or_none(g) != same:
-            break
-    return Proposal(graph=g.to_json(), origin="mutation", parent_id=winner.id)
+
+    def child() -> dict:
+        for _ in range(redraws + 1):
+            g = parent
+            for _ in range(mutations):
+                g = mutate(g, rng, allow_batch=allow_batch, **kw)
+            if same is None or fingerprint_or_none(g) != same:
+                break
+        return g.to_json()
+
+    g, repeats = fresh(child)
+    return Proposal(graph=g, origin="mutation", parent_id=winner.id, repeats=repeats)

@@ -175,14 +175,16 @@ def _exit_refused() -> Iterator[None]:
         os._exit = real
 
 
-def guarded(fn: Callable[..., Any] | None, name: str, *args: Any) -> Any:
-    """`fn(*args)` (None where `fn` is None) for the objective's hook `name`: as `call_hook`."""
+def guarded(fn: Callable[..., Any] | None, name: str, *args: Any,
+            passes: tuple[type[BaseException], ...] = ()) -> Any:
+    """`fn(*args)` (None where `fn` is None) for the objective's hook `name`: as `call_hook`, but
+    what it raises of `passes` is raised as it is (a hook's way to say something, e.g. `Reject`)."""
     try:
         if fn is None:
             return None
         with _exit_refused():
             return fn(*args)
-    except (KeyboardInterrupt, MemoryError):
+    except (KeyboardInterrupt, MemoryError, *passes):
         raise
     except _Exited as err:
         raise HookFailed(f"the objective's {name} called os._exit({err})") from None

@@ -19,7 +19,11 @@ layers it would have rejected) is measured on them.
 
 Features: the engine's (`evonorm.search.features`, from the layer alone) for every objective,
 plus the task's when the objective hands a feature function over as its `prescreen_features`
-attribute (`fn(graph) -> dict[str, float]`; the built-in proxy task does).
+attribute (`fn(graph) -> dict[str, float]`; the built-in proxy task does). That function may
+raise `Reject` for a child it finds hopeless as it measures it (a network whose loss is not finite
+at initialisation, say): the child is rejected untrained with that reason, in every slot,
+exploring or not, and like any rejection a later proposal of the layer is answered from the
+store.
 
 A prior: a short search finds too few valid layers to end the cold start (the `demo` main job
 finds 2-3 in 75 candidates), so the surrogate may start from labelled candidates of earlier runs
@@ -43,6 +47,7 @@ from evonorm.files import warn
 from evonorm.search import outcome
 from evonorm.search.candidates import Candidate
 from evonorm.search.config import SearchConfig
+from evonorm.search.reject import Reject
 
 PRESCREEN_REASON = "prescreen"
 FeatureFn = Callable[[Any], Mapping[str, Any]]
@@ -74,6 +79,8 @@ class Born:
     prediction: Prediction | None = None
     seconds: float = 0.0
     explore: bool = False  # trained whatever the surrogate said
+    reject: Reject | None = None  # the task's features found the child hopeless
+    layer_rung: bool = False  # rejected by the forest on the layer alone, before the task's features
 
     def record(self) -> dict | None:
         """The prediction as stored with the candidate (None: no prediction was made)."""
@@ -132,6 +139,10 @@ def feature_matrix(rows: Sequence[Mapping[str, Any]], names: Sequence[str]):
     return np.array([[num(r.get(n)) for n in names] for r in rows], dtype=np.float64)
 
 
+# the share of new labels, over those of the last fit, that refits the surrogate
+REFIT_GROWTH = 0.02
+
+
 class Surrogate:
     """P(passes rejection) and fitness from features, refitted when new labels arrived."""
 
@@ -161,8 +172,11 @@ class Surrogate:
         return pos >= self.min_each and neg >= self.min_each
 
     def fit(self) -> None:
-        """Fit both models on every label so far (a no-op when nothing new arrived)."""
-        if self._fitted == len(self.rows) or not self.ready:
+        """Fit both models on every label so far: again once the labels grew by `REFIT_GROWTH`
+        of those of the last fit (at least one), as a refit on a prior of a thousand rows takes
+        seconds of the driver's time and one more label barely moves it."""
+        if not self.ready or (self._fitted >= 0 and len(self.rows) - self._fitted
+                              < max(1.0, REFIT_GROWTH * self._fitted)):
             return
         from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
@@ -191,6 +205,23 @@ class Surrogate:
         return Prediction(p, f, len(self.rows))
 
 
+def _one_thread(fn: Callable[[Any], Any], arg: Any) -> Any:
+    """fn(arg) at one torch thread, the count restored after (see `Prescreen.features`)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return fn(arg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def engine_only(features: Mapping[str, Any]) -> dict:
+    """A candidate's features less the task's ("task_..."): what the first rung learns from."""
+    return {k: v for k, v in features.items() if not k.startswith("task_")}
+
+
 def check_prior(rows: Sequence[Any], where: str) -> None:
     """ValueError, one line naming `where` and the row, unless every row is a labelled candidate:
     {"features": dict, "valid": bool, "fitness": number or None}."""
@@ -212,7 +243,10 @@ def labelled_rows(candidates: Sequence[Candidate], screen: "Prescreen") -> list[
         target = label(c)
         if target is None or c.graph is None:
             continue
-        feats = c.features if c.features is not None else screen.features(c.graph)
+        try:
+            feats = c.features if c.features is not None else screen.features(c.graph)
+        except Reject:  # what the search would now reject at birth teaches the surrogate nothing
+            continue
         if feats is not None:
             rows.append({"features": feats, "valid": target[0], "fitness": target[1]})
     return rows
@@ -241,11 +275,25 @@ class Prescreen:
         if self.surrogate is None:
             self.surrogate = Surrogate(min_each=self.cfg.evolution.prescreen_min, seed=self.cfg.seed,
                                        prior=self.prior)
+        # the first rung: the same labels, the engine's features alone
+        self.layer: Surrogate | None = None
+        if self.cfg.evolution.prescreen_layer_threshold > 0:
+            self.layer = Surrogate(min_each=self.cfg.evolution.prescreen_min, seed=self.cfg.seed,
+                                   prior=[{**r, "features": engine_only(r["features"])}
+                                          for r in self.prior])
 
     def born(self, graph_json: dict, *, explore: bool = False) -> Born:
         """Features of a new child and the current prediction."""
         start = time.perf_counter()
-        feats = self.features(graph_json)
+        if self.layer is not None and not explore:
+            engine = _one_thread(self.engine_features, graph_json)
+            first = self.layer.predict(engine)
+            if first is not None and first.p_valid < self.cfg.evolution.prescreen_layer_threshold:
+                return Born(engine, first, time.perf_counter() - start, explore, layer_rung=True)
+        try:
+            feats = self.features(graph_json)
+        except Reject as rej:
+            return Born(None, None, time.perf_counter() - start, explore, rej)
         seconds = time.perf_counter() - start
         return Born(feats, self.surrogate.predict(feats), seconds, explore)
 
@@ -257,40 +305,68 @@ class Prescreen:
         and a team of OpenMP threads that spin while they wait loses the cores to any other
         multi-threaded torch process beside it (a layer whose features take 0.5 s took 55 s next
         to one), which the candidate's cost would then carry."""
-        import torch
+        return _one_thread(self._features, graph_json)
 
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return self._features(graph_json)
-        finally:
-            torch.set_num_threads(threads)
-
-    def _features(self, graph_json: dict) -> dict | None:
-        from evonorm.graph import Graph
+    def engine_features(self, graph_json: dict) -> dict | None:
+        """The engine's features of the layer alone (`evonorm.search.features`), None for a layer
+        degenerate on the probe or broken there."""
         from evonorm.search.features import layer_features
 
         try:
-            feats = layer_features(graph_json)
+            return layer_features(graph_json)
         except Exception:  # noqa: BLE001 - a layer that breaks on the probe: the objective judges it
-            feats = None
-        if feats is not None and self.task_features is not None:
-            try:
-                task = outcome.features(outcome.guarded(self.task_features, "prescreen_features",
-                                                        Graph.from_json(graph_json)))
-            except outcome.HookFailed as err:  # the layer trains without a prediction; the search goes on
-                if not self.warned:
-                    warn(f"{err}; a layer it fails on is trained without a prediction")
-                    self.warned = True
-                return None
-            feats.update({f"task_{k}": v for k, v in task.items()})
+            return None
+
+    def task_row(self, graph_json: dict) -> dict | None:
+        """The task's features of a layer, through the gate every objective hook passes: where the
+        hook fails the layer trains without a prediction (one warning a session) and the search goes
+        on; its `Reject` rejects the child untrained."""
+        from evonorm.graph import Graph
+
+        try:
+            return outcome.features(outcome.guarded(self.task_features, "prescreen_features",
+                                                    Graph.from_json(graph_json), passes=(Reject,)))
+        except outcome.HookFailed as err:
+            if not self.warned:
+                warn(f"{err}; a layer it fails on is trained without a prediction")
+                self.warned = True
+            return None
+
+    def _features(self, graph_json: dict) -> dict | None:
+        feats = self.engine_features(graph_json)
+        if self.task_features is None:
+            return feats
+        if feats is None:
+            # degenerate on the probe, which the surrogate cannot rank: the task's features still
+            # judge a layer that passes the checks of the layer alone (they may reject it)
+            if self._passes_checks(graph_json):
+                self.task_row(graph_json)
+            return None
+        task = self.task_row(graph_json)
+        if task is None:
+            return None
+        feats.update({f"task_{k}": v for k, v in task.items()})
         return feats
+
+    def _passes_checks(self, graph_json: dict) -> bool:
+        """The run's checks of the layer alone pass (or are off): what the objective runs first."""
+        from evonorm.graph import Graph
+        from evonorm.search.checks import layer_checks
+
+        if not self.cfg.evolution.prechecks:
+            return True
+        try:
+            return layer_checks(Graph.from_json(graph_json), seed=self.cfg.seed) is None
+        except Exception:  # noqa: BLE001 - a layer that breaks: the objective judges it
+            return False
 
     def learn(self, c: Candidate) -> None:
         """Add an evaluated candidate to what the surrogate learns from (if it teaches anything)."""
         target = learning_target(c, self.cfg.evolution.near_misses)
         if target is not None:
             self.surrogate.add(c.features, *target)
+            if self.layer is not None:
+                self.layer.add(engine_only(c.features), *target)
 
     def choose(self, draw: Callable[[], Any], rng: random.Random,
                known: Callable[[dict], bool] = lambda g: False,
@@ -309,7 +385,8 @@ class Prescreen:
             p = draw()
             if known(p.graph):
                 return [Screened(p, Born(None), True)]
-            return [Screened(p, self.born(p.graph, explore=self.surrogate.ready), True)]
+            b = self.born(p.graph, explore=self.surrogate.ready)
+            return [Screened(p, b, b.reject is None and not b.layer_rung)]
         out: list[Screened] = []
         scored: list[Screened] = []
         for _ in range(max(1, cfg.evolution.prescreen_pool if pool is None else pool)):
@@ -318,7 +395,9 @@ class Prescreen:
                 out.append(Screened(p, Born(None), True))
                 continue
             b = self.born(p.graph)
-            if b.prediction is None:  # a degenerate layer: the task's own checks reject it
+            if b.reject is not None or b.layer_rung:
+                out.append(Screened(p, b, False))
+            elif b.prediction is None:  # a degenerate layer: the task's own checks reject it
                 out.append(Screened(p, b, True))
             elif b.prediction.p_valid < cfg.evolution.prescreen_threshold:
                 out.append(Screened(p, b, False))
