@@ -112,8 +112,8 @@ def prior_for(cfg: SearchConfig, folder: str | Path | None = None) -> Prior | No
         off = [k for k in sorted(set(ours) | set(theirs)) if k != "task" and ours.get(k) != theirs.get(k)]
         off += [f"task.{k}" for k in sorted(set(ours["task"]) | set(theirs.get("task", {})))
                 if ours["task"].get(k) != theirs.get("task", {}).get(k)]
-        print(f"evonorm: the prescreen prior {path.name} does not apply to this run (it differs "
-              f"in {', '.join(off)}): ignored", file=sys.stderr, flush=True)
+        warn(f"the prescreen prior {path.name} does not apply to this run (it differs in "
+             f"{', '.join(off)}): ignored")
     return None
 
 
