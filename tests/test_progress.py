@@ -313,19 +313,25 @@ def test_a_resumed_run_has_an_eta_from_its_earlier_candidates_before_its_own(tmp
         assert shown.status().eta != "?" and shown.status().eta.endswith("s")
 
 
-def test_the_expected_cost_weighs_as_ten_candidates_against_the_first_ones():
+def test_the_cost_per_candidate_starts_from_the_expected_one_and_follows_the_recent_ones():
     from types import SimpleNamespace
 
     from evonorm.search.driver import Tally
     from evonorm.search.objective import CandidateCost
     from evonorm.search.progress import PRIOR_CANDIDATES, SearchProgress
 
+    loop = SimpleNamespace(tally=Tally(), spent=0.0, cfg=fake_config(budget=75))
+    shown = SearchProgress(loop, expected=CandidateCost(5.5, "demo's measured cost"))
+    assert shown.cost_per_candidate() == 5.5
     # the main job's first two candidates are its seed layers, trained to the end: 50 worker-s
     # each against a mean of 5.5 over the whole search
-    loop = SimpleNamespace(tally=Tally(done=2), spent=100.0)
-    shown = SearchProgress(loop, expected=CandidateCost(5.5, "demo's measured cost"))
-    cost = shown.cost_per_candidate()
-    assert cost == pytest.approx((PRIOR_CANDIDATES * 5.5 + 100.0) / (PRIOR_CANDIDATES + 2))
-    assert cost < 15  # the run's mean alone says 50: a 75-candidate search of 30 min, not 4
-    loop.tally.done, loop.spent = 200, 200 * 9.0  # its own pace, once it has one
+    for _ in range(2):
+        shown.finished(SimpleNamespace(id=1, status="valid", reason=None, cache_hit=False), 50.0)
+    assert shown.cost_per_candidate() < 15  # their mean alone: a 75-candidate search of 30 min, not 4
+    for _ in range(60):  # then its own pace
+        shown.finished(SimpleNamespace(id=1, status="rejected", reason="x", cache_hit=False), 9.0)
     assert shown.cost_per_candidate() == pytest.approx(9.0, rel=0.05)
+    # a resumed session starts from the run's candidates, with the expected cost beside them
+    loop = SimpleNamespace(tally=Tally(done=20), spent=200.0, cfg=loop.cfg)
+    again = SearchProgress(loop, expected=CandidateCost(5.5, "demo's measured cost"))
+    assert again.cost_per_candidate() == pytest.approx((PRIOR_CANDIDATES * 5.5 + 200) / (PRIOR_CANDIDATES + 20))

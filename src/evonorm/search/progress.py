@@ -47,7 +47,7 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-PRIOR_CANDIDATES = 10  # the run's own candidates an expected cost weighs as (`cost_per_candidate`)
+PRIOR_CANDIDATES = 10  # candidates the cost per candidate averages over (`SearchProgress.finished`)
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,16 @@ class SearchProgress:
         self.every, self.expected = every, expected
         self.started = self.last_line = time.perf_counter()
         self.spent_before = loop.spent  # worker-seconds of the earlier sessions
+        self.cost = self.starting_cost()  # worker-seconds a candidate, as `finished` updates it
+
+    def starting_cost(self) -> float | None:
+        """The cost per candidate a session starts from: the objective's expected cost counted as
+        `PRIOR_CANDIDATES` candidates beside the run's own so far (a resumed run knows its pace);
+        None with neither."""
+        n, spent = self.tally.done, self.loop.spent
+        if self.expected is None:
+            return spent / n if n else None
+        return (PRIOR_CANDIDATES * self.expected.seconds + spent) / (PRIOR_CANDIDATES + n)
 
     @property
     def cfg(self) -> SearchConfig:
@@ -135,8 +145,13 @@ class SearchProgress:
         return self.loop.tally
 
     def finished(self, cand: Candidate, seconds: float) -> None:
-        """A candidate was recorded: the bar moves (by its worker-seconds where that is the
-        budget), or a line says its outcome."""
+        """A candidate was recorded: the cost per candidate moves toward its worker-seconds (a
+        moving average over about `PRIOR_CANDIDATES`: a search's first candidates are not its
+        typical ones, as the seed layers train to the end and later children are more often
+        rejected in seconds or answered from the cache, and a machine's load changes), and the
+        bar moves (by its worker-seconds where that is the budget), or a line says its outcome."""
+        self.cost = seconds if self.cost is None else \
+            self.cost + (seconds - self.cost) / PRIOR_CANDIDATES
         if self.bar is not None:
             self.bar.set_description_str(f"search best {self.tally.best_text()}", refresh=False)
             self.bar.set_postfix_str(self.tally.short(), refresh=False)
@@ -183,15 +198,8 @@ class SearchProgress:
             duration_text(by_count)
 
     def cost_per_candidate(self) -> float | None:
-        """Worker-seconds a candidate is expected to cost: the run's own mean (earlier sessions'
-        candidates too: a resumed run knows its pace), with the objective's expected cost counted
-        as `PRIOR_CANDIDATES` candidates more. A search's first candidates are not its typical
-        ones (the seed layers train to the end, most children are rejected in seconds): alone,
-        two seed layers would put a 75-candidate search at hours. None with neither."""
-        n, spent = self.tally.done, self.loop.spent
-        if self.expected is None:
-            return spent / n if n else None
-        return (PRIOR_CANDIDATES * self.expected.seconds + spent) / (PRIOR_CANDIDATES + n)
+        """Worker-seconds a candidate is expected to cost (`cost`)."""
+        return self.cost
 
     def seconds_eta(self, elapsed: float, ages: list[float]) -> float | None:
         """Seconds until the worker-seconds budget is spent (None without one): what is left of
