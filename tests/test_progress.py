@@ -56,7 +56,7 @@ def test_train_logs_a_line_per_tenth_of_its_steps():
 
 
 def test_the_eta_counts_the_candidates_still_running():
-    from evonorm.search.driver import eta_seconds
+    from evonorm.search.progress import eta_seconds
 
     quick, long = [5.0] * 8, [70.0, 80.0]
     # the last candidate has trained 10 s; those that ran longer took 75 s on average: 65 s left,
@@ -239,7 +239,7 @@ def test_a_worker_seconds_budget_is_what_the_bar_and_the_lines_count(tmp_path, m
 
 def test_the_start_line_says_a_worker_seconds_budget():
     from evonorm.proxy.presets import get_preset
-    from evonorm.search.driver import budget_text
+    from evonorm.search.progress import budget_text
 
     assert budget_text(get_preset("scratch")) == ("budget 3,600 worker-seconds (at most 100,000 "
                                                   "candidates)")
@@ -248,19 +248,21 @@ def test_the_start_line_says_a_worker_seconds_budget():
 
 def test_the_eta_of_a_worker_seconds_budget_is_the_rest_of_it_at_the_rate_spent(tmp_path):
     from evonorm.search.driver import _Search
+    from evonorm.search.progress import SearchProgress
     from evonorm.search.store import Store
 
     init_run(tmp_path, fake_config(budget=100_000, budget_seconds=3600.0, workers=2))
     with Store(tmp_path) as store:
         search = _Search(store, store.search_config(), executor=None)
+        shown = SearchProgress(search)
         # before it has run a few seconds: both workers busy
-        assert search.seconds_eta(1.0, [1.0, 1.0]) == pytest.approx((3600 - 2) / 2)
+        assert shown.seconds_eta(1.0, [1.0, 1.0]) == pytest.approx((3600 - 2) / 2)
         # two workers 100 s into their candidates, 400 worker-s finished in 300 s: 2 worker-s/s
         search.spent = 400.0
-        assert search.seconds_eta(300.0, [100.0, 100.0]) == pytest.approx((3600 - 600) / 2)
+        assert shown.seconds_eta(300.0, [100.0, 100.0]) == pytest.approx((3600 - 600) / 2)
         # a worker idle half the time: 1 worker-s a second, so the rest takes twice as long
         search.spent = 200.0
-        assert search.seconds_eta(300.0, [100.0]) == pytest.approx(3600 - 300)
+        assert shown.seconds_eta(300.0, [100.0]) == pytest.approx(3600 - 300)
 
 
 def test_the_running_candidate_shows_the_step_in_flight(tmp_path):
@@ -296,12 +298,12 @@ def test_the_proxy_task_says_every_training_step_and_its_architecture():
             steps.append((of, step))
 
     cfg = with_dataset(get_preset("tiny", stage_steps=(2,), quality_steps=0, workers=1,
-                                  archs=("resnet20_cifar",)))
+                                  archs=("resnet50_cifar",)))
     g = NAMED_GRAPHS["evonorm_s0"]
     ProxyObjective(cfg)(g.to_module, Watched(g))
-    total = cfg.task["steps"] if isinstance(cfg.task, dict) else None
-    assert steps[:3] == [("resnet20_cifar", 1), ("resnet20_cifar", 2), ("resnet20_cifar", 3)]
-    assert [s for _, s in steps] == list(range(1, len(steps) + 1)) and len(steps) > 2, total
+    assert steps[:3] == [("resnet50_cifar", 1), ("resnet50_cifar", 2), ("resnet50_cifar", 3)]
+    # every step, the stages one training (the stage at step 2 goes on from there)
+    assert [s for _, s in steps] == list(range(1, len(steps) + 1)) and len(steps) > 2, steps
 
 
 def test_an_own_objectives_stage_count_is_what_it_reports(tmp_path, capsys):
@@ -323,6 +325,7 @@ def test_an_own_objectives_stage_count_is_what_it_reports(tmp_path, capsys):
 def test_a_resumed_run_has_an_eta_from_its_earlier_candidates_before_its_own(tmp_path):
     from evonorm.search.api import own_objective_config
     from evonorm.search.driver import _Search
+    from evonorm.search.progress import SearchProgress
     from evonorm.search.store import Store
 
     # an own objective with no expected cost: the ETA was "?" until a candidate finished in
@@ -332,22 +335,30 @@ def test_a_resumed_run_has_an_eta_from_its_earlier_candidates_before_its_own(tmp
     with Store(tmp_path) as store:
         cfg = store.search_config()
         search = _Search(store, cfg.replace(evolution=cfg.evolution.replace(budget=6)), None)
-        assert search.cost_per_candidate() == pytest.approx(search.spent / 3)
-        assert search.status().eta != "?" and search.status().eta.endswith("s")
+        shown = SearchProgress(search)
+        assert shown.cost_per_candidate() == pytest.approx(search.spent / 3)
+        assert shown.status().eta != "?" and shown.status().eta.endswith("s")
 
 
-def test_the_expected_cost_weighs_as_ten_candidates_against_the_first_ones():
+def test_the_cost_per_candidate_starts_from_the_expected_one_and_follows_the_recent_ones():
     from types import SimpleNamespace
 
-    from evonorm.search.driver import PRIOR_CANDIDATES, Tally, _Search
+    from evonorm.search.driver import Tally
     from evonorm.search.objective import CandidateCost
+    from evonorm.search.progress import PRIOR_CANDIDATES, SearchProgress
 
+    loop = SimpleNamespace(tally=Tally(), spent=0.0, cfg=fake_config(budget=75))
+    shown = SearchProgress(loop, expected=CandidateCost(5.5, "demo's measured cost"))
+    assert shown.cost_per_candidate() == 5.5
     # the main job's first two candidates are its seed layers, trained to the end: 50 worker-s
     # each against a mean of 5.5 over the whole search
-    search = SimpleNamespace(tally=Tally(done=2), spent=100.0,
-                             expected=CandidateCost(5.5, "demo's measured cost"))
-    cost = _Search.cost_per_candidate(search)
-    assert cost == pytest.approx((PRIOR_CANDIDATES * 5.5 + 100.0) / (PRIOR_CANDIDATES + 2))
-    assert cost < 15  # the run's mean alone says 50: a 75-candidate search of 30 min, not 4
-    search.tally.done, search.spent = 200, 200 * 9.0  # its own pace, once it has one
-    assert _Search.cost_per_candidate(search) == pytest.approx(9.0, rel=0.05)
+    for _ in range(2):
+        shown.finished(SimpleNamespace(id=1, status="valid", reason=None, cache_hit=False), 50.0)
+    assert shown.cost_per_candidate() < 15  # their mean alone: a 75-candidate search of 30 min, not 4
+    for _ in range(60):  # then its own pace
+        shown.finished(SimpleNamespace(id=1, status="rejected", reason="x", cache_hit=False), 9.0)
+    assert shown.cost_per_candidate() == pytest.approx(9.0, rel=0.05)
+    # a resumed session starts from the run's candidates, with the expected cost beside them
+    loop = SimpleNamespace(tally=Tally(done=20), spent=200.0, cfg=loop.cfg)
+    again = SearchProgress(loop, expected=CandidateCost(5.5, "demo's measured cost"))
+    assert again.cost_per_candidate() == pytest.approx((PRIOR_CANDIDATES * 5.5 + 200) / (PRIOR_CANDIDATES + 20))

@@ -14,8 +14,9 @@ from evonorm.commands._common import (ARCHS_HELP, DATA_HELP, check_archs, check_
                                       report_result, run_lock, write_errors)
 from evonorm.search.api import own_objective_config
 from evonorm.search.config import EXECUTORS, SPACES
-from evonorm.search.driver import (budget_text, check_seed_layers, init_run, run_facts, run_search,
-                                   stop_search, stopped_line, told_how_to_resume)
+from evonorm.search.driver import (check_seed_layers, init_run, run_facts, run_search, stop_search,
+                                   stopped_line, told_how_to_resume)
+from evonorm.search.progress import budget_text
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.presets import PRESETS, calibration_note, get_preset, measurement

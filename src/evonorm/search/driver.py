@@ -29,8 +29,9 @@ from evonorm.search.evolution import AgingPopulation, Member, Proposal, propose
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, Executor, make_executor
 from evonorm.search import outcome
 from evonorm.search.lock import LOCK_NAME
-from evonorm.search.objective import (CandidateCost, Objective, TrialProgress, layer_identity,
-                                      run_trial, ship_path)
+from evonorm.search.objective import (CandidateCost, Objective, layer_identity, run_trial,
+                                      ship_path)
+from evonorm.search.progress import SearchProgress, progress_bar
 from evonorm.search.store import STORE_NAME, PendingProposal, Store
 from evonorm.search.surrogate import (PRESCREEN_REASON, Born, Prescreen, check_prior,
                                       require_sklearn)
@@ -224,30 +225,6 @@ class InFlight:
         return self.key == key or (fingerprint is not None and self.fingerprint == fingerprint)
 
 
-def eta_seconds(durations: list[float], ages: list[float], unstarted: int, cost: float | None,
-                workers: int) -> float | None:
-    """Seconds until a search is done: each running candidate's expected remaining time, and the
-    candidates not started yet at `cost` worker-seconds each, shared among `workers`.
-
-    A candidate running for `age` seconds is expected to need the mean excess over `age` of the
-    finished candidates that ran longer than it (a long training at the end of a search is not
-    "almost done" because the average candidate is quick); one that has run longer than all of
-    them is taken to need as long again. Before any has finished, `cost` (an expected cost) stands
-    for them. None before anything is known.
-    """
-    finished = durations if durations or cost is None else [cost]
-
-    def remaining(age: float) -> float:
-        longer = [d for d in finished if d > age]
-        return sum(longer) / len(longer) - age if longer else age
-
-    running = [remaining(a) for a in ages]
-    if cost is None and (unstarted or not running):
-        return None
-    queued = unstarted * (cost or 0.0)
-    return max(max(running, default=0.0), (sum(running) + queued) / max(1, workers))
-
-
 def expected_cost(objective) -> CandidateCost | None:
     """The objective's expected cost per candidate (its `expected_cost()`: it knows its own
     settings), or None where it has none. ValueError, one line, for a value that is not one."""
@@ -260,79 +237,6 @@ def expected_cost(objective) -> CandidateCost | None:
         raise outcome.HookFailed(f"the objective's expected_cost returned {type(got).__name__} "
                                  f"{str(got)[:60]!r}, not a CandidateCost of positive finite seconds")
     return got
-
-
-def duration_text(seconds: float) -> str:
-    """"45s" under two minutes, "12 min" under two hours, else "4.2 h"."""
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-
-
-PRIOR_CANDIDATES = 10  # how many of the run's own candidates an expected cost weighs as (`cost_per_candidate`)
-
-
-@dataclass(frozen=True)
-class Status:
-    """The parts of the search's status line (`_Search.status`): the bar shows some of them in its
-    postfix, the log all of them (`line`)."""
-
-    done: int
-    budget: int
-    valid: int
-    best: str
-    training: int
-    elapsed: float
-    eta: str  # "95s"; "~12 min (demo's measured cost)" before this session's own timings; "?"
-    running: tuple[str, ...] = ()  # each running candidate: "#12 stage 2/3 (step 300)"
-    spent: float = 0.0  # worker-seconds of the finished candidates
-    budget_seconds: float | None = None  # the run's worker-seconds budget, where it has one
-
-    def count(self) -> str:
-        """How far the budget is spent: candidates, or worker-seconds where that is the budget
-        (a candidate count there is only a cap)."""
-        if self.budget_seconds is None:
-            return f"{self.done}/{self.budget} done"
-        share = 100 * min(1.0, self.spent / self.budget_seconds)
-        return (f"{self.spent:.0f}/{self.budget_seconds:.0f} worker-s spent ({share:.0f}%), "
-                f"{self.done} done")
-
-    def tail(self) -> str:
-        """What a bar adds to its own count and best: the candidates training, the clock, the ETA
-        and where each running candidate is."""
-        running = f" | running: {', '.join(self.running)}" if self.running else ""
-        return f"{self.training} training | {self.elapsed:.0f}s elapsed, ETA {self.eta}{running}"
-
-    def line(self) -> str:
-        return (f"search: {self.count()} | valid {self.valid} | best {self.best} | "
-                f"{self.tail()}")
-
-
-def budget_text(cfg: SearchConfig) -> str:
-    """A run's budget as its start line says it: candidates, or worker-seconds where it has
-    that budget (its candidate count then a cap)."""
-    evo = cfg.evolution
-    if evo.budget_seconds is None:
-        return f"budget {evo.budget:,} candidates"
-    return f"budget {evo.budget_seconds:,.0f} worker-seconds (at most {evo.budget:,} candidates)"
-
-
-def progress_bar(cfg: SearchConfig, done: int, spent: float):
-    """The search's bar on a terminal: of the worker-seconds budget where the run has one, else
-    of its candidates. Without tqdm's rate and remaining time: the search's own ETA (in the
-    postfix) is the one estimate shown."""
-    from tqdm import tqdm
-
-    limit = cfg.evolution.budget_seconds
-    if limit is None:
-        return tqdm(total=cfg.evolution.budget, initial=done, unit="cand", desc="search",
-                    file=sys.stderr, dynamic_ncols=True,
-                    bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}]"
-                               "{postfix}")
-    return tqdm(total=limit, initial=min(spent, limit), unit="worker-s", desc="search",
-                file=sys.stderr, dynamic_ncols=True,
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} {unit} "
-                           "[{elapsed}]{postfix}")
 
 
 def prescreen_prior(objective, cfg: SearchConfig,
@@ -357,15 +261,12 @@ class _Search:
     """State of one driver session over a store."""
 
     def __init__(self, store: Store, cfg: SearchConfig, executor: Executor,
-                 bar=None, log: Callable[[str], None] | None = None, every: float = 10.0,
-                 prescreen: Prescreen | None = None, expected: CandidateCost | None = None):
+                 log: Callable[[str], None] | None = None, prescreen: Prescreen | None = None):
         self.store, self.cfg, self.executor = store, cfg, executor
-        self.expected = expected  # the objective's cost per candidate, until this session has its own
         self.prescreen = prescreen
         self.born: dict[int, Born] = {}  # features at birth of the proposals not yet recorded
-        self.bar, self.log = bar, log or (lambda s: None)
-        self.every = every  # seconds between plain status lines when there is no bar
-        self.started = self.last_line = time.perf_counter()
+        self.log = log or (lambda s: None)
+        self.progress: SearchProgress | None = None  # what it shows as it goes (`SearchProgress`)
         self.rng = rng_from_state(store.last_rng_state(), cfg.seed)
         self.tally = Tally.of(cfg)
         self.spent = 0.0  # worker-seconds of the finished candidates (for `budget_seconds`)
@@ -385,7 +286,6 @@ class _Search:
         self.population = AgingPopulation(cfg.evolution.window, valid[-cfg.evolution.window:],
                                           niches=cfg.evolution.niches)
         self.population.remember(valid[:-cfg.evolution.window])
-        self.spent_before = self.spent
         # children drawn by the rng, and those of them drawn again as the run knew their function
         # (`fresh_tries`): stored, so that the share of repeats spans a resumed run
         self.repeats: dict[str, int] = {"children": 0, "redrawn": 0,
@@ -499,17 +399,8 @@ class _Search:
             self.prescreen.learn(cand)
         self.tally.add(cand)
         self.spent += seconds
-        if self.bar is not None:
-            self.bar.set_description_str(printable(f"search best {self.tally.best_text()}"), refresh=False)
-            self.bar.set_postfix_str(printable(self.tally.short()), refresh=False)
-            # a worker-seconds bar stops at its budget (a last candidate may end beyond it)
-            self.bar.update(1 if self.cfg.evolution.budget_seconds is None
-                            else min(seconds, max(0.0, self.bar.total - self.bar.n)))
-        else:
-            self.log(f"[{self.count()}] #{cand.id} {cand.status}"
-                     f"{' (' + cand.reason + ')' if cand.reason else ''}"
-                     f"{' cache' if cache_hit else ''} | {self.tally.line()}")
-            self.last_line = time.perf_counter()
+        if self.progress is not None:
+            self.progress.finished(cand, seconds)
 
     def _named(self, e: Evaluation) -> Evaluation:
         """A valid result scored under the run's score names (`cfg.scores`). The first valid
@@ -525,101 +416,6 @@ class _Search:
         return Evaluation("rejected", reason=(
             f"error: the objective returned {', '.join(sorted(names))}, not the run's "
             f"{', '.join(self.cfg.scores)}")[:300], timings=e.timings)
-
-    def status(self) -> Status:
-        """done / valid / best / ETA (`eta`), and where each running candidate is, as its worker
-        last said (`TrialProgress`)."""
-        now = time.perf_counter()
-        ages = [now - t for t in self.submitted.values()]
-        return Status(self.tally.done, self.cfg.evolution.budget, self.tally.valid,
-                      self.tally.best_text(), len(self.in_flight), now - self.started,
-                      self.eta(now - self.started, ages), self.running(), self.spent,
-                      self.cfg.evolution.budget_seconds)
-
-    def eta(self, elapsed: float, ages: list[float]) -> str:
-        """The one ETA: the sooner of the candidate budget's (the candidates still running and
-        those not yet started at `cost_per_candidate`, `eta_seconds`) and the worker-seconds
-        budget's (`seconds_eta`). Before the run has finished a candidate, at the objective's
-        expected cost, said as such."""
-        left = max(0, self.cfg.evolution.budget - self.tally.done)
-        cost = self.cost_per_candidate()
-        by_count = eta_seconds(self.durations, ages, max(0, left - len(ages)), cost,
-                               self.cfg.execution.num_workers)
-        by_seconds = self.seconds_eta(elapsed, ages)
-        if by_seconds is not None and (by_count is None or by_seconds <= by_count):
-            return duration_text(by_seconds)
-        if by_count is None:
-            return "?"
-        guessed = self.tally.done == 0 and self.expected is not None
-        return f"~{duration_text(by_count)} ({self.expected.source})" if guessed else \
-            duration_text(by_count)
-
-    def cost_per_candidate(self) -> float | None:
-        """Worker-seconds a candidate is expected to cost: the run's own mean (earlier sessions'
-        candidates too: a resumed run knows its pace), with the objective's expected cost counted
-        as `PRIOR_CANDIDATES` candidates more. A search's first candidates are not its typical
-        ones (the seed layers train to the end, most children are rejected in seconds): alone,
-        two seed layers would put a 75-candidate search at hours. None with neither."""
-        n, spent = self.tally.done, self.spent
-        if self.expected is None:
-            return spent / n if n else None
-        return (PRIOR_CANDIDATES * self.expected.seconds + spent) / (PRIOR_CANDIDATES + n)
-
-    def seconds_eta(self, elapsed: float, ages: list[float]) -> float | None:
-        """Seconds until the worker-seconds budget is spent (None without one): what is left of
-        it, less what the running candidates have used, at the rate this session spends it
-        (all workers busy until it has run a few seconds)."""
-        limit = self.cfg.evolution.budget_seconds
-        if limit is None:
-            return None
-        used = self.spent - self.spent_before + sum(ages)
-        workers = self.cfg.execution.num_workers
-        rate = used / elapsed if elapsed >= 5.0 and used > 0 else workers
-        return max(0.0, limit - self.spent - sum(ages)) / min(rate, workers)
-
-    def count(self) -> str:
-        """A finished candidate's place in the budget: "12/75", or "12, 340/3600 worker-s"."""
-        limit = self.cfg.evolution.budget_seconds
-        if limit is None:
-            return f"{self.tally.done}/{self.cfg.evolution.budget}"
-        return f"{self.tally.done}, {self.spent:.0f}/{limit:.0f} worker-s"
-
-    def status_line(self) -> str:
-        return self.status().line()
-
-    def running(self) -> tuple[str, ...]:
-        """Each running candidate by its proposal's number (from 1, as the candidates' ids), with
-        its stage and last step or its phase where its worker says (local runs: "starting" until
-        it says anything; elsewhere the number alone)."""
-        out = []
-        for idx in sorted(self.in_flight):
-            where = ""
-            if self._local():
-                said = TrialProgress.read(self._progress(idx))
-                where = said.describe(self.stage_count()) if said else "starting"
-            out.append(f"#{idx + 1} {where}".rstrip())
-        return tuple(out)
-
-    def stage_count(self) -> int | None:
-        """Stages of a layer trained to the end: the run's config's for the built-in task; for an
-        own objective as many as its layers have reported so far (None before one has)."""
-        if self.tally.num_stages is not None or self.tally.best_at:
-            return self.tally.stages()
-        return None
-
-    def heartbeat(self, force: bool = False) -> None:
-        """Without a bar, a plain status line every `every` seconds (and at once with `force`), so
-        a long wait is not silent; with one, its clock, the candidates training and where they
-        are, and the ETA move every second (tqdm redraws only on an update, and the first
-        candidate may take minutes)."""
-        now = time.perf_counter()
-        if self.bar is None and (force or now - self.last_line >= self.every):
-            self.log(self.status_line())
-            self.last_line = now
-        elif self.bar is not None and (force or now - self.last_line >= 1.0):
-            self.bar.set_postfix_str(printable(f"{self.tally.short()} | {self.status().tail()}"), refresh=False)
-            self.bar.refresh()
-            self.last_line = now
 
     def _dispatch(self, prop: PendingProposal, attempts: int = 0) -> None:
         """Cache lookup, then wait behind an identical in-flight layer, or submit."""
@@ -648,10 +444,10 @@ class _Search:
                    "prechecks": self.cfg.evolution.prechecks}
         if self.cfg.hurdles.stage_steps:  # a retried or resumed candidate continues from its last stage
             payload["hurdles"] = self.hurdles()
-            if self._local():
+            if self.local():
                 payload["checkpoint"] = str(self._checkpoint(job.proposal.idx))
-        if self._local():  # where the worker says how far it is: the run folder, which it sees
-            progress = self._progress(job.proposal.idx)
+        if self.local():  # where the worker says how far it is: the run folder, which it sees
+            progress = self.progress_file(job.proposal.idx)
             check_folder(progress.parent, create=True)
             progress.unlink(missing_ok=True)  # an earlier attempt's
             payload["progress"] = str(progress)
@@ -663,11 +459,11 @@ class _Search:
         """Where the objective may keep a candidate's state across a killed worker (`Trial`)."""
         return self.store.path.parent / "stages" / f"{idx}.pt"
 
-    def _progress(self, idx: int) -> Path:
+    def progress_file(self, idx: int) -> Path:
         """Where a running candidate's worker says how far it is (`TrialProgress`)."""
         return self.store.path.parent / "stages" / f"{idx}.progress.json"
 
-    def _local(self) -> bool:
+    def local(self) -> bool:
         """Workers on this machine, which see the run folder (not so a Ray cluster's)."""
         return self.cfg.execution.executor == "local"
 
@@ -675,7 +471,7 @@ class _Search:
         """Remove the progress files of the candidates in flight (a stopped session's; their
         checkpoints stay, so that a resumed search continues them)."""
         for idx in self.in_flight:
-            self._progress(idx).unlink(missing_ok=True)
+            self.progress_file(idx).unlink(missing_ok=True)
 
     def out_of_time(self) -> bool:
         """The worker-seconds budget is spent (never, without one)."""
@@ -712,12 +508,14 @@ class _Search:
                              Evaluation.failed(reason or ""), worker=out.worker,
                              seconds=out.seconds)
             self._checkpoint(job.proposal.idx).unlink(missing_ok=True)  # decided: not resumed
-            self._progress(job.proposal.idx).unlink(missing_ok=True)
+            self.progress_file(job.proposal.idx).unlink(missing_ok=True)
             for waiter in self.waiting.pop(job.key, []):
                 self.pending.appendleft(waiter)  # now answered from the cache (or re-run if failed)
 
     def run(self) -> None:
-        self.heartbeat(force=True)  # the ETA from the start, before the workers have started
+        show = self.progress.heartbeat if self.progress is not None else lambda force=False: None
+        wait = min(0.5, self.progress.every) if self.progress is not None else 0.5
+        show(force=True)  # the ETA from the start, before the workers have started
         first = True
         while True:
             self._fill()
@@ -726,10 +524,10 @@ class _Search:
                     raise RuntimeError("search stalled with layers waiting on nothing")
                 return
             if first:  # and what runs, not only after `every` seconds
-                self.heartbeat(force=True)
+                show(force=True)
                 first = False
-            self._collect(min(0.5, self.every))
-            self.heartbeat()
+            self._collect(wait)
+            show()
 
 
 def as_evaluation(result: Any) -> Evaluation:
@@ -790,7 +588,7 @@ def resume_command(run: Path, objective: str | None) -> str:
 def stopped_line(run: Path, objective: str | None, where: str | None = None) -> str:
     """The one line a stopped search prints: where it stopped (how far its budget is spent) and the
     command that continues it."""
-    at = f" at {where}" if where else ""
+    at = f" ({where})" if where else ""
     return (f"search stopped{at}: {resume_command(run, objective)} continues it, repeating what each "
             "unfinished candidate did since its last checkpoint")
 
@@ -836,10 +634,11 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
             store.set_meta("prescreen_prior", {"rows": len(prior),
                                                "valid": sum(r["valid"] for r in prior)})
             screen = Prescreen(cfg, getattr(objective, "prescreen_features", None), prior=prior)
-        search = _Search(store, cfg, executor, log=log, every=progress_every, prescreen=screen,
-                         expected=expected)
-        if progress and sys.stderr.isatty():
-            search.bar = progress_bar(cfg, search.tally.done, search.spent)
+        search = _Search(store, cfg, executor, log=log, prescreen=screen)
+        bar = progress_bar(cfg, search.tally.done, search.spent) if (
+            progress and sys.stderr.isatty()) else None
+        search.progress = SearchProgress(search, bar=bar, log=log, every=progress_every,
+                                         expected=expected)
         store.set_meta("status", "running")
         term = _sigterm_as_interrupt()
         try:
@@ -850,8 +649,7 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
                     f"the run knew and were drawn again ({r['redrawn'] / max(1, r['children']):.0%})")
         finally:
             _restore_sigterm(term)
-            if search.bar is not None:
-                search.bar.close()
+            search.progress.close()
             if own_executor:
                 executor.close()
             search.forget_progress()
@@ -867,6 +665,7 @@ def run_search(run_dir: str | Path, *, objective: Objective, executor: Executor 
     except KeyboardInterrupt as err:  # also while the workers start or the prior loads
         if cfg is None or told_how_to_resume(err) or store.get_meta("status") == "complete":
             raise
-        stop_search(stopped_line(run, cfg.objective, search.count() + " candidates" if search else None))
+        where = search.progress.status().count() if search and search.progress else None
+        stop_search(stopped_line(run, cfg.objective, where))
     finally:
         store.close()
