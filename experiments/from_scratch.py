@@ -86,7 +86,13 @@ FIRST = Experiment(
     chosen_from=("evolution", "evolution_no_prescreen"), chosen_per_arm=None,
     names=("winner", "second", "third"), reference_seeds=(10, 11, 12, 13), seeds=(0, 1, 2, 3, 4),
     metrics=("top10_mean", "best_fitness", "valid_per_worker_hour", "distinct_valid_own"))
-EXPERIMENTS = {e.name: e for e in (FIRST,)}
+SECOND = Experiment(
+    name="from_scratch_2", preset="scratch2",
+    arms={"evolution": ("evolution", {}), "random": ("random", {})},
+    comparisons=(("evolution", "random"),), chosen_from=("evolution", "random"), chosen_per_arm=3,
+    names=(), reference_seeds=(10, 11, 12, 13, 14), seeds=(0, 1, 2, 3, 4, 5),
+    metrics=(*FIRST.metrics, "worker_s_per_valid", "distinct_normalizing_valid", "repeat_share"))
+EXPERIMENTS = {e.name: e for e in (FIRST, SECOND)}
 ARMS = FIRST.arms
 
 

@@ -137,3 +137,10 @@ def test_reference_tests_correct_the_best_for_the_number_of_chosen_layers():
     assert p["winner>gn_relu"] == pytest.approx(1 / 70, abs=1e-4)
     assert p["best_of_2>gn_relu_bonferroni"] == pytest.approx(2 / 70, abs=1e-4)
     assert p["winner>evonorm_s0"] == pytest.approx(1.0)
+
+
+def test_the_second_experiment_s_arms_differ_only_in_their_algorithm():
+    evo, rnd = (arm_config(arm, 4, 3600.0, fs.SECOND) for arm in ("evolution", "random"))
+    assert evo.preset == "scratch2" and evo.evolution.prescreen and evo.evolution.fresh_tries
+    assert evo.evolution.budget_seconds == 3600.0 and evo.seed == 4 and evo.execution.workers == 1
+    assert rnd == evo.replace(evolution=evo.evolution.replace(algorithm="random"))
