@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from evonorm.files import printable
 from evonorm.search.candidates import Candidate
 from evonorm.search.config import SearchConfig
 from evonorm.search.objective import CandidateCost, TrialProgress
@@ -254,6 +255,7 @@ class SearchProgress:
             self.log(self.status_line())
             self.last_line = now
         elif self.bar is not None and (force or now - self.last_line >= 1.0):
-            self.bar.set_postfix_str(f"{self.tally.short()} | {self.status().tail()}", refresh=False)
+            self.bar.set_postfix_str(printable(f"{self.tally.short()} | {self.status().tail()}"),
+                                     refresh=False)
             self.bar.refresh()
             self.last_line = now
