@@ -257,3 +257,8 @@ def escapes(norm_act, trial) -> float:
     if _h(trial) % 2:
         raise Reject("bad" + CONTROL)
     return 0.5
+
+
+def interrupts(norm_act, trial) -> float:
+    """Raises KeyboardInterrupt itself (a user's code that does), not a Ctrl-C of the search."""
+    raise KeyboardInterrupt

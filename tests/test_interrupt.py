@@ -120,3 +120,22 @@ def test_ctrl_c_prints_no_traceback_and_the_exact_command_that_resumes_every_tim
             done = s.num_candidates()
         if not stopped:
             err = _ctrl_c_on_a_terminal(resume[1:], run, after=done + 1)
+
+
+def test_an_objective_raising_keyboard_interrupt_fails_its_candidate_and_no_process_prints_a_traceback(
+        tmp_path):
+    """A KeyboardInterrupt raised by the objective's own code is that candidate's error: the search
+    goes on to its budget and no worker prints a traceback."""
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "evonorm.cli", "search", "--objective",
+                           "_objectives:interrupts", "--preset", "tiny", "--budget", "3", "--workers", "2",
+                           "--out", str(run)], env=env_with_path(TESTS, SRC), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    with Store(run, readonly=True) as s:
+        cands = s.candidates()
+        assert s.get_meta("status") == "complete"
+    assert len(cands) == 3
+    tried = [c for c in cands if c.status == "failed"]
+    assert tried and all("KeyboardInterrupt" in (c.reason or "") for c in tried)
