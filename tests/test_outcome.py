@@ -123,17 +123,20 @@ def test_numpy_features_are_stored_as_numbers_and_a_non_finite_one_as_missing():
     assert forks.features(NAMED_GRAPHS["evonorm_s0"].to_json())["task_n"] == feats["task_n"]
 
 
-@pytest.mark.parametrize("hook", ["expected_cost", "prescreen_prior", "run_facts"])
+@pytest.mark.parametrize("hook", ["expected_cost", pytest.param("prescreen_prior", marks=pytest.mark.extras),
+                                  "run_facts"])
 @pytest.mark.parametrize("mode", ["raise", "exit", "os_exit", "array", "text"])
 def test_a_run_hook_that_fails_is_one_line_naming_it(tmp_path, hook, mode):
     import os
 
     from evonorm.search.outcome import HookFailed
 
+    if hook == "prescreen_prior":  # asked for by a search with the prescreen on
+        pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
     real_exit = os._exit
     with pytest.raises(HookFailed, match=f"the objective's {hook}") as err:
         search(_objectives.Hooked(hook, mode), out=tmp_path / "run", preset="tiny", budget=2, workers=1,
-               progress=False, prescreen=True, seed_layers=())
+               progress=False, prescreen=hook == "prescreen_prior", seed_layers=())
     assert "\n" not in str(err.value)
     assert os._exit is real_exit  # restored
     if hook == "run_facts":  # read before anything is written

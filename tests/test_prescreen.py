@@ -181,6 +181,7 @@ def test_a_prescreened_search_on_an_own_objective_records_prescreen_rejections(t
     assert predicted and all(0.0 <= c.prediction["p_valid"] <= 1.0 for c in predicted)
 
 
+@pytest.mark.extras
 def test_a_child_the_tasks_features_reject_is_rejected_untrained_in_every_slot(tmp_path):
     """The task's features may find a child hopeless as they measure it: rejected at birth with
     the task's reason, before the surrogate can predict (cold start) and in exploring slots."""
@@ -427,9 +428,11 @@ def test_a_fifo_link_or_folder_among_the_priors_is_skipped_naming_what_it_is(tmp
     assert len(warned) == 1 and "skipped the prescreen prior" in warned[0] and cause in warned[0], warned
 
 
+@pytest.mark.extras
 def test_the_surrogate_refits_once_its_labels_grew_by_a_share_not_on_every_label():
     """A refit on a prior of a thousand rows takes seconds of the driver's time: it waits until
     the labels grew by REFIT_GROWTH (one label at a time while they are few)."""
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (the `prescreen` extra)")
     from evonorm.search.surrogate import REFIT_GROWTH, Surrogate
 
     prior = [{"features": {"a": float(i % 2), "b": float(i)}, "valid": i % 2 == 0, "fitness": None}
@@ -497,6 +500,7 @@ def test_a_layer_degenerate_on_the_probe_is_still_judged_by_the_tasks_features()
     assert screen.born(CONSTANT).reject is None and len(seen) == 1  # the pre-checks reject it
 
 
+@pytest.mark.extras
 def test_the_layer_rung_rejects_before_the_tasks_features_are_computed():
     """With `prescreen_layer_threshold`, a forest on the layer alone's features (milliseconds)
     rejects the children it is surest of before the task's (costlier) features are computed;
