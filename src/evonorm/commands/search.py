@@ -57,8 +57,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--archs", default=None, help=ARCHS_HELP)
     p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: one per core)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per local worker "
-                   "(default 0: 1, with a worker per core: on 2 idle cores a lone candidate trained "
-                   "1.1-1.3x as fast on 2 threads, beside one busy process 3-4x slower; "
+                   "(default 0: 1, with a worker per core, since a worker of several threads slows "
+                   "badly beside any other busy process; the measurements are in "
                    "docs/performance.md); the start line says it")
     p.add_argument("--executor", choices=EXECUTORS, default=None, help="local (default) or ray")
     p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")

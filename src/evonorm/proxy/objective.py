@@ -3,7 +3,7 @@
 
 Per candidate (after the engine's checks of the layer alone): the stability stress test and the quality test, then the full training
 on every anchor architecture of the run's config (in stages, with hurdles, over `train_runs`
-training runs; `evaluator.train_stages`). The checks need the layer itself, not only its module:
+training runs; `evonorm.proxy.training.train_stages`). The checks need the layer itself, not only its module:
 they read `trial.graph`; the anchor architectures build the layer from that graph. The fitness is
 the held-out accuracy per architecture (a dict: the architectures are the objectives).
 """
