@@ -259,6 +259,11 @@ def escapes(norm_act, trial) -> float:
     return 0.5
 
 
+def escaped_names(norm_act, trial) -> dict:
+    """Scores under names full of control characters (what the figures' axes are labelled with)."""
+    return {"a" + CONTROL: 0.4 + 0.1 * (_h(trial) % 3), "b" + CONTROL: 0.5 - 0.1 * (_h(trial) % 2)}
+
+
 def interrupts(norm_act, trial) -> float:
     """Raises KeyboardInterrupt itself (a user's code that does), not a Ctrl-C of the search."""
     raise KeyboardInterrupt

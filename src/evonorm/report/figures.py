@@ -13,6 +13,7 @@ import itertools
 import math
 from typing import Any, Sequence
 
+from evonorm.files import printable
 from evonorm.report.data import RunData, reason_category
 from evonorm.search.candidates import as_candidate
 from evonorm.search.evaluation import STATUSES, finite
@@ -329,9 +330,10 @@ def calibration(candidates: Sequence[Any], archs: Sequence[str], *, chance: floa
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_aspect("equal")
-        ax.set_xlabel(f"{a} accuracy")
-        ax.set_ylabel(f"{b} accuracy")
-        ax.set_title(f"{short(a)} vs {short(b)}\n" + correlation_text(xs, ys, chance), fontsize=8)
+        ax.set_xlabel(printable(f"{a} accuracy"))  # names from the run, quoted as on the page
+        ax.set_ylabel(printable(f"{b} accuracy"))
+        ax.set_title(printable(f"{short(a)} vs {short(b)}") + "\n" + correlation_text(xs, ys, chance),
+                     fontsize=8)
     fig.suptitle("Cross-architecture calibration (failures count at chance)", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
@@ -395,8 +397,8 @@ def pareto(run: RunData) -> Any:
                    label=name, zorder=5)
     outside = mark_outside(ax, [p[0] for p in pts], [p[1] for p in pts], color="C3")
     unit = "score" if own else "accuracy"
-    ax.set_xlabel(f"{a} {unit}")
-    ax.set_ylabel(f"{b} {unit}")
+    ax.set_xlabel(printable(f"{a} {unit}"))  # score names from the run, quoted as on the page
+    ax.set_ylabel(printable(f"{b} {unit}"))
     legend_outside(ax)
     ax.grid(alpha=0.3)
     ax.set_title(f"Pareto front of the population ({len(members)} layers)", fontsize=10)
