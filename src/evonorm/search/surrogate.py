@@ -285,13 +285,13 @@ class Prescreen:
     def born(self, graph_json: dict, *, explore: bool = False) -> Born:
         """Features of a new child and the current prediction."""
         start = time.perf_counter()
+        engine = _one_thread(self.engine_features, graph_json)  # computed once for both rungs
         if self.layer is not None and not explore:
-            engine = _one_thread(self.engine_features, graph_json)
             first = self.layer.predict(engine)
             if first is not None and first.p_valid < self.cfg.evolution.prescreen_layer_threshold:
                 return Born(engine, first, time.perf_counter() - start, explore, layer_rung=True)
         try:
-            feats = self.features(graph_json)
+            feats = _one_thread(lambda g: self._with_task(g, engine), graph_json)
         except Reject as rej:
             return Born(None, None, time.perf_counter() - start, explore, rej)
         seconds = time.perf_counter() - start
@@ -305,7 +305,7 @@ class Prescreen:
         and a team of OpenMP threads that spin while they wait loses the cores to any other
         multi-threaded torch process beside it (a layer whose features take 0.5 s took 55 s next
         to one), which the candidate's cost would then carry."""
-        return _one_thread(self._features, graph_json)
+        return _one_thread(lambda g: self._with_task(g, self.engine_features(g)), graph_json)
 
     def engine_features(self, graph_json: dict) -> dict | None:
         """The engine's features of the layer alone (`evonorm.search.features`), None for a layer
@@ -332,11 +332,11 @@ class Prescreen:
                 self.warned = True
             return None
 
-    def _features(self, graph_json: dict) -> dict | None:
-        feats = self.engine_features(graph_json)
+    def _with_task(self, graph_json: dict, engine: dict | None) -> dict | None:
+        """The layer's engine features (`engine`) with the task's added (`features`)."""
         if self.task_features is None:
-            return feats
-        if feats is None:
+            return engine
+        if engine is None:
             # degenerate on the probe, which the surrogate cannot rank: the task's features still
             # judge a layer that passes the checks of the layer alone (they may reject it)
             if self._passes_checks(graph_json):
@@ -345,8 +345,7 @@ class Prescreen:
         task = self.task_row(graph_json)
         if task is None:
             return None
-        feats.update({f"task_{k}": v for k, v in task.items()})
-        return feats
+        return {**engine, **{f"task_{k}": v for k, v in task.items()}}
 
     def _passes_checks(self, graph_json: dict) -> bool:
         """The run's checks of the layer alone pass (or are off): what the objective runs first."""
