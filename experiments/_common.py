@@ -45,7 +45,7 @@ def write_table(d: Path, name: str, rows: Sequence[dict], meta: dict, *, columns
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
     (d / f"{name}.md").write_text("\n".join(lines) + "\n")
-    meta = {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+    meta = {"command": command_line(),
             "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "python": platform.python_version(), "cpus": os.cpu_count(), **meta}
     path = d / f"{name}.json"
@@ -57,6 +57,14 @@ def write_table(d: Path, name: str, rows: Sequence[dict], meta: dict, *, columns
     except (OSError, ValueError, TypeError, KeyError):
         pass
     path.write_text(json.dumps(table, indent=1) + "\n")
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command that runs this script with `argv` (default: this process's), as a reader would
+    type it again from the checkout: `python -m experiments.NAME ...`."""
+    name = Path(sys.argv[0]).stem
+    return " ".join(["python", "-m", f"experiments.{name}",
+                     *(sys.argv[1:] if argv is None else argv)])
 
 
 def _unstamped(table: dict) -> dict:
