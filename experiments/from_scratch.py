@@ -36,8 +36,8 @@ Protocol, fixed before the runs (results/from_scratch/README.md says the same, w
 Every run is reported. Resumable: a killed run continues from its store, a killed panel from its
 checkpoints, a finished step is not run again.
 
-    nohup nice -n 10 python experiments/from_scratch.py > runs/from_scratch.log 2>&1 &
-    python experiments/from_scratch.py --step summary      # the tables from what has finished
+    nohup nice -n 10 python -m experiments.from_scratch > runs/from_scratch.log 2>&1 &
+    python -m experiments.from_scratch --step summary      # the tables from what has finished
 """
 
 from __future__ import annotations
@@ -54,10 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, log, out_dir, write_table  # noqa: E402
-from evolution_vs_random import best_full, read_run, run_seed, top_mean  # noqa: E402
-from prescreen_arms import arm_numbers  # noqa: E402
+from experiments._common import ROOT, log, out_dir, write_table
+from experiments._arms import arm_numbers, best_full, read_run, run_seed, top_mean
 
 @dataclass(frozen=True)
 class Experiment:
@@ -125,7 +123,7 @@ def normalizing(graph: dict) -> bool:
     import torch
 
     from evonorm.graph import Graph
-    from scale_invariance import measure
+    from experiments.scale_invariance import measure
 
     torch.manual_seed(0)
     x = torch.randn(16, 32, 8, 8, dtype=torch.float64)
