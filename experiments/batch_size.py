@@ -5,8 +5,8 @@ images at batch 128, 32, 8 and 2 with the learning rate scaled linearly (0.1 per
 a cosine schedule, on Fashion-MNIST (default; `--dataset cifar10` for CIFAR-10). Batch layers
 (BN, EvoNorm-B0) see only the batch they are given, as a worker does in the paper's Table 3.
 
-    python experiments/batch_size.py                      # ~10-15 min on an idle 2-core machine
-    python experiments/batch_size.py --images 50000 --seeds 0 1 2 --width 0.25   # larger
+    python -m experiments.batch_size                      # ~10-15 min on an idle 2-core machine
+    python -m experiments.batch_size --images 50000 --seeds 0 1 2 --width 0.25   # larger
 
 Writes results/batch_size/{runs.csv (one line per run, appended as runs finish, so an
 interrupted run resumes), table.csv, table.md, table.json, plot.png}.
@@ -22,8 +22,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import fmt, log, map_jobs, out_dir, write_table  # noqa: E402
+from experiments._common import fmt, log, map_jobs, out_dir, write_table
 
 LAYERS = ("bn_relu", "gn_relu", "evonorm_s0", "evonorm_b0")
 RUN_FIELDS = ("layer", "batch_size", "seed", "lr", "steps", "accuracy", "status", "reason",
