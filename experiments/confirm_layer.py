@@ -18,7 +18,7 @@ Protocol (fixed before the runs; docs/findings.md gives each run's):
 Each finished (split, layer, seed) is a line in `<out>/split<D>_<layer>.jsonl`, so a stopped run resumes;
 `confirm.{json,md}` hold every value and the tests.
 
-    python experiments/confirm_layer.py --graph results/confirm_layer/layer.json \
+    python -m experiments.confirm_layer --graph results/confirm_layer/layer.json \
         --against gn_relu evonorm_s0 bn_relu --primary gn_relu --data-seeds 100 101 102 --seeds 4
 """
 
@@ -30,8 +30,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import log, map_jobs, out_dir  # noqa: E402
+from experiments._common import command_line, log, map_jobs, out_dir
 from evonorm.proxy.config import configured
 
 SEED_BASE = 2000  # training seeds: apart from the search's (cfg.seed) and retrain's (1000 + ...)
@@ -164,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 pass
     chance = 1.0 / search_dataset(cfgs[args.data_seeds[0]]).num_classes
     out = analyze(d, labels, args.data_seeds, seeds, chance, args.primary)
-    out.update(graph=spec, layer=text, preset=args.preset, setting=args.setting, command=" ".join(sys.argv))
+    out.update(graph=spec, layer=text, preset=args.preset, setting=args.setting, command=command_line())
     (d / "confirm.json").write_text(json.dumps(out, indent=1) + "\n")
     write_md(d, out, text)
     log((d / "confirm.md").read_text())
