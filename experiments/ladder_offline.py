@@ -26,7 +26,7 @@ Protocol:
   share of the failures rejected (all failures, and those of the quality tests alone); also on
   the held-out candidates whose function no training seed's run met (`unseen`).
 
-    python experiments/ladder_offline.py --runs /tmp/ladder_runs/runs/from_scratch \\
+    python -m experiments.ladder_offline --runs /tmp/ladder_runs/runs/from_scratch \\
         --cache /tmp/ladder_features.jsonl --prior
 writes results/from_scratch_2/ladder.json ({RUNG: {"cost_s", "recall", "rejected"}}, the whole
 ladder as the entry "ladder"), ladder_detail.json (the command, the counts, the thresholds, every
@@ -45,8 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT  # noqa: E402
+from experiments._common import ROOT, command_line
 
 PASS = ("valid", "quality:mobilenetv2_cifar")
 # the recall at which the layer rung in front of the network's is set: it costs milliseconds, so
@@ -349,7 +348,7 @@ def main() -> None:
            "the preset's ladder: the layer rung (loose), the signal rule, the signal forest, the "
            "stability test: the whole screen in front of the quality tests")
     counts = {k: sum(c["outcome"] == k for c in cands) for k in PASS + FAIL}
-    meta = {"command": " ".join(["python", *sys.argv]), "machine": platform.platform(),
+    meta = {"command": command_line(), "machine": platform.platform(),
             "cpu": "2 cores shared with other jobs, one torch thread",
             "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "candidates": len(cands), "outcomes": counts, "seeds": seeds,
