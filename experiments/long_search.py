@@ -19,8 +19,8 @@ Protocol, fixed before the runs:
 An interrupted run continues: the search resumes from its store, re-training from
 retrain.jsonl.
 
-    python experiments/long_search.py                                  # about 80 min on 2 cores
-    python experiments/long_search.py --budget-seconds 600 --seeds 2 --out /tmp/x   # a look
+    python -m experiments.long_search                                  # about 80 min on 2 cores
+    python -m experiments.long_search --budget-seconds 600 --seeds 2 --out /tmp/x   # a look
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, add_search_flags, log, out_dir, search_settings, write_table  # noqa: E402
+from experiments._common import ROOT, add_search_flags, log, out_dir, search_settings, write_table
 
 
 def table(run: Path, candidates: list) -> tuple[list[dict], list[str]]:
