@@ -9,8 +9,8 @@ BN-ReLU, EvoNorm-B0 and EvoNorm-S0 go through the same test as references.
 
 Progress is appended to records.jsonl as each graph finishes; rerunning continues where it stopped.
 
-    python experiments/random_layers.py                       # ~15-25 min on 2 cores, Fashion-MNIST
-    python experiments/random_layers.py --graphs 1000 --steps 100 --width 0.25 --dataset cifar10
+    python -m experiments.random_layers                       # ~15-25 min on 2 cores, Fashion-MNIST
+    python -m experiments.random_layers --graphs 1000 --steps 100 --width 0.25 --dataset cifar10
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import log, map_jobs, out_dir, save_png, write_table  # noqa: E402
+from experiments._common import log, map_jobs, out_dir, save_png, write_table
 from evonorm.proxy.config import proxy_config
 
 ARCHS = ["resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar"]
