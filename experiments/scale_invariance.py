@@ -7,8 +7,8 @@ f(10*L*x) for a large L (asymptotic invariance, the paper's claim for EvoNorm-S0
 parameters and once with randomly perturbed trainable vectors (v0, v1, ...; an identity init can
 hide a dependence on scale). float64, so what remains is the eps terms, not rounding.
 
-    python experiments/scale_invariance.py            # seconds
-    python experiments/scale_invariance.py --scales 0.001 0.1 10 1000 --channels 64
+    python -m experiments.scale_invariance            # seconds
+    python -m experiments.scale_invariance --scales 0.001 0.1 10 1000 --channels 64
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import log, out_dir, save_png, write_table  # noqa: E402
+from experiments._common import log, out_dir, save_png, write_table
 
 INVARIANT_TOL = 1e-2
 
