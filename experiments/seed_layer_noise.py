@@ -12,8 +12,8 @@ Protocol, fixed before the runs:
   `--runs`, so an interrupted experiment resumes and a finished search is read back, not trained
   again. Every run is reported in `<name>.json`.
 
-    python experiments/seed_layer_noise.py                                 # demo as shipped
-    python experiments/seed_layer_noise.py --train-runs 4 --name demo-4runs
+    python -m experiments.seed_layer_noise                                 # demo as shipped
+    python -m experiments.seed_layer_noise --train-runs 4 --name demo-4runs
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, add_search_flags, log, out_dir, search_settings, write_table  # noqa: E402
+from experiments._common import ROOT, add_search_flags, log, out_dir, search_settings, write_table
 
 LAYERS = ("evonorm_s0", "evonorm_s1", "evonorm_s2")
 
