@@ -24,7 +24,7 @@ Protocol (fixed before the run):
 - Outputs: results/prescreen/holdout.json (every number, the command, the run's counts) and
   holdout.md. Minutes of CPU at most.
 
-    python experiments/surrogate_holdout.py --run RUN --sizes 10,20,30 --splits 20
+    python -m experiments.surrogate_holdout --run RUN --sizes 10,20,30 --splits 20
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from evonorm.search.surrogate import Prescreen, Surrogate
 from evonorm.search.surrogate import label as candidate_label
 from evonorm.stats import spearman
 from evonorm.proxy.config import proxy_config
+from experiments._common import command_line
 
 OUT = Path("results/prescreen")
 
@@ -161,7 +161,7 @@ def main() -> None:
                   for k, v in c.items()}
     seconds_features = time.time() - start
     results = curve(rows, sizes, args.splits)
-    summary = {"command": "python " + " ".join(sys.argv), "run": args.run, "counts": counts,
+    summary = {"command": command_line(), "run": args.run, "counts": counts,
                "feature_seconds_wall": round(seconds_features, 1), "splits": args.splits,
                "model": "evonorm.search.surrogate.Surrogate (random forests, min_each=1)",
                "dropped_features": args.drop,
