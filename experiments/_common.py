@@ -74,6 +74,24 @@ def _unstamped(table: dict) -> dict:
 SEARCH_FLAGS = ("train_runs", "final_train_runs", "data_seed", "threads", "prescreen")
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The experiments' help: the description (a protocol) as written, and each flag's default
+    after its help wherever the help does not state one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text or not action.option_strings or action.required
+                or action.default is None or action.default is False
+                or action.default is argparse.SUPPRESS):
+            return text
+        default = action.default
+        if isinstance(default, Path):  # as a reader types it from the checkout
+            default = default.relative_to(ROOT) if default.is_relative_to(ROOT) else default
+        elif isinstance(default, (list, tuple)):
+            default = " ".join(map(str, default))
+        return f"{text} (default: {str(default).replace('%', '%%')})"
+
+
 def data_seed_arg(text: str) -> int | str:
     """--data-seed: a seed, or `seed` for the split of each search's own seed."""
     if text == "seed":

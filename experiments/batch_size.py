@@ -22,7 +22,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from experiments._common import fmt, log, map_jobs, out_dir, write_table
+from experiments._common import fmt, HelpFormatter, log, map_jobs, out_dir, write_table
 
 LAYERS = ("bn_relu", "gn_relu", "evonorm_s0", "evonorm_b0")
 RUN_FIELDS = ("layer", "batch_size", "seed", "lr", "steps", "accuracy", "status", "reason",
@@ -30,20 +30,27 @@ RUN_FIELDS = ("layer", "batch_size", "seed", "lr", "steps", "accuracy", "status"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--dataset", default="fashion_mnist", help="fashion_mnist (default) or cifar10")
-    p.add_argument("--data-root", default=None)
-    p.add_argument("--layers", nargs="+", default=list(LAYERS))
-    p.add_argument("--batches", nargs="+", type=int, default=[128, 32, 8, 2])
-    p.add_argument("--arch", default="resnet50_cifar")
+    p.add_argument("--data-root", default=None,
+                   help="folder holding the dataset files (default: $EVONORM_DATA, else "
+                        "~/.cache/evonorm/data)")
+    p.add_argument("--layers", nargs="+", default=list(LAYERS),
+                   help="registry layers to train at every batch size")
+    p.add_argument("--batches", nargs="+", type=int, default=[128, 32, 8, 2],
+                   help="batch sizes, the images seen per run the same at each")
+    p.add_argument("--arch", default="resnet50_cifar", help="the architecture (a built-in name)")
     p.add_argument("--width", type=float, default=0.125, help="channel multiplier (paper: 0.25)")
     p.add_argument("--images", type=int, default=6144,
                    help="training images seen per run, the same at every batch size")
     p.add_argument("--base-lr", type=float, default=0.1, help="learning rate at --base-batch")
-    p.add_argument("--base-batch", type=int, default=128)
+    p.add_argument("--base-batch", type=int, default=128,
+                   help="the batch at which the learning rate is --base-lr; it scales linearly with the "
+                        "batch")
     p.add_argument("--n-train", type=int, default=10000, help="training subset (seeded)")
     p.add_argument("--n-test", type=int, default=2000, help="test subset (seeded)")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0], help="training seeds per (layer, batch)")
     p.add_argument("--threads", type=int, default=2, help="torch threads per run")
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel (each --threads)")
     p.add_argument("--out", default=None, help="output folder (default results/batch_size)")

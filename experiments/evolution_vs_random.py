@@ -57,7 +57,7 @@ from pathlib import Path
 
 from evonorm.stats import mann_whitney_greater, paired_sign_flip_greater
 from experiments._arms import best_full, first_full_at, fmt_opt, read_run, run_config, run_metric, run_seed, top_mean
-from experiments._common import ROOT, add_search_flags, log, map_jobs, out_dir, save_png, search_settings
+from experiments._common import ROOT, add_search_flags, HelpFormatter, log, map_jobs, out_dir, save_png, search_settings
 
 ARMS = ("evolution", "random")
 TESTS = {"mann-whitney": "one-sided exact Mann-Whitney U (evolution > random)",
@@ -238,19 +238,21 @@ def _plot(rows: list[dict], d: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+                                formatter_class=HelpFormatter)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4],
+                   help="search seeds, one run per arm each")
     p.add_argument("--budget-seconds", type=float, default=600.0,
                    help="worker-seconds per run (equal for both arms)")
-    p.add_argument("--preset", default="scratch")
+    p.add_argument("--preset", default="scratch", help="search preset of both arms")
     p.add_argument("--test", choices=sorted(TESTS), default="mann-whitney",
                    help="the test behind summary.json's p_value, fixed before the runs "
                         "(paired: for presets with seed layers, which both arms evaluate alike)")
     p.add_argument("--runs", default=None,
                    help="folder for the run stores (not committed; default "
                         "runs/evolution_vs_random/PRESET_BUDGETs)")
-    p.add_argument("--out", default=None, help="default results/evolution_vs_random")
-    p.add_argument("--summarize-only", action="store_true")
+    p.add_argument("--out", default=None, help="output folder (default results/evolution_vs_random)")
+    p.add_argument("--summarize-only", action="store_true",
+                   help="tables from the runs so far, no searching")
     p.add_argument("--evolution-arm", default="evolution", choices=["evolution", "prescreen"],
                    help="the runs read as the evolution arm: prescreen reads the prescreened runs "
                         "of experiments/prescreen_arms.py (with --summarize-only and its --runs)")

@@ -50,7 +50,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from experiments._common import RESULTS, command_line, log, refuse
+from experiments._common import RESULTS, command_line, HelpFormatter, log, refuse
 
 from evonorm.proxy.panel import (PANEL, REFERENCE, build_panel, found_layers, named_layers,
                                  panel_table, progress_line, read_rows)
@@ -60,9 +60,11 @@ DRY_RUN = {"steps": 10, "n_train": 640, "n_test": 200, "lr_warmup": 2}
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=RESULTS / "fidelity")
-    p.add_argument("--workers", type=int, default=2)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--out", type=Path, default=RESULTS / "fidelity",
+                   help="the panel folder: its runs.jsonl, panel.json and panel.md")
+    p.add_argument("--workers", type=int, default=2, help="runs trained at a time (one thread each)")
     p.add_argument("--only", nargs="*", help="train these panel layers only")
     p.add_argument("--seeds", nargs="*", type=int,
                    help="train these of the setting's seeds only (e.g. 0: a whole panel of one "

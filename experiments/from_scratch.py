@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from experiments._common import ROOT, log, out_dir, write_table
+from experiments._common import ROOT, HelpFormatter, log, out_dir, write_table
 from experiments._arms import arm_numbers, best_full, read_run, run_seed, top_mean
 
 @dataclass(frozen=True)
@@ -386,15 +386,19 @@ def summary_step(args) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--experiment", choices=sorted(EXPERIMENTS), default=FIRST.name)
-    p.add_argument("--step", choices=("all", "search", "reference", "summary"), default="all")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--experiment", choices=sorted(EXPERIMENTS), default=FIRST.name,
+                   help="which from-primitives experiment: its arms, seeds and preset")
+    p.add_argument("--step", choices=("all", "search", "reference", "summary"), default="all",
+                   help="all, or one step: the searches, the reference training of the chosen layers, "
+                        "the summary")
     p.add_argument("--seeds", nargs="+", type=int, default=None,
                    help="search seeds (default: the experiment's)")
-    p.add_argument("--budget-seconds", type=float, default=3600.0)
+    p.add_argument("--budget-seconds", type=float, default=3600.0, help="worker-seconds per search")
     p.add_argument("--workers", type=int, default=2, help="parallel runs of the reference step")
-    p.add_argument("--runs", type=Path, default=None, help="default runs/<experiment>")
-    p.add_argument("--out", type=Path, default=None, help="default results/<experiment>")
+    p.add_argument("--runs", type=Path, default=None, help="folder of the run folders (default runs/<experiment>)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default results/<experiment>)")
     args = p.parse_args()
     args.exp = EXPERIMENTS[args.experiment]
     args.seeds = args.seeds or list(args.exp.seeds)

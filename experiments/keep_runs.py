@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from experiments._common import RESULTS, ROOT, log, refuse
+from experiments._common import RESULTS, ROOT, HelpFormatter, log, refuse
 
 KEPT = RESULTS / "kept"
 SKIP_NAMES = {"lock"}
@@ -94,10 +94,12 @@ def restore(root: Path = ROOT, kept: Path = KEPT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("save", help="pack run folders into results/kept/")
-    s.add_argument("folders", nargs="+", type=Path)
+    s.add_argument("folders", nargs="+", type=Path,
+                   help="run folders to pack, each into results/kept/runs+NAME.tar.gz")
     sub.add_parser("restore", help="unpack the kept run folders this machine lacks")
     args = p.parse_args(argv)
     try:

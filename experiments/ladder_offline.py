@@ -45,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiments._common import ROOT, command_line
+from experiments._common import ROOT, command_line, HelpFormatter
 
 PASS = ("valid", "quality:mobilenetv2_cifar")
 # the recall at which the layer rung in front of the network's is set: it costs milliseconds, so
@@ -276,13 +276,15 @@ def write_prior_file(cands, rows, rule, recall: float, command: str) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--runs", type=Path, required=True,
                    help="the extracted run folders (results/kept/runs+from_scratch.tar.gz)")
     p.add_argument("--cache", type=Path, required=True, help="features computed so far (JSONL)")
     p.add_argument("--recall", type=float, default=0.97,
                    help="recall of the training seeds' passes that fixes each threshold")
-    p.add_argument("--out", type=Path, default=ROOT / "results" / "from_scratch_2")
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "from_scratch_2",
+                   help="folder for the ladder's tables")
     p.add_argument("--prior", action="store_true",
                    help="also write the prescreen prior of the `scratch2` preset, fitted on every "
                         "candidate the signal rule keeps, and print its threshold")

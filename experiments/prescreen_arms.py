@@ -61,7 +61,7 @@ import statistics
 import time
 from pathlib import Path
 
-from experiments._common import ROOT, command_line, out_dir, write_table
+from experiments._common import ROOT, command_line, HelpFormatter, out_dir, write_table
 from experiments._arms import arm_numbers, read_run, run_config, run_seed
 
 from evonorm.stats import paired_sign_flip_greater
@@ -109,12 +109,16 @@ def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: 
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="demo")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
-    p.add_argument("--budget-seconds", type=float, default=900.0)
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "prescreen")
-    p.add_argument("--summarize-only", action="store_true")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--preset", default="demo", help="search preset of every arm")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)),
+                   help="search seeds, the arms of each side by side")
+    p.add_argument("--budget-seconds", type=float, default=900.0, help="worker-seconds per run")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "prescreen",
+                   help="folder of the run folders, <arm>_s<seed>")
+    p.add_argument("--summarize-only", action="store_true",
+                   help="tables from the runs so far, no searching")
     p.add_argument("--out", default=None, help="output folder (default results/prescreen)")
     args = p.parse_args()
     command = command_line()

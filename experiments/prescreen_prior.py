@@ -26,16 +26,20 @@ from pathlib import Path
 
 from evonorm.proxy.prior import PRIORS, build_prior, read_prior, write_prior
 from experiments._arms import run_config, run_side_by_side
-from experiments._common import ROOT, command_line, log
+from experiments._common import ROOT, command_line, HelpFormatter, log
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="demo")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 106)))
-    p.add_argument("--budget-seconds", type=float, default=900.0)
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "prescreen_prior")
-    p.add_argument("--build-only", action="store_true")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--preset", default="demo", help="the preset whose prior is built")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 106)),
+                   help="search seeds, none of those the prescreen's measurements use")
+    p.add_argument("--budget-seconds", type=float, default=900.0, help="worker-seconds per search")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "prescreen_prior",
+                   help="folder of the run folders, <preset>_s<seed>")
+    p.add_argument("--build-only", action="store_true",
+                   help="build the prior from the runs as they are, no searching")
     args = p.parse_args()
     command = command_line()
     runs = {seed: args.runs / f"{args.preset}_s{seed}" for seed in args.seeds}

@@ -68,7 +68,7 @@ import statistics
 import time
 from pathlib import Path
 
-from experiments._common import RESULTS, ROOT, log, save_png, write_table
+from experiments._common import RESULTS, ROOT, HelpFormatter, log, save_png, write_table
 
 _DEMO_TRAIN = {"steps": 150, "batch_size": 32, "width": 0.0625, "lr": 0.1, "lr_warmup": 10}
 # `demo` as it was measured here: two runs of 150 steps per candidate, four at the last stage. The
@@ -336,13 +336,16 @@ def row(name: str, phase: str, seeds: tuple[int, ...], e: dict) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--panel", type=Path, default=RESULTS / "fidelity" / "panel.json")
-    p.add_argument("--workers", type=int, default=2)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--panel", type=Path, default=RESULTS / "fidelity" / "panel.json",
+                   help="the reference panel (panel.json) the settings are measured against")
+    p.add_argument("--workers", type=int, default=2, help="runs trained at a time (one thread each)")
     p.add_argument("--only", nargs="*", choices=[*SETTINGS, *DERIVED],
                    help="these settings only, at --seeds (a derived one after its measured one)")
     p.add_argument("--seeds", nargs="*", type=int, choices=SEEDS, help="with --only (default all)")
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "fidelity")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "fidelity",
+                   help="folder of each setting's runs")
     p.add_argument("--side-by-side", type=Path,
                    default=RESULTS / "fidelity" / "cost_side_by_side.json",
                    help="costs measured side by side with demo (benchmarks/bench_setting_cost.py)")

@@ -17,7 +17,7 @@ import argparse
 import math
 import sys
 
-from experiments._common import log, out_dir, save_png, write_table
+from experiments._common import HelpFormatter, log, out_dir, save_png, write_table
 
 INVARIANT_TOL = 1e-2
 
@@ -82,15 +82,17 @@ def measure(m, x, dtype, params: str, mode: str, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scales", type=float, nargs="+", default=[0.1, 10.0, 100.0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--scales", type=float, nargs="+", default=[0.1, 10.0, 100.0],
+                   help="factors a: each layer's ||f(a x) - f(x)|| / ||f(x)||")
     p.add_argument("--large", type=float, default=100.0,
                    help="also compare f(10*L*x) with f(L*x) for this L (asymptotic invariance)")
-    p.add_argument("--channels", type=int, default=32)
-    p.add_argument("--groups", type=int, default=8)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--size", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--channels", type=int, default=32, help="channels of the test input")
+    p.add_argument("--groups", type=int, default=8, help="groups of the group statistics")
+    p.add_argument("--batch", type=int, default=16, help="batch of the test input")
+    p.add_argument("--size", type=int, default=8, help="height and width of the test input")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the input and of the perturbed parameters")
     p.add_argument("--out", default=None, help="output folder (default results/scale_invariance)")
     args = p.parse_args(argv)
 

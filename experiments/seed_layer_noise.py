@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiments._common import ROOT, add_search_flags, log, out_dir, search_settings, write_table
+from experiments._common import ROOT, add_search_flags, HelpFormatter, log, out_dir, search_settings, write_table
 
 LAYERS = ("evonorm_s0", "evonorm_s1", "evonorm_s2")
 
@@ -59,13 +59,16 @@ def one_search(run: Path, preset: str, seed: int, workers: int, settings: dict) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="demo")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--workers", type=int, default=2)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--preset", default="demo", help="search preset whose seed layers' noise is measured")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                   help="search seeds, one search each")
+    p.add_argument("--workers", type=int, default=2, help="searches at a time")
     p.add_argument("--name", default=None, help="the configuration's name (default: the preset)")
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "seed_layer_noise")
-    p.add_argument("--out", default=None)
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "seed_layer_noise",
+                   help="folder of each configuration's run folders")
+    p.add_argument("--out", default=None, help="output folder (default results/seed_layer_noise)")
     add_search_flags(p)
     args = p.parse_args(argv)
     overrides = search_settings(args)

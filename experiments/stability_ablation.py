@@ -32,7 +32,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from experiments._common import ROOT, command_line, log, out_dir, save_png
+from experiments._common import ROOT, command_line, HelpFormatter, log, out_dir, save_png
 from experiments._arms import (read_run, run_config, run_metric, run_seed,
                                  top_mean, within_budget)
 
@@ -154,12 +154,16 @@ def _plot(mean_curve: dict[str, list[float]], budget_seconds: float, n: int, d: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="demo")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
-    p.add_argument("--budget-seconds", type=float, default=900.0)
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "stability_ablation")
-    p.add_argument("--summarize-only", action="store_true")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--preset", default="demo", help="search preset of both arms")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)),
+                   help="search seeds, the arms of each side by side")
+    p.add_argument("--budget-seconds", type=float, default=900.0, help="worker-seconds per run")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "stability_ablation",
+                   help="folder of the run folders, <arm>_s<seed>")
+    p.add_argument("--summarize-only", action="store_true",
+                   help="tables from the runs so far, no searching")
     p.add_argument("--out", default=None, help="output folder (default results/stability_ablation)")
     args = p.parse_args(argv)
     command = command_line(argv)

@@ -41,7 +41,7 @@ from evonorm.search.surrogate import Prescreen, Surrogate
 from evonorm.search.surrogate import label as candidate_label
 from evonorm.stats import spearman
 from evonorm.proxy.config import proxy_config
-from experiments._common import command_line
+from experiments._common import command_line, HelpFormatter
 
 OUT = Path("results/prescreen")
 
@@ -141,12 +141,15 @@ def fmt(values: list[float]) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--run", nargs="+", required=True,
                    help="run folders of one setting (their candidates pooled)")
-    p.add_argument("--sizes", default="8,12,16,20,24,28")
-    p.add_argument("--splits", type=int, default=20)
-    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--sizes", default="8,12,16,20,24,28",
+                   help="comma-separated learning-curve sizes: the surrogate learns from the first "
+                        "n candidates and is scored on the others")
+    p.add_argument("--splits", type=int, default=20, help="random orders of the candidates per size")
+    p.add_argument("--out", type=Path, default=OUT, help="output folder")
     p.add_argument("--drop", nargs="*", default=[],
                    help="leave out features whose name contains any of these (an ablation)")
     p.add_argument("--name", default="holdout", help="output file name, without extension")

@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from experiments._common import command_line, log, refuse
+from experiments._common import command_line, HelpFormatter, log, refuse
 from experiments.fidelity_panel import DRY_RUN
 
 from evonorm.proxy.panel import ARCH_LR, REFERENCE, named_layers, train_run
@@ -53,13 +53,15 @@ def summarise(weights: dict, param: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--layer", required=True, metavar="NAME=LAYER",
                    help="as fidelity_panel.py reads it: a registry name, a named graph, graph JSON")
-    p.add_argument("--arch", required=True, choices=sorted(ARCH_LR))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--arch", required=True, choices=sorted(ARCH_LR),
+                   help="the architecture the layer trains on")
+    p.add_argument("--seed", type=int, default=0, help="training seed")
     p.add_argument("--param", default="v1", help="the layer's parameter to summarise")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="folder for the summary JSON")
     p.add_argument("--dry-run", action="store_true",
                    help="a few steps on 640 images (a check of the script, not a measurement)")
     args = p.parse_args(argv)
