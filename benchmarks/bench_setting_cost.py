@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PANEL = ROOT / "results" / "fidelity" / "panel.json"
-sys.path.insert(0, str(ROOT / "experiments"))
+sys.path.insert(0, str(ROOT))  # the experiments package, whose settings this measures
 
 
 def _rounds(layer: str, settings: list[str], rounds: int) -> dict[str, list[float]]:
@@ -40,7 +40,7 @@ def _rounds(layer: str, settings: list[str], rounds: int) -> dict[str, list[floa
     from evonorm.proxy.calibrate import Job, measure
     from evonorm.proxy.fidelity import load_panel
     from evonorm.proxy.training import search_dataset
-    from proxy_fidelity import setting_config
+    from experiments.proxy_fidelity import setting_config
 
     torch.set_num_threads(1)
     cfgs = {name: setting_config(name) for name in settings}

@@ -45,7 +45,7 @@ def write_table(d: Path, name: str, rows: Sequence[dict], meta: dict, *, columns
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
     (d / f"{name}.md").write_text("\n".join(lines) + "\n")
-    meta = {"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+    meta = {"command": command_line(),
             "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "python": platform.python_version(), "cpus": os.cpu_count(), **meta}
     path = d / f"{name}.json"
@@ -59,11 +59,37 @@ def write_table(d: Path, name: str, rows: Sequence[dict], meta: dict, *, columns
     path.write_text(json.dumps(table, indent=1) + "\n")
 
 
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command that runs this script with `argv` (default: this process's), as a reader would
+    type it again from the checkout: `python -m experiments.NAME ...`."""
+    name = Path(sys.argv[0]).stem
+    return " ".join(["python", "-m", f"experiments.{name}",
+                     *(sys.argv[1:] if argv is None else argv)])
+
+
 def _unstamped(table: dict) -> dict:
     return {**table, "meta": {k: v for k, v in table["meta"].items() if k != "finished"}}
 
 
 SEARCH_FLAGS = ("train_runs", "final_train_runs", "data_seed", "threads", "prescreen")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The experiments' help: the description (a protocol) as written, and each flag's default
+    after its help wherever the help does not state one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text or not action.option_strings or action.required
+                or action.default is None or action.default is False
+                or action.default is argparse.SUPPRESS):
+            return text
+        default = action.default
+        if isinstance(default, Path):  # as a reader types it from the checkout
+            default = default.relative_to(ROOT) if default.is_relative_to(ROOT) else default
+        elif isinstance(default, (list, tuple)):
+            default = " ".join(map(str, default))
+        return f"{text} (default: {str(default).replace('%', '%%')})"
 
 
 def data_seed_arg(text: str) -> int | str:

@@ -5,8 +5,8 @@ images at batch 128, 32, 8 and 2 with the learning rate scaled linearly (0.1 per
 a cosine schedule, on Fashion-MNIST (default; `--dataset cifar10` for CIFAR-10). Batch layers
 (BN, EvoNorm-B0) see only the batch they are given, as a worker does in the paper's Table 3.
 
-    python experiments/batch_size.py                      # ~10-15 min on an idle 2-core machine
-    python experiments/batch_size.py --images 50000 --seeds 0 1 2 --width 0.25   # larger
+    python -m experiments.batch_size                      # ~10-15 min on an idle 2-core machine
+    python -m experiments.batch_size --images 50000 --seeds 0 1 2 --width 0.25   # larger
 
 Writes results/batch_size/{runs.csv (one line per run, appended as runs finish, so an
 interrupted run resumes), table.csv, table.md, table.json, plot.png}.
@@ -22,8 +22,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import fmt, log, map_jobs, out_dir, write_table  # noqa: E402
+from experiments._common import fmt, HelpFormatter, log, map_jobs, out_dir, write_table
 
 LAYERS = ("bn_relu", "gn_relu", "evonorm_s0", "evonorm_b0")
 RUN_FIELDS = ("layer", "batch_size", "seed", "lr", "steps", "accuracy", "status", "reason",
@@ -31,20 +30,27 @@ RUN_FIELDS = ("layer", "batch_size", "seed", "lr", "steps", "accuracy", "status"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--dataset", default="fashion_mnist", help="fashion_mnist (default) or cifar10")
-    p.add_argument("--data-root", default=None)
-    p.add_argument("--layers", nargs="+", default=list(LAYERS))
-    p.add_argument("--batches", nargs="+", type=int, default=[128, 32, 8, 2])
-    p.add_argument("--arch", default="resnet50_cifar")
+    p.add_argument("--data-root", default=None,
+                   help="folder holding the dataset files (default: $EVONORM_DATA, else "
+                        "~/.cache/evonorm/data)")
+    p.add_argument("--layers", nargs="+", default=list(LAYERS),
+                   help="registry layers to train at every batch size")
+    p.add_argument("--batches", nargs="+", type=int, default=[128, 32, 8, 2],
+                   help="batch sizes, the images seen per run the same at each")
+    p.add_argument("--arch", default="resnet50_cifar", help="the architecture (a built-in name)")
     p.add_argument("--width", type=float, default=0.125, help="channel multiplier (paper: 0.25)")
     p.add_argument("--images", type=int, default=6144,
                    help="training images seen per run, the same at every batch size")
     p.add_argument("--base-lr", type=float, default=0.1, help="learning rate at --base-batch")
-    p.add_argument("--base-batch", type=int, default=128)
+    p.add_argument("--base-batch", type=int, default=128,
+                   help="the batch at which the learning rate is --base-lr; it scales linearly with the "
+                        "batch")
     p.add_argument("--n-train", type=int, default=10000, help="training subset (seeded)")
     p.add_argument("--n-test", type=int, default=2000, help="test subset (seeded)")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0], help="training seeds per (layer, batch)")
     p.add_argument("--threads", type=int, default=2, help="torch threads per run")
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel (each --threads)")
     p.add_argument("--out", default=None, help="output folder (default results/batch_size)")

@@ -18,7 +18,7 @@ Protocol (fixed before the runs; docs/findings.md gives each run's):
 Each finished (split, layer, seed) is a line in `<out>/split<D>_<layer>.jsonl`, so a stopped run resumes;
 `confirm.{json,md}` hold every value and the tests.
 
-    python experiments/confirm_layer.py --graph results/confirm_layer/layer.json \
+    python -m experiments.confirm_layer --graph results/confirm_layer/layer.json \
         --against gn_relu evonorm_s0 bn_relu --primary gn_relu --data-seeds 100 101 102 --seeds 4
 """
 
@@ -30,8 +30,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import log, map_jobs, out_dir  # noqa: E402
+from experiments._common import command_line, HelpFormatter, log, map_jobs, out_dir
 from evonorm.proxy.config import configured
 
 SEED_BASE = 2000  # training seeds: apart from the search's (cfg.seed) and retrain's (1000 + ...)
@@ -120,20 +119,27 @@ def main(argv: list[str] | None = None) -> int:
     from evonorm.proxy.presets import PRESETS
     from evonorm.proxy.retrain import pending
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     ap.add_argument("--graph", required=True,
-                    help="the layer: a graph JSON file ({\"nodes\": [...]}) or a named graph (evonorm list graphs)")
-    ap.add_argument("--against", nargs="+", default=["gn_relu", "evonorm_s0", "bn_relu"], help="registry layers")
-    ap.add_argument("--primary", default="gn_relu", help="the comparison fixed before the runs (one of --against)")
-    ap.add_argument("--preset", default="demo", choices=sorted(PRESETS))
+                    help="the layer: a graph JSON file ({\"nodes\": [...]}) or a named graph "
+                         "(evonorm list graphs)")
+    ap.add_argument("--against", nargs="+", default=["gn_relu", "evonorm_s0", "bn_relu"],
+                    help="registry layers")
+    ap.add_argument("--primary", default="gn_relu",
+                    help="the comparison fixed before the runs (one of --against)")
+    ap.add_argument("--preset", default="demo", choices=sorted(PRESETS),
+                    help="search preset whose task trains the layers")
     ap.add_argument("--setting", default="search", choices=["search", "rerank"],
                     help="search: the preset's full training on its split (default); rerank: its rerank "
                          "setting, trained on the training split less the split's held-out images, "
                          "scored on the dataset's test split")
-    ap.add_argument("--data-seeds", type=int, nargs="+", default=[100, 101, 102])
+    ap.add_argument("--data-seeds", type=int, nargs="+", default=[100, 101, 102],
+                    help="data splits the layer was not picked on, each with its own training seeds")
     ap.add_argument("--seeds", type=int, default=4, help="training seeds per split")
     ap.add_argument("--workers", type=int, default=2, help="layers trained at a time (one thread each)")
-    ap.add_argument("--analyze-only", action="store_true", help="tables from the rows so far, no training")
+    ap.add_argument("--analyze-only", action="store_true",
+                    help="tables from the rows so far, no training")
     ap.add_argument("--out", help="output folder (default results/confirm_layer)")
     args = ap.parse_args(argv)
     try:  # a graph JSON file, else a named graph (evonorm list graphs)
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 pass
     chance = 1.0 / search_dataset(cfgs[args.data_seeds[0]]).num_classes
     out = analyze(d, labels, args.data_seeds, seeds, chance, args.primary)
-    out.update(graph=spec, layer=text, preset=args.preset, setting=args.setting, command=" ".join(sys.argv))
+    out.update(graph=spec, layer=text, preset=args.preset, setting=args.setting, command=command_line())
     (d / "confirm.json").write_text(json.dumps(out, indent=1) + "\n")
     write_md(d, out, text)
     log((d / "confirm.md").read_text())

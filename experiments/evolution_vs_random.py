@@ -38,11 +38,11 @@ Protocol, fixed before the runs (docs/findings.md, "Evolution vs random search")
 Every run is reported (`runs.json`), and `summary.json` holds the numbers and the test.
 Runs so far: docs/findings.md, each with its protocol, in results/evolution_vs_random/.
 
-    python experiments/evolution_vs_random.py                      # 5 seeds x 2 arms, scratch
-    python experiments/evolution_vs_random.py --preset demo --test paired
-    python experiments/evolution_vs_random.py --preset demo --test paired --final-train-runs 4
-    python experiments/evolution_vs_random.py --summarize-only     # tables from the runs so far
-    python experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
+    python -m experiments.evolution_vs_random                      # 5 seeds x 2 arms, scratch
+    python -m experiments.evolution_vs_random --preset demo --test paired
+    python -m experiments.evolution_vs_random --preset demo --test paired --final-train-runs 4
+    python -m experiments.evolution_vs_random --summarize-only     # tables from the runs so far
+    python -m experiments.evolution_vs_random --preset demo --test paired --budget-seconds 900 \
         --final-train-runs 4 --seeds 0 1 2 3 4 5 6 7 8 9 --summarize-only --fresh-seeds 4
 """
 
@@ -53,117 +53,17 @@ import json
 import statistics
 import sys
 import time
-from multiprocessing import get_context
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, add_search_flags, log, map_jobs, out_dir, save_png, search_settings  # noqa: E402
-
-from evonorm.search.executors import die_with_parent  # noqa: E402
-from evonorm.stats import mann_whitney_greater, paired_sign_flip_greater  # noqa: E402
+from evonorm.stats import mann_whitney_greater, paired_sign_flip_greater
+from experiments._arms import best_full, first_full_at, fmt_opt, read_run, run_config, run_metric, run_seed, top_mean
+from experiments._common import ROOT, add_search_flags, HelpFormatter, log, map_jobs, out_dir, save_png, search_settings
 
 ARMS = ("evolution", "random")
 TESTS = {"mann-whitney": "one-sided exact Mann-Whitney U (evolution > random)",
          "paired": "one-sided exact paired permutation (sign-flip) test of evolution - random over "
                    "the seeds (the two arms of a seed share their seed layers' evaluations, data "
                    "split and training seeds)"}
-
-
-def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float, settings: dict | None = None):
-    """One arm's search: the preset with `settings` (the same for both arms, by keyword of
-    `get_preset`, a data seed already resolved), one worker of one thread."""
-    from evonorm.proxy.training import with_dataset
-    from evonorm.proxy.presets import get_preset
-
-    return with_dataset(get_preset(preset, **(settings or {}), algorithm=algorithm, seed=seed,
-                      budget=100_000, budget_seconds=budget_seconds, workers=1, threads=1,
-                      executor="local"))
-
-
-def _one_run(run: str, cfg_dict: dict) -> None:
-    """One search to its worker-seconds budget (in its own process; resumes an earlier one)."""
-    from evonorm.proxy.objective import ProxyObjective
-    from evonorm.search.config import SearchConfig
-    from evonorm.search.driver import init_run, run_search
-    from evonorm.search.lock import RunLock
-    from evonorm.search.store import Store
-
-    die_with_parent()  # a killed experiment leaves no search writing on into the folder
-    cfg, run, stored = SearchConfig.from_dict(cfg_dict), Path(run), None
-    run.mkdir(parents=True, exist_ok=True)
-    with RunLock(run):  # one search per folder, as `evonorm search` and `resume` hold it
-        if (run / "store.sqlite").is_file():
-            with Store(run, readonly=True) as st:
-                stored = SearchConfig.from_dict(st.config())
-        objective = ProxyObjective(cfg)
-        if stored != cfg:
-            init_run(run, cfg, objective, force=True)
-        tally = run_search(run, objective=objective, progress=False).tally
-    log(f"{run.name}: {tally.line()}")
-
-
-def run_seed(runs_dir: Path, seed: int, configs: dict, budget_seconds: float, t0: float) -> None:
-    """The arms of one search seed side by side, `configs[arm]` into runs_dir/<arm>_s<seed>, so
-    that they see the same machine load. Plain processes, each with its own pool (a pool's
-    workers, `evonorm.search.executors`' too, are daemons, which may not have children); a progress line a minute, since a
-    seed's runs take a quarter of an hour in silence otherwise."""
-    procs = [get_context("spawn").Process(target=_one_run, args=(
-        str(runs_dir / f"{arm}_s{seed}"), cfg.to_dict())) for arm, cfg in configs.items()]
-    for proc in procs:
-        proc.start()
-    # wait on a run still going (the first to end would return at once and spin the loop)
-    while alive := [proc for proc in procs if proc.is_alive()]:
-        alive[0].join(timeout=60)
-        if alive[0].is_alive():
-            log(f"seed {seed}: " + "; ".join(progress_line(runs_dir / f"{arm}_s{seed}", arm,
-                                                           budget_seconds) for arm in configs))
-    failed = {arm: proc.exitcode for arm, proc in zip(configs, procs) if proc.exitcode != 0}
-    if failed:  # a seed with an arm missing is no paired comparison: stop, do not go on past it
-        raise RuntimeError(f"seed {seed}: the {', '.join(failed)} run ended with exit code "
-                           f"{list(failed.values())} (its error above)")
-    log(f"seed {seed} done ({(time.time() - t0) / 60:.1f} min)")
-
-
-def within_budget(candidates, budget_seconds: float) -> list:
-    """The candidates that finished within the first `budget_seconds` worker-seconds."""
-    out, spent = [], 0.0
-    for c in sorted(candidates, key=lambda c: c.id):
-        if spent >= budget_seconds:
-            break
-        spent += c.seconds
-        out.append(c)
-    return out
-
-
-def first_full_at(candidates, stages: int) -> float | None:
-    """Worker-seconds spent when the first layer trained through every stage finished (how
-    long a search from scratch takes to find a layer that learns on every architecture)."""
-    spent = 0.0
-    for c in sorted(candidates, key=lambda c: c.id):
-        spent += c.seconds
-        if c.status == "valid" and c.stage >= stages:
-            return round(spent, 1)
-    return None
-
-
-def best_full(candidates, stages: int):
-    """The candidate with the best fitness among the layers trained to the end (all stages); None if none."""
-    full = [c for c in candidates if c.status == "valid" and c.stage >= stages and c.fitness is not None]
-    return max(full, key=lambda c: c.fitness, default=None)
-
-
-def run_metric(candidates, stages: int, chance: float) -> float:
-    """Best fitness of a layer trained to the end (all stages); chance if none."""
-    best = best_full(candidates, stages)
-    return chance if best is None else best.fitness
-
-
-def top_mean(candidates, stages: int, chance: float, k: int = 10) -> float:
-    """The paper's Fig. 10 metric at the end of a run: the mean fitness of the `k` best layers
-    trained to the end, a missing one counting as chance (so finding fewer layers costs)."""
-    full = sorted((c.fitness for c in candidates if c.status == "valid" and c.stage >= stages
-                   and c.fitness is not None), reverse=True)[:k]
-    return (sum(full) + chance * (k - len(full))) / k
 
 
 def arm_prefix(args, arm: str) -> str:
@@ -174,22 +74,6 @@ def arm_prefix(args, arm: str) -> str:
 
 def arm_dir(runs_dir: Path, args, arm: str, seed: int) -> Path:
     return runs_dir / f"{arm_prefix(args, arm)}_s{seed}"
-
-
-def read_run(run: Path, budget_seconds: float):
-    """(config, status, chance accuracy, candidates finished within the budget) of one run; None before
-    its store exists."""
-    from evonorm.search.config import SearchConfig
-    from evonorm.proxy.training import search_dataset
-    from evonorm.search.store import Store
-
-    if not (run / "store.sqlite").is_file():
-        return None
-    with Store(run, readonly=True) as st:
-        cfg = SearchConfig.from_dict(st.config())
-        cands = st.candidates()
-        status = st.get_meta("status")
-    return cfg, status, 1.0 / search_dataset(cfg).num_classes, within_budget(cands, budget_seconds)
 
 
 def summarize(runs_dir: Path, args, d: Path) -> dict:
@@ -333,23 +217,6 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
     return out
 
 
-def progress_line(run: Path, arm: str, budget_seconds: float) -> str:
-    """Where one run stands: candidates, worker-seconds spent, best valid fitness so far."""
-    from evonorm.search.store import Store
-
-    if not (run / "store.sqlite").is_file():
-        return f"{arm} starting"
-    with Store(run, readonly=True) as st:
-        cands = st.candidates()
-    best = max((c.fitness for c in cands if c.status == "valid" and c.fitness is not None), default=None)
-    return (f"{arm} {len(cands)} candidates, {sum(c.seconds for c in cands):.0f}/{budget_seconds:g} worker-s, "
-            f"best {fmt_opt(best)}")
-
-
-def fmt_opt(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4f}"
-
-
 def _plot(rows: list[dict], d: Path) -> None:
     from evonorm.report.figures import pyplot
 
@@ -371,19 +238,21 @@ def _plot(rows: list[dict], d: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+                                formatter_class=HelpFormatter)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4],
+                   help="search seeds, one run per arm each")
     p.add_argument("--budget-seconds", type=float, default=600.0,
                    help="worker-seconds per run (equal for both arms)")
-    p.add_argument("--preset", default="scratch")
+    p.add_argument("--preset", default="scratch", help="search preset of both arms")
     p.add_argument("--test", choices=sorted(TESTS), default="mann-whitney",
                    help="the test behind summary.json's p_value, fixed before the runs "
                         "(paired: for presets with seed layers, which both arms evaluate alike)")
     p.add_argument("--runs", default=None,
                    help="folder for the run stores (not committed; default "
                         "runs/evolution_vs_random/PRESET_BUDGETs)")
-    p.add_argument("--out", default=None, help="default results/evolution_vs_random")
-    p.add_argument("--summarize-only", action="store_true")
+    p.add_argument("--out", default=None, help="output folder (default results/evolution_vs_random)")
+    p.add_argument("--summarize-only", action="store_true",
+                   help="tables from the runs so far, no searching")
     p.add_argument("--evolution-arm", default="evolution", choices=["evolution", "prescreen"],
                    help="the runs read as the evolution arm: prescreen reads the prescreened runs "
                         "of experiments/prescreen_arms.py (with --summarize-only and its --runs)")

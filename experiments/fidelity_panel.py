@@ -23,7 +23,7 @@ The runs, the folder's files and the resuming are `evonorm.proxy.panel`'s (what 
 --build-panel DIR` runs); this script adds the project's folder, chosen layers and seeds, and
 `--table` (rewrites `<out>/panel.md` alone).
 
-    nohup nice -n 15 python experiments/fidelity_panel.py --workers 2 > runs/panel.log 2>&1 &
+    nohup nice -n 15 python -m experiments.fidelity_panel --workers 2 > runs/panel.log 2>&1 &
 
 Where a GPU is lent, the same panel (or a wider one, the paper's proxy widths) is a second reference
 in a folder of its own: `--device cuda --width 0.25 --out results/fidelity-gpu`. A folder holds one
@@ -32,14 +32,14 @@ setting: resuming it with another is refused in one line.
 Other layers at the reference setting (a search's winner, to see whether its lead holds), in a
 folder of their own beside the panel's, with the layer as `evonorm train --layer` reads it:
 
-    python experiments/fidelity_panel.py --layer winner=@top.json --out results/fidelity/main_job
-    python experiments/fidelity_panel.py --run runs/main --top 3 --out results/fidelity/main_job
+    python -m experiments.fidelity_panel --layer winner=@top.json --out results/fidelity/main_job
+    python -m experiments.fidelity_panel --run runs/main --top 3 --out results/fidelity/main_job
 
 (`--run RUN --top N`: the run's N best distinct found layers, as `evonorm retrain` picks them,
 named `found_<id>`.) A lead seen at the setting's seeds is checked at seeds no one picked it at,
 beside the references trained at the same seeds, in a folder of their own:
 
-    python experiments/fidelity_panel.py --seeds 3 4 5 --layer winner=@top.json \\
+    python -m experiments.fidelity_panel --seeds 3 4 5 --layer winner=@top.json \\
         --layer gn_relu=gn_relu --layer evonorm_s0=evonorm_s0 --out results/fidelity/winner_345
 """
 
@@ -50,10 +50,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, log, refuse  # noqa: E402
+from experiments._common import RESULTS, command_line, HelpFormatter, log, refuse
 
-from evonorm.proxy.panel import (PANEL, REFERENCE, build_panel, found_layers, named_layers,  # noqa: E402
+from evonorm.proxy.panel import (PANEL, REFERENCE, build_panel, found_layers, named_layers,
                                  panel_table, progress_line, read_rows)
 
 # --dry-run: a few steps on a few images, a check of a script, not a measurement
@@ -61,9 +60,11 @@ DRY_RUN = {"steps": 10, "n_train": 640, "n_test": 200, "lr_warmup": 2}
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=RESULTS / "fidelity")
-    p.add_argument("--workers", type=int, default=2)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--out", type=Path, default=RESULTS / "fidelity",
+                   help="the panel folder: its runs.jsonl, panel.json and panel.md")
+    p.add_argument("--workers", type=int, default=2, help="runs trained at a time (one thread each)")
     p.add_argument("--only", nargs="*", help="train these panel layers only")
     p.add_argument("--seeds", nargs="*", type=int,
                    help="train these of the setting's seeds only (e.g. 0: a whole panel of one "
@@ -108,7 +109,7 @@ def main() -> None:
     try:
         failed = build_panel(args.out, setting, workers=args.workers, layers=panel,
                              only=args.only, seeds=args.seeds,
-                             command=" ".join(["python", *sys.argv]),
+                             command=command_line(),
                              on_done=lambda prog: log(progress_line(prog)))
     except ValueError as err:
         refuse("fidelity_panel", str(err))

@@ -31,12 +31,12 @@ for rec in results/fidelity/records/*/; do
         mkdir -p "$run" && cp "$rec"/* "$run"/
     fi
 done
-"$PY" experiments/fidelity_panel.py --workers 2 --seeds 0
-"$PY" experiments/proxy_fidelity.py --workers 2 --only demo
-"$PY" experiments/proxy_fidelity.py --workers 2 --seeds 0 --only \
+"$PY" -m experiments.fidelity_panel --workers 2 --seeds 0
+"$PY" -m experiments.proxy_fidelity --workers 2 --only demo
+"$PY" -m experiments.proxy_fidelity --workers 2 --seeds 0 --only \
     steps600-1run steps300-2runs images12k nocrop lr0.05 width0.125 batch64 resnet-only-450 \
     mobilenet-only-300 steps900-1run
-"$PY" experiments/proxy_fidelity.py --workers 2 --confirm
-"$PY" experiments/fidelity_panel.py --workers 2
-"$PY" experiments/proxy_fidelity.py --workers 2
+"$PY" -m experiments.proxy_fidelity --workers 2 --confirm
+"$PY" -m experiments.fidelity_panel --workers 2
+"$PY" -m experiments.proxy_fidelity --workers 2
 echo "fidelity queue: done"

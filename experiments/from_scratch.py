@@ -36,8 +36,8 @@ Protocol, fixed before the runs (results/from_scratch/README.md says the same, w
 Every run is reported. Resumable: a killed run continues from its store, a killed panel from its
 checkpoints, a finished step is not run again.
 
-    nohup nice -n 10 python experiments/from_scratch.py > runs/from_scratch.log 2>&1 &
-    python experiments/from_scratch.py --step summary      # the tables from what has finished
+    nohup nice -n 10 python -m experiments.from_scratch > runs/from_scratch.log 2>&1 &
+    python -m experiments.from_scratch --step summary      # the tables from what has finished
 """
 
 from __future__ import annotations
@@ -54,10 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, log, out_dir, write_table  # noqa: E402
-from evolution_vs_random import best_full, read_run, run_seed, top_mean  # noqa: E402
-from prescreen_arms import arm_numbers  # noqa: E402
+from experiments._common import ROOT, HelpFormatter, log, out_dir, write_table
+from experiments._arms import arm_numbers, best_full, read_run, run_seed, top_mean
 
 @dataclass(frozen=True)
 class Experiment:
@@ -125,7 +123,7 @@ def normalizing(graph: dict) -> bool:
     import torch
 
     from evonorm.graph import Graph
-    from scale_invariance import measure
+    from experiments.scale_invariance import measure
 
     torch.manual_seed(0)
     x = torch.randn(16, 32, 8, 8, dtype=torch.float64)
@@ -388,15 +386,19 @@ def summary_step(args) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--experiment", choices=sorted(EXPERIMENTS), default=FIRST.name)
-    p.add_argument("--step", choices=("all", "search", "reference", "summary"), default="all")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--experiment", choices=sorted(EXPERIMENTS), default=FIRST.name,
+                   help="which from-primitives experiment: its arms, seeds and preset")
+    p.add_argument("--step", choices=("all", "search", "reference", "summary"), default="all",
+                   help="all, or one step: the searches, the reference training of the chosen layers, "
+                        "the summary")
     p.add_argument("--seeds", nargs="+", type=int, default=None,
                    help="search seeds (default: the experiment's)")
-    p.add_argument("--budget-seconds", type=float, default=3600.0)
+    p.add_argument("--budget-seconds", type=float, default=3600.0, help="worker-seconds per search")
     p.add_argument("--workers", type=int, default=2, help="parallel runs of the reference step")
-    p.add_argument("--runs", type=Path, default=None, help="default runs/<experiment>")
-    p.add_argument("--out", type=Path, default=None, help="default results/<experiment>")
+    p.add_argument("--runs", type=Path, default=None, help="folder of the run folders (default runs/<experiment>)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default results/<experiment>)")
     args = p.parse_args()
     args.exp = EXPERIMENTS[args.experiment]
     args.seeds = args.seeds or list(args.exp.seeds)

@@ -5,8 +5,8 @@ a queue of experiments that spans sessions would then train again what an earlie
 finished. Before a session ends, `save` packs the queue's run folders into results/kept/; the
 queue's first step, `restore`, unpacks those whose folder is missing.
 
-    python experiments/keep_runs.py save runs/prescreen_prior runs/prescreen   # then commit
-    python experiments/keep_runs.py restore
+    python -m experiments.keep_runs save runs/prescreen_prior runs/prescreen   # then commit
+    python -m experiments.keep_runs restore
 
 `save` writes results/kept/<folder's path, `/` as `+`>.tar.gz for each folder: every SQLite
 store copied through SQLite's backup (a consistent snapshot, also of a search still running: resuming it is resuming a
@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
-import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, ROOT, log, refuse  # noqa: E402
+from experiments._common import RESULTS, ROOT, HelpFormatter, log, refuse
 
 KEPT = RESULTS / "kept"
 SKIP_NAMES = {"lock"}
@@ -96,10 +94,12 @@ def restore(root: Path = ROOT, kept: Path = KEPT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("save", help="pack run folders into results/kept/")
-    s.add_argument("folders", nargs="+", type=Path)
+    s.add_argument("folders", nargs="+", type=Path,
+                   help="run folders to pack, each into results/kept/runs+NAME.tar.gz")
     sub.add_parser("restore", help="unpack the kept run folders this machine lacks")
     args = p.parse_args(argv)
     try:

@@ -26,7 +26,7 @@ Protocol:
   share of the failures rejected (all failures, and those of the quality tests alone); also on
   the held-out candidates whose function no training seed's run met (`unseen`).
 
-    python experiments/ladder_offline.py --runs /tmp/ladder_runs/runs/from_scratch \\
+    python -m experiments.ladder_offline --runs /tmp/ladder_runs/runs/from_scratch \\
         --cache /tmp/ladder_features.jsonl --prior
 writes results/from_scratch_2/ladder.json ({RUNG: {"cost_s", "recall", "rejected"}}, the whole
 ladder as the entry "ladder"), ladder_detail.json (the command, the counts, the thresholds, every
@@ -45,8 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT  # noqa: E402
+from experiments._common import ROOT, command_line, HelpFormatter
 
 PASS = ("valid", "quality:mobilenetv2_cifar")
 # the recall at which the layer rung in front of the network's is set: it costs milliseconds, so
@@ -277,13 +276,15 @@ def write_prior_file(cands, rows, rule, recall: float, command: str) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--runs", type=Path, required=True,
                    help="the extracted run folders (results/kept/runs+from_scratch.tar.gz)")
     p.add_argument("--cache", type=Path, required=True, help="features computed so far (JSONL)")
     p.add_argument("--recall", type=float, default=0.97,
                    help="recall of the training seeds' passes that fixes each threshold")
-    p.add_argument("--out", type=Path, default=ROOT / "results" / "from_scratch_2")
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "from_scratch_2",
+                   help="folder for the ladder's tables")
     p.add_argument("--prior", action="store_true",
                    help="also write the prescreen prior of the `scratch2` preset, fitted on every "
                         "candidate the signal rule keeps, and print its threshold")
@@ -349,7 +350,7 @@ def main() -> None:
            "the preset's ladder: the layer rung (loose), the signal rule, the signal forest, the "
            "stability test: the whole screen in front of the quality tests")
     counts = {k: sum(c["outcome"] == k for c in cands) for k in PASS + FAIL}
-    meta = {"command": " ".join(["python", *sys.argv]), "machine": platform.platform(),
+    meta = {"command": command_line(), "machine": platform.platform(),
             "cpu": "2 cores shared with other jobs, one torch thread",
             "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "candidates": len(cands), "outcomes": counts, "seeds": seeds,

@@ -19,8 +19,8 @@ Protocol, fixed before the runs:
 An interrupted run continues: the search resumes from its store, re-training from
 retrain.jsonl.
 
-    python experiments/long_search.py                                  # about 80 min on 2 cores
-    python experiments/long_search.py --budget-seconds 600 --seeds 2 --out /tmp/x   # a look
+    python -m experiments.long_search                                  # about 80 min on 2 cores
+    python -m experiments.long_search --budget-seconds 600 --seeds 2 --out /tmp/x   # a look
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, add_search_flags, log, out_dir, search_settings, write_table  # noqa: E402
+from experiments._common import ROOT, add_search_flags, HelpFormatter, log, out_dir, search_settings, write_table
 
 
 def table(run: Path, candidates: list) -> tuple[list[dict], list[str]]:
@@ -84,15 +83,16 @@ def table(run: Path, candidates: list) -> tuple[list[dict], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="demo")
-    p.add_argument("--budget-seconds", type=float, default=7200.0)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+                                formatter_class=HelpFormatter)
+    p.add_argument("--preset", default="demo", help="search preset of the long search")
+    p.add_argument("--budget-seconds", type=float, default=7200.0, help="worker-seconds of the search")
+    p.add_argument("--workers", type=int, default=2, help="parallel evaluations")
+    p.add_argument("--seed", type=int, default=0, help="the search's seed")
     p.add_argument("--seeds", type=int, default=5, help="re-training seeds per layer")
     p.add_argument("--top", type=int, default=3, help="found layers to re-train")
-    p.add_argument("--run", type=Path, default=ROOT / "runs" / "long_search")
-    p.add_argument("--out", default=None, help="default results/long_search")
+    p.add_argument("--run", type=Path, default=ROOT / "runs" / "long_search",
+                   help="the search's run folder (resumed where it exists)")
+    p.add_argument("--out", default=None, help="output folder (default results/long_search)")
     add_search_flags(p)  # e.g. --final-train-runs 2, as the one-hour run had
     args = p.parse_args(argv)
 

@@ -41,7 +41,7 @@ are Fig. 10 with the prescreen (the search fitness of the layers, the paper's to
 fresh-seed retraining): experiments/evolution_vs_random.py reads the prescreened arm as its
 evolution arm against this random arm,
 
-    python experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
+    python -m experiments.evolution_vs_random --preset demo --test paired --budget-seconds 900 \
         --seeds 0 1 2 3 4 5 6 7 8 9 --runs runs/prescreen --evolution-arm prescreen \
         --summarize-only --fresh-seeds 4
 
@@ -50,7 +50,7 @@ and 6's in sixth_run_seeds0-9/). `results/prescreen/summary.json`:
 `{"arms": {ARM: {"seeds": [...], "valid_per_worker_hour": [...], "distinct_valid_own": [...]}},
 "budget_worker_seconds": ..., "command": "...", "p_value": {...}}`.
 
-    python experiments/prescreen_arms.py --seeds 0 1 2 3 4 5 6 7 8 9 --budget-seconds 900
+    python -m experiments.prescreen_arms --seeds 0 1 2 3 4 5 6 7 8 9 --budget-seconds 900
 """
 
 from __future__ import annotations
@@ -58,29 +58,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, out_dir, write_table  # noqa: E402
-from evolution_vs_random import read_run, run_config, run_seed  # noqa: E402
+from experiments._common import ROOT, command_line, HelpFormatter, out_dir, write_table
+from experiments._arms import arm_numbers, read_run, run_config, run_seed
 
-from evonorm.stats import paired_sign_flip_greater  # noqa: E402
+from evonorm.stats import paired_sign_flip_greater
 
 ARMS = {"evolution": ("evolution", {}), "prescreen": ("evolution", {"prescreen": True}),
         "random": ("random", {})}
-
-
-def arm_numbers(candidates, budget_seconds: float) -> tuple[float, int, float | None]:
-    """(valid layers per worker-hour, distinct valid layers of the run's own, the ceiling) within
-    the budget; a cache hit (a layer proposed again, answered from the store) is not a layer
-    found. The ceiling: valid layers per worker-hour if every worker-second went to valid layers
-    of this run's mean cost (None without a valid layer)."""
-    valid = [c for c in candidates if c.status == "valid" and not c.cache_hit]
-    own = {c.key for c in valid if c.origin != "seed"}
-    mean = statistics.fmean(c.seconds for c in valid) if valid else None
-    return len(valid) / (budget_seconds / 3600.0), len(own), (3600.0 / mean if mean else None)
 
 
 def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: str) -> dict:
@@ -122,15 +109,19 @@ def summarize(runs_dir: Path, seeds: list[int], budget_seconds: float, command: 
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="demo")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
-    p.add_argument("--budget-seconds", type=float, default=900.0)
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "prescreen")
-    p.add_argument("--summarize-only", action="store_true")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--preset", default="demo", help="search preset of every arm")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)),
+                   help="search seeds, the arms of each side by side")
+    p.add_argument("--budget-seconds", type=float, default=900.0, help="worker-seconds per run")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "prescreen",
+                   help="folder of the run folders, <arm>_s<seed>")
+    p.add_argument("--summarize-only", action="store_true",
+                   help="tables from the runs so far, no searching")
     p.add_argument("--out", default=None, help="output folder (default results/prescreen)")
     args = p.parse_args()
-    command = " ".join(["python", *sys.argv])
+    command = command_line()
     if not args.summarize_only:
         t0 = time.time()
         for seed in args.seeds:  # the three arms of a seed side by side

@@ -15,44 +15,39 @@ Protocol (fixed before the runs):
 Evolution rather than random search: random search finds one valid layer in 1,000-1,500, so a
 prior of random layers would teach P(valid) from rejections alone.
 
-    python experiments/prescreen_prior.py                       # demo, seeds 100-105, 900 s each
-    python experiments/prescreen_prior.py --build-only          # the prior from the runs as they are
+    python -m experiments.prescreen_prior                       # demo, seeds 100-105, 900 s each
+    python -m experiments.prescreen_prior --build-only          # the prior from the runs as they are
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from multiprocessing import get_context
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, log  # noqa: E402
-from evolution_vs_random import _one_run, run_config  # noqa: E402
-
-from evonorm.proxy.prior import PRIORS, build_prior, read_prior, write_prior  # noqa: E402
+from evonorm.proxy.prior import PRIORS, build_prior, read_prior, write_prior
+from experiments._arms import run_config, run_side_by_side
+from experiments._common import ROOT, command_line, HelpFormatter, log
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="demo")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 106)))
-    p.add_argument("--budget-seconds", type=float, default=900.0)
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "prescreen_prior")
-    p.add_argument("--build-only", action="store_true")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--preset", default="demo", help="the preset whose prior is built")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 106)),
+                   help="search seeds, none of those the prescreen's measurements use")
+    p.add_argument("--budget-seconds", type=float, default=900.0, help="worker-seconds per search")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "prescreen_prior",
+                   help="folder of the run folders, <preset>_s<seed>")
+    p.add_argument("--build-only", action="store_true",
+                   help="build the prior from the runs as they are, no searching")
     args = p.parse_args()
-    command = " ".join(["python", *sys.argv])
+    command = command_line()
     runs = {seed: args.runs / f"{args.preset}_s{seed}" for seed in args.seeds}
     if not args.build_only:
-        ctx = get_context("spawn")
         seeds = list(runs)
         for pair in (seeds[i:i + 2] for i in range(0, len(seeds), 2)):  # two searches at once
-            procs = [ctx.Process(target=_one_run, args=(str(runs[seed]), run_config(
-                args.preset, "evolution", seed, args.budget_seconds).to_dict())) for seed in pair]
-            for proc in procs:
-                proc.start()
-            for proc in procs:
-                proc.join()
+            run_side_by_side({f"seed {seed}": (runs[seed], run_config(
+                args.preset, "evolution", seed, args.budget_seconds)) for seed in pair})
     done = [r for r in runs.values() if (r / "store.sqlite").is_file()]
     prior = build_prior(done, command)
     made = prior.provenance

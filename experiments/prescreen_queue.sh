@@ -30,35 +30,35 @@
 # The run folders live in runs/ (not in git), and the next session may start on a fresh machine:
 # before a session ends, keep them in git (the queue's first step unpacks them where missing),
 #
-#     python experiments/keep_runs.py save runs/prescreen_prior runs/prescreen \
+#     python -m experiments.keep_runs save runs/prescreen_prior runs/prescreen \
 #         runs/long_search_prescreen runs/stability_ablation    # those that exist; commit results/kept
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
-"$PY" experiments/keep_runs.py restore
+"$PY" -m experiments.keep_runs restore
 SEEDS="0 1 2 3 4 5 6 7 8 9"
-"$PY" experiments/prescreen_prior.py --seeds 100 101 102 103 104 105 --budget-seconds 900
+"$PY" -m experiments.prescreen_prior --seeds 100 101 102 103 104 105 --budget-seconds 900
 [ -f results/prescreen/holdout-prior.json ] ||  # done once; a rerun only costs minutes
-    "$PY" experiments/surrogate_holdout.py --run runs/prescreen_prior/demo_s10{0,1,2,3,4,5} \
+    "$PY" -m experiments.surrogate_holdout --run runs/prescreen_prior/demo_s10{0,1,2,3,4,5} \
         --sizes 25,50,100,150 --splits 20 --name holdout-prior
-"$PY" experiments/prescreen_arms.py --seeds $SEEDS --budget-seconds 900
+"$PY" -m experiments.prescreen_arms --seeds $SEEDS --budget-seconds 900
 # the top level of results/evolution_vs_random/ holds this comparison (runs 5 and 6's files are in
 # sixth_run_seeds0-9/, as earlier runs' are in folders of their own)
 EVR=results/evolution_vs_random
-"$PY" experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
+"$PY" -m experiments.evolution_vs_random --preset demo --test paired --budget-seconds 900 \
     --seeds $SEEDS --runs runs/prescreen --evolution-arm prescreen --summarize-only \
     --fresh-seeds 4
 # beside it, the plain-evolution arm of the same runs against the same random arm (the random
 # arm's fresh runs are shared): whether what beats random search is the prescreen or evolution
-"$PY" experiments/evolution_vs_random.py --preset demo --test paired --budget-seconds 900 \
+"$PY" -m experiments.evolution_vs_random --preset demo --test paired --budget-seconds 900 \
     --seeds $SEEDS --runs runs/prescreen --evolution-arm evolution --summarize-only \
     --fresh-seeds 4 --out "$EVR/prescreen_arms_plain_evolution"
-"$PY" experiments/long_search.py --prescreen --run runs/long_search_prescreen \
+"$PY" -m experiments.long_search --prescreen --run runs/long_search_prescreen \
     --out results/long_search_prescreen
-"$PY" experiments/fidelity_panel.py --run runs/long_search_prescreen --top 3 \
+"$PY" -m experiments.fidelity_panel --run runs/long_search_prescreen --top 3 \
     --out results/long_search_prescreen/reference
-"$PY" experiments/stability_ablation.py --seeds $SEEDS --budget-seconds 900
-"$PY" experiments/fidelity_panel.py --seeds 3 4 5 --out results/long_search_prescreen/reference_seeds345 \
+"$PY" -m experiments.stability_ablation --seeds $SEEDS --budget-seconds 900
+"$PY" -m experiments.fidelity_panel --seeds 3 4 5 --out results/long_search_prescreen/reference_seeds345 \
     --layer 'found_2845={"nodes": [["abs", 2], ["tanh", 4], ["div", 0, 3], ["group_std", 0], ["div", 6, 7], ["max", 8, 1]]}' \
     --layer gn_relu=gn_relu --layer evonorm_s0=evonorm_s0
 echo "prescreen queue: done"

@@ -54,9 +54,9 @@ missing jobs) and its measurement into the panel file's `proxies` under `demo:<s
 some seeds only: `demo:<setting>@seeds0`); the table to `results/fidelity/settings.{md,json}`
 and the chart to `results/fidelity/settings.png`.
 
-    python experiments/proxy_fidelity.py --workers 2                  # the protocol
-    python experiments/proxy_fidelity.py --only demo lr0.05 --seeds 0  # some settings, some seeds
-    python experiments/proxy_fidelity.py --confirm    # its confirmations' runs, no choice yet
+    python -m experiments.proxy_fidelity --workers 2                  # the protocol
+    python -m experiments.proxy_fidelity --only demo lr0.05 --seeds 0  # some settings, some seeds
+    python -m experiments.proxy_fidelity --confirm    # its confirmations' runs, no choice yet
 """
 
 from __future__ import annotations
@@ -65,12 +65,10 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, ROOT, log, save_png, write_table  # noqa: E402
+from experiments._common import RESULTS, ROOT, HelpFormatter, log, save_png, write_table
 
 _DEMO_TRAIN = {"steps": 150, "batch_size": 32, "width": 0.0625, "lr": 0.1, "lr_warmup": 10}
 # `demo` as it was measured here: two runs of 150 steps per candidate, four at the last stage. The
@@ -197,7 +195,7 @@ def _entry(name: str, seeds: tuple[int, ...], setting: dict, proxy: dict[str, di
 
     fid = rank_fidelity(proxy, {layer.name: layer.accuracy for layer in layers})
     seed_args = "" if tuple(seeds) == SEEDS else " --seeds " + " ".join(map(str, seeds))
-    entry = {"command": f"python experiments/proxy_fidelity.py --only {name}{seed_args}",
+    entry = {"command": f"python -m experiments.proxy_fidelity --only {name}{seed_args}",
              "setting": setting, "worker_seconds_per_candidate": cost,
              "runs": [{"layer": r.name, "seed": r.seed, "fitness": proxy[r.name][r.seed],
                        "status": r.status} for r in records],
@@ -338,13 +336,16 @@ def row(name: str, phase: str, seeds: tuple[int, ...], e: dict) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--panel", type=Path, default=RESULTS / "fidelity" / "panel.json")
-    p.add_argument("--workers", type=int, default=2)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--panel", type=Path, default=RESULTS / "fidelity" / "panel.json",
+                   help="the reference panel (panel.json) the settings are measured against")
+    p.add_argument("--workers", type=int, default=2, help="runs trained at a time (one thread each)")
     p.add_argument("--only", nargs="*", choices=[*SETTINGS, *DERIVED],
                    help="these settings only, at --seeds (a derived one after its measured one)")
     p.add_argument("--seeds", nargs="*", type=int, choices=SEEDS, help="with --only (default all)")
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "fidelity")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "fidelity",
+                   help="folder of each setting's runs")
     p.add_argument("--side-by-side", type=Path,
                    default=RESULTS / "fidelity" / "cost_side_by_side.json",
                    help="costs measured side by side with demo (benchmarks/bench_setting_cost.py)")

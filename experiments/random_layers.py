@@ -9,8 +9,8 @@ BN-ReLU, EvoNorm-B0 and EvoNorm-S0 go through the same test as references.
 
 Progress is appended to records.jsonl as each graph finishes; rerunning continues where it stopped.
 
-    python experiments/random_layers.py                       # ~15-25 min on 2 cores, Fashion-MNIST
-    python experiments/random_layers.py --graphs 1000 --steps 100 --width 0.25 --dataset cifar10
+    python -m experiments.random_layers                       # ~15-25 min on 2 cores, Fashion-MNIST
+    python -m experiments.random_layers --graphs 1000 --steps 100 --width 0.25 --dataset cifar10
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import log, map_jobs, out_dir, save_png, write_table  # noqa: E402
+from experiments._common import HelpFormatter, log, map_jobs, out_dir, save_png, write_table
 from evonorm.proxy.config import proxy_config
 
 ARCHS = ["resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar"]
@@ -52,20 +51,25 @@ def quality_accuracy(norm_act, ds, cfg, arch: str) -> tuple[float | None, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--graphs", type=int, default=200)
-    p.add_argument("--space", choices=["b", "s"], default="b", help="b: every op (default), s: no batch_* ops")
-    p.add_argument("--archs", nargs="+", default=ARCHS)
-    p.add_argument("--dataset", default=None, help="default: fashion_mnist when installed, else synthetic")
-    p.add_argument("--data-root", default=None)
-    p.add_argument("--n-train", type=int, default=4000)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--graphs", type=int, default=200, help="random graphs to test")
+    p.add_argument("--space", choices=["b", "s"], default="b",
+                   help="b: every op (default), s: no batch_* ops")
+    p.add_argument("--archs", nargs="+", default=ARCHS, help="architectures each graph trains on")
+    p.add_argument("--dataset", default=None,
+                   help="fashion_mnist, cifar10, ... (default: fashion_mnist when installed, else "
+                        "synthetic)")
+    p.add_argument("--data-root", default=None,
+                   help="folder holding the dataset files (default: $EVONORM_DATA, else "
+                        "~/.cache/evonorm/data)")
+    p.add_argument("--n-train", type=int, default=4000, help="training images, a seeded subset")
     p.add_argument("--steps", type=int, default=40, help="quality-test training steps per architecture")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=32, help="images per training step")
     p.add_argument("--width", type=float, default=0.125, help="channel multiplier of every architecture")
     p.add_argument("--preset", default="demo", help="search preset whose quality test is used")
     p.add_argument("--schedule", choices=["constant", "cosine"], default=None,
                    help="quality-run lr schedule (default: constant, as the search's quality test)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the graphs drawn and of the training")
     p.add_argument("--workers", type=int, default=2, help="parallel processes (one torch thread each)")
     p.add_argument("--device", default="cpu", help="training device (cpu, cuda)")
     p.add_argument("--out", default=None, help="output folder (default results/random_layers)")

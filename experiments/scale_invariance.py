@@ -7,8 +7,8 @@ f(10*L*x) for a large L (asymptotic invariance, the paper's claim for EvoNorm-S0
 parameters and once with randomly perturbed trainable vectors (v0, v1, ...; an identity init can
 hide a dependence on scale). float64, so what remains is the eps terms, not rounding.
 
-    python experiments/scale_invariance.py            # seconds
-    python experiments/scale_invariance.py --scales 0.001 0.1 10 1000 --channels 64
+    python -m experiments.scale_invariance            # seconds
+    python -m experiments.scale_invariance --scales 0.001 0.1 10 1000 --channels 64
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import log, out_dir, save_png, write_table  # noqa: E402
+from experiments._common import HelpFormatter, log, out_dir, save_png, write_table
 
 INVARIANT_TOL = 1e-2
 
@@ -84,15 +82,17 @@ def measure(m, x, dtype, params: str, mode: str, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scales", type=float, nargs="+", default=[0.1, 10.0, 100.0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--scales", type=float, nargs="+", default=[0.1, 10.0, 100.0],
+                   help="factors a: each layer's ||f(a x) - f(x)|| / ||f(x)||")
     p.add_argument("--large", type=float, default=100.0,
                    help="also compare f(10*L*x) with f(L*x) for this L (asymptotic invariance)")
-    p.add_argument("--channels", type=int, default=32)
-    p.add_argument("--groups", type=int, default=8)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--size", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--channels", type=int, default=32, help="channels of the test input")
+    p.add_argument("--groups", type=int, default=8, help="groups of the group statistics")
+    p.add_argument("--batch", type=int, default=16, help="batch of the test input")
+    p.add_argument("--size", type=int, default=8, help="height and width of the test input")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the input and of the perturbed parameters")
     p.add_argument("--out", default=None, help="output folder (default results/scale_invariance)")
     args = p.parse_args(argv)
 

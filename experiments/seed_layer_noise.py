@@ -12,8 +12,8 @@ Protocol, fixed before the runs:
   `--runs`, so an interrupted experiment resumes and a finished search is read back, not trained
   again. Every run is reported in `<name>.json`.
 
-    python experiments/seed_layer_noise.py                                 # demo as shipped
-    python experiments/seed_layer_noise.py --train-runs 4 --name demo-4runs
+    python -m experiments.seed_layer_noise                                 # demo as shipped
+    python -m experiments.seed_layer_noise --train-runs 4 --name demo-4runs
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, add_search_flags, log, out_dir, search_settings, write_table  # noqa: E402
+from experiments._common import ROOT, add_search_flags, HelpFormatter, log, out_dir, search_settings, write_table
 
 LAYERS = ("evonorm_s0", "evonorm_s1", "evonorm_s2")
 
@@ -60,13 +59,16 @@ def one_search(run: Path, preset: str, seed: int, workers: int, settings: dict) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="demo")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--workers", type=int, default=2)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--preset", default="demo", help="search preset whose seed layers' noise is measured")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                   help="search seeds, one search each")
+    p.add_argument("--workers", type=int, default=2, help="searches at a time")
     p.add_argument("--name", default=None, help="the configuration's name (default: the preset)")
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "seed_layer_noise")
-    p.add_argument("--out", default=None)
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "seed_layer_noise",
+                   help="folder of each configuration's run folders")
+    p.add_argument("--out", default=None, help="output folder (default results/seed_layer_noise)")
     add_search_flags(p)
     args = p.parse_args(argv)
     overrides = search_settings(args)

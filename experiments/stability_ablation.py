@@ -17,7 +17,7 @@ Protocol (fixed before the runs):
   mean (the paper saw the test speed evolution up; its reviewers feared it rejects layers that
   evolution could have built on: either direction is a finding). Every run is reported.
 
-    python experiments/stability_ablation.py --seeds 0 1 2 3 4 5 6 7 8 9 --budget-seconds 900
+    python -m experiments.stability_ablation --seeds 0 1 2 3 4 5 6 7 8 9 --budget-seconds 900
 
 `results/stability_ablation/`: summary.json (per-seed values of each arm, the p-value), runs.md,
 stability_ablation.png (the top-10 mean against worker-seconds, mean over the seeds).
@@ -28,18 +28,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, log, out_dir, save_png  # noqa: E402
-from evolution_vs_random import (read_run, run_config, run_metric, run_seed,  # noqa: E402
+from experiments._common import ROOT, command_line, HelpFormatter, log, out_dir, save_png
+from experiments._arms import (read_run, run_config, run_metric, run_seed,
                                  top_mean, within_budget)
 
-from evonorm.search.candidates import reason_group  # noqa: E402
-from evonorm.stats import paired_sign_flip_greater  # noqa: E402
+from evonorm.search.candidates import reason_group
+from evonorm.stats import paired_sign_flip_greater
 
 ARMS = {"with": {}, "without": {"stability_steps": 0}}
 CURVE_POINTS = 30
@@ -156,15 +154,19 @@ def _plot(mean_curve: dict[str, list[float]], budget_seconds: float, n: int, d: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="demo")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
-    p.add_argument("--budget-seconds", type=float, default=900.0)
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "stability_ablation")
-    p.add_argument("--summarize-only", action="store_true")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--preset", default="demo", help="search preset of both arms")
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)),
+                   help="search seeds, the arms of each side by side")
+    p.add_argument("--budget-seconds", type=float, default=900.0, help="worker-seconds per run")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "stability_ablation",
+                   help="folder of the run folders, <arm>_s<seed>")
+    p.add_argument("--summarize-only", action="store_true",
+                   help="tables from the runs so far, no searching")
     p.add_argument("--out", default=None, help="output folder (default results/stability_ablation)")
     args = p.parse_args(argv)
-    command = " ".join(["python", "experiments/stability_ablation.py", *(argv or sys.argv[1:])])
+    command = command_line(argv)
     d = out_dir("stability_ablation", args.out)
     if not args.summarize_only:
         t0 = time.time()

@@ -24,7 +24,7 @@ Protocol (fixed before the run):
 - Outputs: results/prescreen/holdout.json (every number, the command, the run's counts) and
   holdout.md. Minutes of CPU at most.
 
-    python experiments/surrogate_holdout.py --run RUN --sizes 10,20,30 --splits 20
+    python -m experiments.surrogate_holdout --run RUN --sizes 10,20,30 --splits 20
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from evonorm.search.surrogate import Prescreen, Surrogate
 from evonorm.search.surrogate import label as candidate_label
 from evonorm.stats import spearman
 from evonorm.proxy.config import proxy_config
+from experiments._common import command_line, HelpFormatter
 
 OUT = Path("results/prescreen")
 
@@ -141,12 +141,15 @@ def fmt(values: list[float]) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--run", nargs="+", required=True,
                    help="run folders of one setting (their candidates pooled)")
-    p.add_argument("--sizes", default="8,12,16,20,24,28")
-    p.add_argument("--splits", type=int, default=20)
-    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--sizes", default="8,12,16,20,24,28",
+                   help="comma-separated learning-curve sizes: the surrogate learns from the first "
+                        "n candidates and is scored on the others")
+    p.add_argument("--splits", type=int, default=20, help="random orders of the candidates per size")
+    p.add_argument("--out", type=Path, default=OUT, help="output folder")
     p.add_argument("--drop", nargs="*", default=[],
                    help="leave out features whose name contains any of these (an ablation)")
     p.add_argument("--name", default="holdout", help="output file name, without extension")
@@ -161,7 +164,7 @@ def main() -> None:
                   for k, v in c.items()}
     seconds_features = time.time() - start
     results = curve(rows, sizes, args.splits)
-    summary = {"command": "python " + " ".join(sys.argv), "run": args.run, "counts": counts,
+    summary = {"command": command_line(), "run": args.run, "counts": counts,
                "feature_seconds_wall": round(seconds_features, 1), "splits": args.splits,
                "model": "evonorm.search.surrogate.Surrogate (random forests, min_each=1)",
                "dropped_features": args.drop,

@@ -7,7 +7,7 @@ homogeneous), one that turns negative lets a channel pass its negative part. Thi
 and summarises one of the layer's parameters (`v0`, `v1`, `weight`, ...) over every layer of the
 network: how many values, how many negative, their range.
 
-    python experiments/trained_params.py --layer 'found_2845=<graph JSON>' \\
+    python -m experiments.trained_params --layer 'found_2845=<graph JSON>' \\
         --arch mobilenetv2_cifar --seed 0 --param v1 --out results/long_search_prescreen/trained_v1
 
 `<out>/<layer>__<arch>__s<seed>__<param>.json`: the summary, overall and per layer, with the run's
@@ -19,16 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import log, refuse  # noqa: E402
-from fidelity_panel import DRY_RUN  # noqa: E402
+from experiments._common import command_line, HelpFormatter, log, refuse
+from experiments.fidelity_panel import DRY_RUN
 
-from evonorm.proxy.panel import ARCH_LR, REFERENCE, named_layers, train_run  # noqa: E402
+from evonorm.proxy.panel import ARCH_LR, REFERENCE, named_layers, train_run
 
 
 def layer_params(spec: str | dict) -> list[str]:
@@ -55,13 +53,15 @@ def summarise(weights: dict, param: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--layer", required=True, metavar="NAME=LAYER",
                    help="as fidelity_panel.py reads it: a registry name, a named graph, graph JSON")
-    p.add_argument("--arch", required=True, choices=sorted(ARCH_LR))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--arch", required=True, choices=sorted(ARCH_LR),
+                   help="the architecture the layer trains on")
+    p.add_argument("--seed", type=int, default=0, help="training seed")
     p.add_argument("--param", default="v1", help="the layer's parameter to summarise")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="folder for the summary JSON")
     p.add_argument("--dry-run", action="store_true",
                    help="a few steps on 640 images (a check of the script, not a measurement)")
     args = p.parse_args(argv)
@@ -84,8 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     summary = {"layer": name, "graph": row["graph"], "arch": args.arch, "seed": args.seed,
                "param": args.param, "test_accuracy": row["test_accuracy"],
                "status": row["status"], "setting": setting.to_dict(),
-               "command": " ".join(["python", "experiments/trained_params.py",
-                                    *(argv if argv is not None else sys.argv[1:])]),
+               "command": command_line(argv),
                **summarise(weights, args.param)}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{name}__{args.arch}__s{args.seed}__{args.param}.json"

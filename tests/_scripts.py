@@ -11,9 +11,11 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def load_script(name: str, folder: Path = EXPERIMENTS) -> ModuleType:
-    """<folder>/<name>.py (default experiments/) as the module `name` (kept in sys.modules:
-    spawned workers, monkeypatching and a sibling script's `from name import ...` see the same
-    one)."""
+    """<folder>/<name>.py (default experiments/) as a module kept in sys.modules, so that spawned
+    workers and monkeypatching see the same one: an experiment as `experiments.<name>`, the
+    package it is run from (`python -m experiments.<name>`), a benchmark by path as `name`."""
+    if folder == EXPERIMENTS:
+        return importlib.import_module(f"experiments.{name}")
     if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(
             folder / f"{name}.py"):
         return sys.modules[name]

@@ -10,11 +10,11 @@ from _scripts import load_script
 from evonorm.search.candidates import Candidate
 from evonorm.proxy.config import configured, proxy_config
 
-evr = load_script("evolution_vs_random")
-(first_full_at, fresh_seeds, main, progress_line, read_run, run_config, run_metric, summarize,
- top_mean, within_budget) = (evr.first_full_at, evr.fresh_seeds, evr.main, evr.progress_line,
-                             evr.read_run, evr.run_config, evr.run_metric, evr.summarize,
-                             evr.top_mean, evr.within_budget)
+evr, arms = load_script("evolution_vs_random"), load_script("_arms")
+fresh_seeds, main, summarize = evr.fresh_seeds, evr.main, evr.summarize
+(arm_numbers, first_full_at, progress_line, read_run, run_config, run_metric, run_seed, top_mean,
+ within_budget) = (arms.arm_numbers, arms.first_full_at, arms.progress_line, arms.read_run,
+                   arms.run_config, arms.run_metric, arms.run_seed, arms.top_mean, arms.within_budget)
 
 
 def _cand(i, seconds, status="valid", fitness=0.5, stages=2):
@@ -39,8 +39,6 @@ def test_budget_cut_and_metric():
 def test_the_prescreened_runs_are_read_as_the_evolution_arm_with_the_top10_metric(
         tmp_path, monkeypatch, capsys):
     from types import SimpleNamespace
-
-    import evolution_vs_random as evr
 
     seen = []
 
@@ -138,8 +136,6 @@ def test_fresh_seeds_retrain_the_arms_best_layers_and_test_the_differences(tmp_p
 
 
 def test_prescreen_arms_counts_valid_layers_and_their_ceiling():
-    from prescreen_arms import arm_numbers
-
     cands = [Candidate.from_dict({"id": 1, "seconds": 100, "status": "valid", "origin": "seed",
                                   "key": "a"}),
              Candidate.from_dict({"id": 2, "seconds": 200, "status": "valid", "key": "b"}),
@@ -154,8 +150,6 @@ def test_prescreen_arms_counts_valid_layers_and_their_ceiling():
 
 @pytest.mark.slow
 def test_the_arms_of_a_seed_run_side_by_side_into_their_folders(tmp_path, capsys):
-    from evolution_vs_random import run_seed
-
     configs = {arm: run_config("tiny", arm, 0, 2.0) for arm in ("evolution", "random")}
     run_seed(tmp_path, 0, configs, 2.0, 0.0)
     for arm in configs:
@@ -167,14 +161,12 @@ def test_the_arms_of_a_seed_run_side_by_side_into_their_folders(tmp_path, capsys
 def test_a_seed_whose_arm_fails_stops_the_experiment_and_a_held_folder_is_not_searched(tmp_path):
     """An arm resuming a folder another search still writes to (a killed experiment's orphan)
     must not write beside it, and the seed must not be called done without that arm."""
-    from evolution_vs_random import run_seed
-
     from evonorm.search.lock import RunLock
 
     configs = {arm: run_config("tiny", arm, 0, 2.0) for arm in ("evolution", "random")}
     (tmp_path / "random_s0").mkdir()
     with RunLock(tmp_path / "random_s0"):
-        with pytest.raises(RuntimeError, match="seed 0: the random run ended with exit code"):
+        with pytest.raises(RuntimeError, match="seed 0: the random run failed: RunLocked"):
             run_seed(tmp_path, 0, configs, 2.0, 0.0)
     assert not (tmp_path / "random_s0" / "store.sqlite").exists()
     assert read_run(tmp_path / "evolution_s0", 2.0)[1] == "complete"

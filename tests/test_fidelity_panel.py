@@ -13,6 +13,7 @@ from _search_fakes import demo_run
 from evonorm.proxy.panel import read_rows
 
 fp = load_script("fidelity_panel")
+ROOT = Path(fp.__file__).parents[1]  # where `python -m experiments.fidelity_panel` runs from
 
 
 def _refused(monkeypatch, capsys, argv: list[str]) -> str:
@@ -39,9 +40,9 @@ def test_a_second_panel_on_the_same_folder_is_refused_in_one_line(tmp_path):
     from evonorm.search.lock import RunLock
 
     with RunLock(tmp_path):
-        proc = subprocess.run([sys.executable, str(Path(fp.__file__)), "--out", str(tmp_path),
+        proc = subprocess.run([sys.executable, "-m", "experiments.fidelity_panel", "--out", str(tmp_path),
                                "--dry-run", "--seeds", "0", "--only", "bn_relu"],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "in use by another panel process" in proc.stderr
     assert not (tmp_path / "runs.jsonl").exists()
@@ -78,10 +79,10 @@ def test_a_layer_of_ones_own_trains_at_the_reference_setting_with_fresh_seeds(tm
     records them, so resuming it with the setting's seeds is refused as another setting."""
 
     def panel(*seeds: str):
-        return subprocess.run([sys.executable, str(Path(fp.__file__)), "--out", str(tmp_path),
+        return subprocess.run([sys.executable, "-m", "experiments.fidelity_panel", "--out", str(tmp_path),
                                "--dry-run", "--seeds", *seeds, "--workers", "1",
                                "--layer", "w=gn_relu"], capture_output=True, text=True,
-                              timeout=300)
+                              timeout=300, cwd=ROOT)
 
     proc = panel("4")
     assert proc.returncode == 0, proc.stderr

@@ -150,14 +150,18 @@ def test_the_start_line_says_threads_and_a_synthetic_dataset_and_a_file_is_no_ru
         assert "is a file, not a folder" in line and line.count(str(tmp_path / "f")) == 1
 
 
-def test_the_preset_help_states_each_measured_cost_per_candidate_and_no_total():
-    from evonorm.commands.search import build_parser
-    from evonorm.proxy.presets import measurement
+def test_the_preset_help_quotes_no_measurement_and_the_performance_page_has_each_with_its_command():
+    import json
 
-    text = "".join(build_parser().format_help().split())  # as wrapped, at any width
-    for name in ("demo", "tiny"):
-        assert "".join(f"{name}: {measurement('cost', name, 's')}".split()) in text
-    assert "10minutes" not in text
+    from evonorm.commands.search import build_parser
+    from evonorm.proxy import presets
+
+    text = " ".join(build_parser().format_help().split())  # as wrapped, at any width
+    assert "docs/performance.md" in text and "worker-seconds" not in text
+    page = " ".join((Path(__file__).parents[1] / "docs" / "performance.md").read_text().split())
+    for entry in json.loads((Path(presets.__file__).parent / "measured.json").read_text())["cost"]:
+        assert f"{entry['numbers']['seconds_per_candidate']:g} worker-seconds" in page
+        assert entry["command"].split(" (")[0] in page
 
 
 def test_the_task_hands_the_engine_its_presets_measured_cost_at_the_presets_settings_only():

@@ -1,8 +1,8 @@
-"""The project's statistics, on scipy.stats: the names its reports and experiments share.
+"""The project's statistics, on scipy.stats: the tests and correlations its reports share.
 
 Correlations are None where they are undefined (fewer than 3 points, a constant sample) rather
 than scipy's nan, so that a caller averaging them over seeds or resamples skips those. The two
-exact tests are for the experiments' few runs (5 seeds a side), where a normal approximation
+exact tests are for comparisons of few runs (5 seeds a side), where a normal approximation
 would be a guess: both enumerate their whole null distribution, ties included.
 
 scipy is imported in the functions: it takes seconds to load, which reading a store, a report's

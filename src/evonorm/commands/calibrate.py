@@ -34,18 +34,26 @@ def build_parser() -> ArgumentParser:
         "their fitness ranks against the panel's long training (Spearman, Kendall, bootstrap "
         "95% intervals, the cost per candidate). With --build-panel DIR, train the reference "
         "panel itself into DIR instead (DIR/panel.json is what --panel reads; resumable)."))
-    p.add_argument("--preset", default=None, choices=list(PRESETS), help="search preset (default demo)")
-    p.add_argument("--space", choices=SPACES, default=None, help="default: the preset's")
+    p.add_argument("--preset", default=None, choices=list(PRESETS), help="the search preset whose proxy task is "
+                   "measured (default demo; `evonorm list search-presets`)")
+    p.add_argument("--space", choices=SPACES, default=None, help="search space of the random graphs: b every "
+                   "op, s no batch statistics (default: the preset's)")
     p.add_argument("--seeds", type=int, default=3, metavar="N",
-                   help="how many training seeds per reference (>= 1)")
+                   help="training seeds per reference layer, >= 1: the "
+                   "spread across them is the noise a layer must beat (default 3)")
     p.add_argument("--random", type=int, default=None, metavar="N",
-                   help="random graphs (>= 0, default 20)")
-    p.add_argument("--dataset", default=None, help="default: the preset's, else fashion_mnist "
-                   "(must be installed; as in `evonorm search`)")
+                   help="random graphs trained beside the references, "
+                   ">= 0: the margin between the worst reference and the best random one says "
+                   "whether the task tells them apart (default 20)")
+    p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
+                   "(default: the preset's, else fashion_mnist, which must be installed; as in "
+                   "`evonorm search`)")
     p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
-    p.add_argument("--data-root", default=None, help="folder holding the dataset files")
+    p.add_argument("--data-root", default=None, help="folder holding the dataset files "
+                   "(default: $EVONORM_DATA, else ~/.cache/evonorm/data)")
     p.add_argument("--archs", default=None, help=ARCHS_HELP)
-    p.add_argument("--workers", type=int, default=None, help="parallel runs (0: one per core)")
+    p.add_argument("--workers", type=int, default=None, help="parallel training runs, 0 for one per core "
+                   "(default: the preset's; with --build-panel, 1)")
     p.add_argument("--panel", type=Path, default=None, metavar="PANEL.json",
                    help="a reference panel (DIR/panel.json, written by --build-panel DIR): measure "
                    "the preset's rank fidelity against it and store it there under proxies.PRESET")
@@ -57,7 +65,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--width", type=float, default=None,
                    help=f"with --build-panel: channel multiplier (default {REFERENCE.width})")
     p.add_argument("--device", default=None,
-                   help="with --build-panel: cpu (default) or cuda")
+                   help="with --build-panel: where the panel trains, cpu or "
+                   "cuda (default cpu)")
     p.add_argument("--out", type=Path, default=None,
                    help="folder for runs.jsonl and the table (default runs/calibrate-PRESET-SPACE)")
     return p

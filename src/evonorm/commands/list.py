@@ -68,8 +68,9 @@ LISTERS: dict[str, Callable[[], list[str]]] = {
 
 def main(argv: list[str]) -> int:
     p = ArgumentParser(prog="evonorm list", description=__doc__.splitlines()[0])
-    p.add_argument("section", nargs="?", choices=SECTIONS, help="list only this section")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("section", nargs="?", choices=SECTIONS, help="list only this section (default: all)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text, "
+                   "for scripts (default: text)")
     args = p.parse_args(argv)
     out: dict[str, list[str] | str] = {}
     for section in ([args.section] if args.section else SECTIONS):

@@ -26,7 +26,8 @@ def build_parser() -> ArgumentParser:
                     "`evonorm retrain` wrote them). Only reads: safe while a search is running.")
     p.add_argument("run", type=Path, help="run folder (holding store.sqlite) or the store file")
     p.add_argument("--compare", type=Path, nargs="+", default=[], metavar="RUN2",
-                   help="more runs to overlay on the search-progress and outcome figures")
+                   help="more runs to overlay on the search-progress and outcome figures "
+                   "(default: none)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="write report.html and report/ here instead of into RUN")
     p.add_argument("--watch", type=float, nargs="?", const=30.0, default=None, metavar="SECONDS",

@@ -32,11 +32,15 @@ def build_parser() -> ArgumentParser:
                    "for the paper presets)")
     p.add_argument("--train-preset", default=None, help="training preset for the rerank (tiny, small, "
                    "paper-b, paper-s; default: the search preset's rerank setting)")
-    p.add_argument("--steps", type=int, default=None, help="override the training steps")
-    p.add_argument("--width", type=float, default=None, help="override the channel multiplier")
-    p.add_argument("--n-train", type=int, default=None, help="override the training images")
+    p.add_argument("--steps", type=int, default=None, help="training steps of each rerank run "
+                   "(default: the training preset's)")
+    p.add_argument("--width", type=float, default=None, help="channel multiplier of the architectures "
+                   "(default: the training preset's)")
+    p.add_argument("--n-train", type=int, default=None, help="training images, a seeded subset "
+                   "(default: the training preset's)")
     p.add_argument("--allow-smaller", action="store_true", help="rerank even in a setting that "
-                   "is not larger than the search's (more steps, more training images)")
+                   "is not larger than the search's (more steps, more training images): refused by "
+                   "default, since such a rerank only repeats the search's noise")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: the search's)")
     p.add_argument("--workers", type=int, default=None, help="layers trained at once (default: "
                    "the search's; 0: one per core)")
@@ -46,7 +50,8 @@ def build_parser() -> ArgumentParser:
                    "moved since the search (it must be the same file: its sha256 is checked)")
     p.add_argument("--arch", action="append", default=None, metavar="MODULE:FUNCTION",
                    help=RUN_ARCH_HELP)
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--quiet", action="store_true", help="no progress output (default: a line per layer "
+                   "trained)")
     return p
 
 

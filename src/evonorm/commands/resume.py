@@ -28,12 +28,16 @@ def build_parser() -> ArgumentParser:
         "more, results join the population in arrival order (timing), so it may propose "
         "differently. Exits 2 if another search/resume/rerank holds RUN."))
     p.add_argument("run", type=Path, help="run folder of `evonorm search --out`")
-    p.add_argument("--budget", type=int, default=None, help="raise the candidate budget")
-    p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: per core)")
+    p.add_argument("--budget", type=int, default=None, help="raise the candidate budget to this many "
+                   "(default: the run's; it cannot shrink)")
+    p.add_argument("--workers", type=int, default=None, help="parallel evaluations, 0 for one per core "
+                   "(default: the run's)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per local worker "
                    "(default: the run's; 0: 1, see `evonorm search --help`)")
-    p.add_argument("--executor", choices=EXECUTORS, default=None, help="local or ray")
-    p.add_argument("--address", default=None, help="Ray cluster address")
+    p.add_argument("--executor", choices=EXECUTORS, default=None, help="where candidates train: local processes or "
+                   "a Ray cluster (default: the run's)")
+    p.add_argument("--address", default=None, help="Ray cluster address, with --executor ray "
+                   "(default: the run's)")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: the device the "
                    "run was started with, as stored)")
     p.add_argument("--data", default=None, metavar="FILE.npz", help="the run's own data file, "
@@ -44,10 +48,13 @@ def build_parser() -> ArgumentParser:
                    help="the objective the run was searched with (required when it used one: "
                    "the name stored in the run is never imported)")
     p.add_argument("--ship", action="append", default=None, metavar="PATH",
-                   help="with --executor ray: what the workers need to import the objective")
+                   help="with --executor ray: a package folder or module file "
+                   "the workers need to import the objective (default: its top-level package or "
+                   "module file; repeatable)")
     p.add_argument("--show", type=int, default=10, metavar="N",
                    help="layers listed in the final table (default 10)")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--quiet", action="store_true", help="no progress output (default: a bar on a terminal, "
+                   "else a line per candidate)")
     return p
 
 

@@ -19,7 +19,7 @@ from evonorm.search.driver import (check_seed_layers, init_run, run_facts, run_s
 from evonorm.search.progress import budget_text
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.objective import ProxyObjective
-from evonorm.proxy.presets import PRESETS, calibration_note, get_preset, measurement
+from evonorm.proxy.presets import PRESETS, calibration_note, get_preset
 from evonorm.proxy.training import check_training, search_dataset, with_dataset
 from evonorm.search.evolution import ALGORITHMS, CRITERIA
 from evonorm.search.lock import LOCK_NAME
@@ -32,36 +32,48 @@ def build_parser() -> ArgumentParser:
         "Search normalization-activation layers: regularized evolution (or random search) over "
         "several anchor architectures with quality and stability rejection. Every candidate is "
         "stored in OUT/store.sqlite; a stopped search continues with `evonorm resume OUT`."))
-    p.add_argument("--preset", default="demo", choices=list(PRESETS), help=preset_help())
-    p.add_argument("--out", type=Path, required=True, help="run folder (created; must be empty)")
-    p.add_argument("--force", action="store_true", help="start over in a non-empty run folder")
+    p.add_argument("--preset", default="demo", choices=list(PRESETS), help="search preset: the engine's and the "
+                   "task's settings, which every flag below changes one of (default demo; `evonorm "
+                   "list search-presets`; what a candidate of each costs: docs/performance.md)")
+    p.add_argument("--out", type=Path, required=True, help="run folder, created; it must be empty "
+                   "unless --force (required)")
+    p.add_argument("--force", action="store_true", help="start over in a non-empty run folder "
+                   "(default: refuse, since `evonorm resume` continues it)")
     p.add_argument("--space", choices=SPACES, default=None,
                    help="b: every op; s: no batch statistics (default: the preset's)")
     p.add_argument("--algorithm", choices=ALGORITHMS, default=None,
                    help="evolution (default) or random (the paper's random search; without "
                    "rejection: --algorithm random --rejection off --prechecks off)")
-    p.add_argument("--budget", type=int, default=None, help="candidates to propose in all")
+    p.add_argument("--budget", type=int, default=None, help="candidates to propose in all (default: "
+                   "the preset's)")
     p.add_argument("--budget-seconds", type=float, default=None, metavar="S",
-                   help="also stop proposing once the candidates took S worker-seconds in all")
+                   help="also stop proposing once the candidates took S worker-seconds in all, "
+                   "for a budget of compute rather than of candidates (default: the preset's, "
+                   "none for most)")
     p.add_argument("--stages", default=None, metavar="STEPS",
                    help="comma-separated steps where training is scored and hurdled "
                         "(multi-fidelity; the first stage is the quality test); 'none' for "
                         "one stage after a separate 50-step quality test, one training run "
-                        "per candidate")
+                        "per candidate (default: the preset's)")
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
                    "(default: the preset's, else fashion_mnist, which must be installed; the "
                    "synthetic set only when named)")
     p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
-    p.add_argument("--data-root", default=None, help="folder holding the dataset files")
-    p.add_argument("--n-train", type=int, default=None, help="training images used (seeded subset)")
+    p.add_argument("--data-root", default=None, help="folder holding the dataset files "
+                   "(default: $EVONORM_DATA, else ~/.cache/evonorm/data)")
+    p.add_argument("--n-train", type=int, default=None, help="training images used, a subset "
+                   "drawn with the data seed (default: the preset's)")
     p.add_argument("--archs", default=None, help=ARCHS_HELP)
-    p.add_argument("--workers", type=int, default=None, help="parallel evaluations (0: one per core)")
+    p.add_argument("--workers", type=int, default=None, help="parallel evaluations, 0 for one per core "
+                   "(default: the preset's)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per local worker "
                    "(default 0: 1, with a worker per core, since a worker of several threads slows "
                    "badly beside any other busy process; the measurements are in "
                    "docs/performance.md); the start line says it")
-    p.add_argument("--executor", choices=EXECUTORS, default=None, help="local (default) or ray")
-    p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
+    p.add_argument("--executor", choices=EXECUTORS, default=None, help="where candidates train: local processes "
+                   "(default) or a Ray cluster")
+    p.add_argument("--address", default=None, help="Ray cluster address, with --executor ray "
+                   "(default: a Ray started on this machine)")
     p.add_argument("--device", default=None, help="where every candidate trains: cpu (default), "
                    "cuda, or auto (cuda where available, else cpu; stored as resolved). With cuda, "
                    "--workers N local workers share the GPU")
@@ -69,12 +81,17 @@ def build_parser() -> ArgumentParser:
                    help="with --executor ray and cuda: each task's GPU share, e.g. 0.25 for four "
                    "workers per GPU (default: the cluster's GPUs divided among the workers)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per candidate before its "
-                   "worker is killed and the candidate retried once, then recorded as failed")
-    p.add_argument("--window", type=int, default=None, help="population (sliding window) size")
-    p.add_argument("--criterion", choices=CRITERIA, default=None, help="tournament winner rule")
+                   "worker is killed and the candidate retried once, then recorded as failed (default: "
+                   "the preset's)")
+    p.add_argument("--window", type=int, default=None, help="population size: the sliding window of "
+                   "latest candidates tournaments draw from (default: the preset's)")
+    p.add_argument("--criterion", choices=CRITERIA, default=None, help="tournament winner rule: the Pareto front "
+                   "over the architectures, or the best average (default: the preset's)")
     p.add_argument("--seed-layers", default=None, metavar="NAMES",
-                   help="comma-separated named graphs (e.g. evonorm_s0) evaluated first, as seeds")
-    p.add_argument("--seed", type=int, default=None)
+                   help="comma-separated named graphs (e.g. evonorm_s0) evaluated first, as seeds "
+                        "of the population (default: the preset's)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the proposals and the training runs (default 0)")
     p.add_argument("--final-train-runs", type=int, default=None, metavar="N",
                    help="training runs per architecture for a layer that clears every earlier stage "
                         "(default: the preset's train_runs); its fitness is their mean")
@@ -105,16 +122,9 @@ def build_parser() -> ArgumentParser:
                         "earlier runs where the task has them for this setting (default on)")
     p.add_argument("--show", type=int, default=10, metavar="N",
                    help="layers listed in the final table (default 10)")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--quiet", action="store_true", help="no progress output (default: a bar on a terminal, "
+                   "else a line per candidate)")
     return p
-
-
-def preset_help() -> str:
-    """The presets' measured cost per candidate (measured.json), not a promise of a total: a
-    search's length is its budget times that, and a loaded machine's cores are slower."""
-    costs = [f"{name}: {note}" for name, cfg in PRESETS.items()
-             if (note := measurement("cost", name, cfg.evolution.space))]
-    return "search preset (default demo)" + (f"; measured: {'; '.join(costs)}" if costs else "")
 
 
 def config_from_args(args):

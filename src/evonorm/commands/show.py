@@ -67,8 +67,10 @@ def main(argv: list[str]) -> int:
                         help="a named graph (e.g. evonorm_b0, s_top1, random_rej), a registry layer (e.g. "
                              "gn_relu), a .json file, or JSON text "
                              '\'{"nodes": [["op", id, ...], ...]}\'')
-    parser.add_argument("--latex", action="store_true", help="also print the LaTeX formula")
-    parser.add_argument("--python", action="store_true", help="also print a self-contained nn.Module source file")
+    parser.add_argument("--latex", action="store_true", help="also print the LaTeX formula (default: "
+                        "the text formula only)")
+    parser.add_argument("--python", action="store_true", help="also print a self-contained nn.Module "
+                        "source file, to use the layer without evonorm (default: off)")
     parser.add_argument("--class-name", default="EvoLayer", help="class name for --python (default: EvoLayer)")
     args = parser.parse_args(argv)
     g = _load(args.graph)

@@ -23,37 +23,54 @@ def build_parser() -> ArgumentParser:
         "Train one normalization-activation layer on one architecture (the proxy task) and "
         "report its test accuracy."))
     p.add_argument("--layer", required=True,
-                   help="registry name (evonorm list), a named graph, or graph JSON / @file.json")
+                   help="the layer to train: a registry name or named graph (`evonorm list`), or a graph "
+                   "as JSON or @file.json (required)")
     p.add_argument("--arch", default="resnet50_cifar", help=ARCH_HELP)
     p.add_argument("--train-preset", default="small",
-                   help="training preset: tiny, small, paper-b, paper-s (default small)")
+                   help="training preset, the recipe every flag below changes one field of: tiny, small, "
+                   "paper-b, paper-s (`evonorm list presets`; default small)")
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
                    "(default: fashion_mnist when installed, else synthetic)")
     p.add_argument("--data", default=None, metavar="FILE.npz", help=DATA_HELP)
-    p.add_argument("--data-root", default=None, help="folder holding the dataset files")
-    p.add_argument("--download", action="store_true", help="download CIFAR (checksummed) if absent")
+    p.add_argument("--data-root", default=None, help="folder holding the dataset files "
+                   "(default: $EVONORM_DATA, else ~/.cache/evonorm/data)")
+    p.add_argument("--download", action="store_true", help="download CIFAR (checksummed) if absent (default: off, a "
+                   "missing dataset is an error naming how to get it)")
     p.add_argument("--holdout", type=float, default=None, metavar="FRAC",
-                   help="evaluate on a held-out FRAC of the training set instead of the test set")
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--schedule", choices=("constant", "cosine"), default=None)
-    p.add_argument("--width", type=float, default=None, help="channel multiplier (absolute)")
-    p.add_argument("--n-train", type=int, default=None, help="training images (seeded subset)")
-    p.add_argument("--n-test", type=int, default=None, help="test images (seeded subset)")
-    p.add_argument("--groups", type=int, default=None, help="group count for group ops (32)")
-    p.add_argument("--seed", type=int, default=0)
+                   help="evaluate on a held-out FRAC of the training set instead of the test set, as a "
+                   "search does so that the test set stays unseen (default: the test set)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="images per training step (default: the training preset's)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="training steps (default: the training preset's)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="SGD's learning rate, before --schedule scales it (default: the training "
+                   "preset's)")
+    p.add_argument("--schedule", choices=("constant", "cosine"), default=None,
+                   help="learning-rate schedule (default: the training preset's)")
+    p.add_argument("--width", type=float, default=None, help="channel multiplier of a built-in architecture, absolute "
+                   "(default: the training preset's)")
+    p.add_argument("--n-train", type=int, default=None, help="training images, a subset drawn with --seed (default: "
+                   "the training preset's, else all)")
+    p.add_argument("--n-test", type=int, default=None, help="test images, a subset drawn with --seed (default: all)")
+    p.add_argument("--groups", type=int, default=None, help="groups of the layer's group statistics (default 32, the "
+                   "paper's)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the initialisation, the data order and the subsets (default 0)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default 1: on 2 idle cores, 2 threads trained 1.1-1.3x as "
-                   "fast, beside one busy process 3-4x slower; docs/performance.md)")
+                   help="torch threads (default 1: more threads help little on an idle machine and "
+                   "slow badly beside any other busy process; docs/performance.md has the "
+                   "measurements)")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
-                   help="channels_last memory format")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model")
+                   help="channels_last memory format, faster on some GPUs (default: off)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model: a "
+                   "slower start for faster steps on a long run (default: off)")
     p.add_argument("--device", default=None, help="cpu (default), cuda, or auto (cuda where "
                    "available, else cpu)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar (default: when stderr is a terminal)")
-    p.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
+    p.add_argument("--out", type=Path, default=None, help="also write the result as JSON to this file (default: "
+                   "printed only)")
     return p
 
 

@@ -7,8 +7,8 @@ most users run. A prior applies only to a run under the same setting (`setting`:
 settings that decide a candidate's features and labels, the hurdles' stages, the features'
 versions): under another one a layer's fitness, and even whether it passes the quality test,
 means something else. Shipped priors lie in `priors/` beside this module, each with its
-provenance (the runs it was built from, the command, when); `build_prior` makes one from run
-folders, and `experiments/prescreen_prior.py` the shipped ones.
+provenance (the runs it was built from, the command that built it, when); `build_prior` makes
+one from run folders.
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ def _safe(store: Any, method: str, default: Any = ()) -> Any:
 
 def _references(data: RunData, folder: Path) -> dict[str, dict[str, float]]:
     """Reference layers' accuracies: from `references.json` in the run folder or the report folder
-    (written by `evonorm retrain --references` or the experiments), or from seed candidates whose
+    (written by `evonorm retrain --references`), or from seed candidates whose
     graph is a named library layer. A damaged references file is a DamagedFile naming it."""
     refs: dict[str, dict[str, float]] = {}
     for p in (folder / REFERENCES_FILE, folder / "report" / REFERENCES_FILE):

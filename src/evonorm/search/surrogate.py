@@ -5,7 +5,7 @@ predicts, for a new candidate, the probability that it passes rejection (a class
 valid one, its fitness (a regressor): scikit-learn random forests, which need no scaling, take
 the features' missing values as they are and fit a few hundred candidates in a fraction of a
 second; on held-out candidates of a `demo` run they ranked better than gradient boosting at every
-training size tried (`experiments/surrogate_holdout.py`). Cold start: no prediction until it has learned from at least `min_each` valid and
+training size tried (results/prescreen/holdout.md). Cold start: no prediction until it has learned from at least `min_each` valid and
 `min_each` rejected candidates; until then the search runs as it would without it.
 
 The search (`--prescreen on`) draws `prescreen_pool` children for each slot instead of one,
