@@ -42,7 +42,7 @@ def _train(cfg_dict: dict, layer: tuple, seeds: list[int], path: str, rerank: bo
     import torch
 
     from evonorm.search.config import SearchConfig
-    from evonorm.proxy.retrain import train_layers
+    from evonorm.measure.retrain import train_layers
 
     torch.set_num_threads(1)
     train_layers(SearchConfig.from_dict(cfg_dict), [layer], seeds, Path(path), log=log, rerank=rerank)
@@ -56,14 +56,14 @@ def rows_file(d: Path, data_seed: int, label: str) -> Path:
 def analyze(d: Path, labels: list[str], data_seeds: list[int], seeds: list[int], chance: float,
             primary: str) -> dict:
     """Per layer its fitness on every (split, seed); per rival the paired differences and both one-sided p."""
-    from evonorm.proxy.retrain import load_rows
+    from evonorm.measure.ledger import read_ledger
     from evonorm.stats import mean_std, paired_sign_flip_greater
 
     fit: dict[str, dict[tuple[int, int], float]] = {}
     for label in labels:
         fit[label] = {}
         for ds in data_seeds:
-            for r in load_rows(rows_file(d, ds, label)):
+            for r in read_ledger(rows_file(d, ds, label)):
                 fit[label][(ds, r.seed)] = chance if r.fitness is None else r.fitness
     pairs = [(ds, s) for ds in data_seeds for s in seeds]
     found, rivals = labels[0], labels[1:]
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     from evonorm.layers import list_norm_acts
     from evonorm.proxy.training import search_dataset, with_dataset
     from evonorm.proxy.presets import PRESETS
-    from evonorm.proxy.retrain import pending
+    from evonorm.measure.retrain import pending
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graph", required=True,

@@ -266,7 +266,7 @@ def _train_fresh(cfg_dict: dict, layer: tuple, seeds: list[int], path: str) -> N
     import torch
 
     from evonorm.search.config import SearchConfig
-    from evonorm.proxy.retrain import train_layers
+    from evonorm.measure.retrain import train_layers
 
     torch.set_num_threads(1)
     train_layers(SearchConfig.from_dict(cfg_dict), [layer], seeds, Path(path), log=log)
@@ -276,7 +276,8 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
     """Train each seed's two best layers (where they differ) with `n` fresh training seeds, two at a
     time, and test the paired differences of their means; writes fresh_seeds.{json,md}. A fresh run
     that fails (non-finite) counts as chance accuracy, as a layer that trains nothing."""
-    from evonorm.proxy.retrain import SEED_OFFSET, load_rows, pending
+    from evonorm.measure.ledger import read_ledger
+    from evonorm.measure.retrain import SEED_OFFSET, pending
 
     def fresh_file(seed: int, arm: str) -> Path:
         return runs_dir / f"fresh_s{seed}_{arm_prefix(args, arm)}.jsonl"
@@ -309,7 +310,7 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
     for row in rows:
         for arm in ARMS:
             fits = [r.fitness if r.fitness is not None else row["chance"]
-                    for r in load_rows(fresh_file(row["seed"], arm))]
+                    for r in read_ledger(fresh_file(row["seed"], arm))]
             row[f"{arm}_fresh"] = statistics.fmean(fits) if fits else None
             row[f"{arm}_fresh_runs"] = [round(f, 4) for f in fits]
         if row["same_layer"]:  # (also when neither arm has a layer trained to the end)

@@ -1,4 +1,4 @@
-"""Stand-ins for `evonorm.proxy.rerank.train_layer` (importable by spawned workers).
+"""Stand-ins for `evonorm.measure.rerank.train_layer` (importable by spawned workers).
 
 Each call appends "pid graph-json" to the file named by $EVONORM_TEST_CALLS, so a test can count
 which layers were trained, and in how many processes.

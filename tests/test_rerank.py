@@ -16,7 +16,7 @@ from evonorm.search.evaluation import Evaluation
 from evonorm.proxy.training import search_dataset
 from evonorm.search.objective import layer_identity
 from evonorm.proxy.presets import get_preset
-from evonorm.proxy.rerank import (RERANK_FILE, RerankRow, add_rerank, outside_holdout, prepare, read_reranks,
+from evonorm.measure.rerank import (RERANK_FILE, RerankRow, add_rerank, outside_holdout, prepare, read_reranks,
                                   rerank, rerank_dataset, reranked_ids)
 from evonorm.search.store import Store
 from evonorm.proxy.config import configured, proxy_config
@@ -161,7 +161,7 @@ def test_rows_already_saved_are_skipped(tmp_path, monkeypatch):
 KILLED_DRIVER = """
 import sys
 from _rerank_fakes import kill_driver_on_second
-from evonorm.proxy.rerank import rerank
+from evonorm.measure.rerank import rerank
 rerank(sys.argv[1], workers=1, fn=kill_driver_on_second)
 """
 
@@ -202,7 +202,7 @@ def test_rows_read_best_first_the_latest_of_a_layer_counting_and_a_lost_one_trai
 
 def test_a_search_started_over_drops_the_records_of_the_one_it_replaces(tmp_path):
     from evonorm.proxy.objective import ProxyObjective
-    from evonorm.proxy.retrain import RETRAIN_FILE
+    from evonorm.measure.retrain import RETRAIN_FILE
     from evonorm.search.driver import init_run
 
     cfg = get_preset("tiny", workers=1)

@@ -14,7 +14,7 @@ from dataclasses import fields
 from typing import Any, Sequence
 
 from evonorm.files import printable
-from evonorm.proxy.rerank import RerankRow
+from evonorm.measure.rerank import RerankRow
 from evonorm.report.data import FINISHED, RunData, formula, reason_category
 from evonorm.report.verdict import layer_stats, run_verdict, search_fitness_text
 from evonorm.search.candidates import same_layer_keys, top_layers

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evonorm.files import printable
-from evonorm.proxy.rerank import RerankRow
+from evonorm.measure.rerank import RerankRow
 from evonorm.report.data import formula, load_run
 from evonorm.report.verdict import run_verdict
 from evonorm.search.candidates import same_layer_keys, top_layers

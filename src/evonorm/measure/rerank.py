@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
 
+from evonorm.proxy.objective import RERANK_FILE
 from evonorm.files import append_line, key_text, number_problem, read_jsonl
 from evonorm.proxy.config import anchor_archs, proxy_config, split_seed, with_task_settings
 from evonorm.search.candidates import top_layers
@@ -33,7 +34,6 @@ from evonorm.proxy.training import require_builtin, search_dataset, train_config
 from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor, run_tasks
 from evonorm.search.store import Store, run_folder
 
-RERANK_FILE = "rerank.jsonl"
 # a worker that died or hung (after the config's retries): the row says so, and the next rerank
 # trains the layer again (rows "ok" and "failed", the layer's own outcome, are final)
 LOST = "lost"
