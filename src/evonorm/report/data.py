@@ -22,7 +22,7 @@ from evonorm.search.candidates import Candidate, as_candidate, reason_group
 from evonorm.search.evaluation import STATUSES, finite
 from evonorm.proxy.config import ProxyConfig
 from evonorm.measure.references import REFERENCES_FILE, read_references
-from evonorm.measure.rerank import RerankRow, read_reranks
+from evonorm.measure.rerank import read_reranks
 from evonorm.measure.ledger import Row
 from evonorm.measure.retrain import read_rows
 from evonorm.search.store import Store, resolve_path, run_folder
@@ -37,7 +37,7 @@ class RunData:
     name: str
     candidates: list[Candidate] = field(default_factory=list)  # or flat dicts, read as Candidates
     population: list[int] = field(default_factory=list)
-    reranks: list[RerankRow] = field(default_factory=list)  # best first
+    reranks: list[Row] = field(default_factory=list)  # best first
     config: dict = field(default_factory=dict)  # as stored: each part's settings under its part
     # Reference layers (e.g. "bn_relu", "evonorm_b0") -> {arch: accuracy}, for the Pareto figure.
     references: dict[str, dict[str, float]] = field(default_factory=dict)
