@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from evonorm.measure.ledger import Job, Row, measure, read_ledger, run_measurement
+from evonorm.measure.ledger import Job, Measurement, Row, measure, read_ledger, run_measurement
 from evonorm.measure.references import REFERENCES_BY_SPACE
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.objective import RETRAIN_FILE
@@ -69,9 +69,11 @@ def retrain(run: str | Path, *, top: int = 3, seeds: int = 3, log: Callable[[str
         raise ValueError(f"re-training needs top >= 0 and seeds >= 1, got {top} and {seeds}")
     cfg, layers = retrain_plan(run, top)
     require_builtin(cfg, "re-training")
-    check_named_again(run, proxy_config(cfg).archs, user_archs)
-    path = run_folder(Path(run)) / RETRAIN_FILE
-    return train_layers(cfg, layers, [cfg.seed + SEED_OFFSET + i for i in range(seeds)], path, log, fn=fn)
+    task = proxy_config(cfg)
+    check_named_again(run, task.archs, user_archs)
+    m = run_measurement("retrain", cfg, task, task.training, f"{task.dataset} search split")
+    return _train(run_folder(Path(run)) / RETRAIN_FILE, m, layers, [cfg.seed + SEED_OFFSET + i for i in range(seeds)],
+                  log, fn)
 
 
 def train_layers(cfg: SearchConfig, layers: Sequence[tuple[str, str, Any, int | None]], seeds: Sequence[int],
@@ -87,6 +89,12 @@ def train_layers(cfg: SearchConfig, layers: Sequence[tuple[str, str, Any, int | 
         m = run_measurement("retrain", cfg, task, task.rerank_training, f"{task.dataset} test split", unseen=True)
     else:
         m = run_measurement("retrain", cfg, task, task.training, f"{task.dataset} search split")
+    return _train(path, m, layers, seeds, log, fn)
+
+
+def _train(path: Path, m: Measurement, layers: Sequence[tuple[str, str, Any, int | None]], seeds: Sequence[int],
+           log: Callable[[str], None] | None, fn: Callable[[dict], dict] | None) -> list[Row]:
+    """Each layer at each seed in `m`, into the ledger `path`; every row of the ledger."""
     jobs = [Job(label, kind, seed, spec, cid) for label, kind, spec, cid in layers for seed in seeds]
     measure(path, jobs, m, log=log, fn=fn)
     return read_ledger(path)
