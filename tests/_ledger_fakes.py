@@ -51,3 +51,13 @@ def _lines(path) -> int:
 def calls(path) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f]
+
+
+def die_once(payload: dict) -> dict:
+    """Like `fake_train`, but the worker of layer "dies" exits at once while the file named by
+    $EVONORM_TEST_DIE exists (removing it: the next try trains)."""
+    flag = os.environ["EVONORM_TEST_DIE"]
+    if payload["spec"] == "dies" and os.path.exists(flag):
+        os.remove(flag)
+        os._exit(1)
+    return fake_train(payload)

@@ -76,7 +76,12 @@ def read_ledger(path: str | Path) -> list[Row]:
     again counting by its latest row. Each row is checked (`read_jsonl`): a line cut short by a kill
     is skipped (its job trains again), one whose values cannot be true is dropped with one warning,
     any other damaged row is a DamagedFile naming it, as is a file of another format version."""
-    text = read_text(path, MAX_JSON_BYTES)
+    try:
+        text = read_text(path, MAX_JSON_BYTES)
+    except DamagedFile:
+        raise
+    except ValueError:  # not UTF-8: read_jsonl names it
+        text = None
     first = next((line for line in (text or "").split("\n") if line.strip()), None)
     try:
         version = json.loads(first).get("version") if first else LEDGER_VERSION
