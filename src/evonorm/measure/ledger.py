@@ -85,7 +85,7 @@ def read_ledger(path: str | Path) -> list[Row]:
     first = next((line for line in (text or "").split("\n") if line.strip()), None)
     try:
         version = json.loads(first).get("version") if first else LEDGER_VERSION
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         version = LEDGER_VERSION  # a torn or damaged first line: the row check names it
     if version != LEDGER_VERSION:
         written = "no format version" if version is None else f"format version {version}"
