@@ -205,7 +205,7 @@ def fidelity(preset: str, out: Path, workers: int, top: int = 5) -> None:
     resumable runner, one training seed); Spearman between first-stage and full fitness."""
     from evonorm.graph.library import NAMED_GRAPHS
     from evonorm.stats import spearman
-    from evonorm.proxy.calibrate import Job, load_runs, prepare_out, run_jobs
+    from evonorm.measure.calibrate import Job, load_runs, prepare_out, run_jobs
     from evonorm.proxy.training import with_dataset
     from evonorm.proxy.presets import get_preset
     from evonorm.search.settings import norm_relu
@@ -247,7 +247,7 @@ def early(preset: str, seeds: int, checks: list[int]) -> None:
 
     from evonorm.proxy.training import search_dataset, train_config, with_dataset
     from evonorm.proxy.presets import get_preset
-    from evonorm.proxy.references import REFERENCES_BY_SPACE
+    from evonorm.measure.references import REFERENCES_BY_SPACE
     from evonorm.proxy.rejection import quality_threshold
     from evonorm.train import Run
 

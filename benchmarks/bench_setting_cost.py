@@ -5,7 +5,7 @@ layer, measured when its runs trained; its settings trained in different session
 shared machine the same steps took up to a fifth longer in one session than in another. Near the
 1.5x cap that is the difference between in and out, so the cap is checked here as a ratio taken
 side by side: one process, one thread, each layer's whole evaluation (every stage and run, as
-the chart's panel jobs, `evonorm.proxy.calibrate.measure`) under `demo` and under each setting in
+the chart's panel jobs, `evonorm.measure.calibrate.measure`) under `demo` and under each setting in
 turn, the order rotating by round, timed in this process's CPU seconds. One process per layer,
 the layers' processes side by side (as the chart's two workers ran). The table gives per setting
 the median over layers and rounds of the ratio to `demo` within a round, and its range.
@@ -37,8 +37,8 @@ def _rounds(layer: str, settings: list[str], rounds: int) -> dict[str, list[floa
     import torch
 
     from evonorm.graph.cpp import load_kernel
-    from evonorm.proxy.calibrate import Job, measure
-    from evonorm.proxy.fidelity import load_panel
+    from evonorm.measure.calibrate import Job, measure
+    from evonorm.measure.fidelity import load_panel
     from evonorm.proxy.training import search_dataset
     from experiments.proxy_fidelity import setting_config
 

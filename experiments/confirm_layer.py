@@ -30,21 +30,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from experiments._common import command_line, HelpFormatter, log, map_jobs, out_dir
+from experiments._common import command_line, HelpFormatter, log, out_dir
 from evonorm.proxy.config import configured
 
 SEED_BASE = 2000  # training seeds: apart from the search's (cfg.seed) and retrain's (1000 + ...)
-
-
-def _train(cfg_dict: dict, layer: tuple, seeds: list[int], path: str, rerank: bool) -> None:
-    """One layer on one split, every training seed (in a pool worker of one thread)."""
-    import torch
-
-    from evonorm.search.config import SearchConfig
-    from evonorm.proxy.retrain import train_layers
-
-    torch.set_num_threads(1)
-    train_layers(SearchConfig.from_dict(cfg_dict), [layer], seeds, Path(path), log=log, rerank=rerank)
 
 
 def rows_file(d: Path, data_seed: int, label: str) -> Path:
@@ -55,14 +44,14 @@ def rows_file(d: Path, data_seed: int, label: str) -> Path:
 def analyze(d: Path, labels: list[str], data_seeds: list[int], seeds: list[int], chance: float,
             primary: str) -> dict:
     """Per layer its fitness on every (split, seed); per rival the paired differences and both one-sided p."""
-    from evonorm.proxy.retrain import load_rows
+    from evonorm.measure.ledger import read_ledger
     from evonorm.stats import mean_std, paired_sign_flip_greater
 
     fit: dict[str, dict[tuple[int, int], float]] = {}
     for label in labels:
         fit[label] = {}
         for ds in data_seeds:
-            for r in load_rows(rows_file(d, ds, label)):
+            for r in read_ledger(rows_file(d, ds, label)):
                 fit[label][(ds, r.seed)] = chance if r.fitness is None else r.fitness
     pairs = [(ds, s) for ds in data_seeds for s in seeds]
     found, rivals = labels[0], labels[1:]
@@ -117,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     from evonorm.layers import list_norm_acts
     from evonorm.proxy.training import search_dataset, with_dataset
     from evonorm.proxy.presets import PRESETS
-    from evonorm.proxy.retrain import pending
+    from evonorm.measure.retrain import pending, train_layers
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=HelpFormatter)
@@ -137,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-seeds", type=int, nargs="+", default=[100, 101, 102],
                     help="data splits the layer was not picked on, each with its own training seeds")
     ap.add_argument("--seeds", type=int, default=4, help="training seeds per split")
-    ap.add_argument("--workers", type=int, default=2, help="layers trained at a time (one thread each)")
+    ap.add_argument("--workers", type=int, default=2, help="(layer, seed) runs trained at a time, one thread each")
     ap.add_argument("--analyze-only", action="store_true",
                     help="tables from the rows so far, no training")
     ap.add_argument("--out", help="output folder (default results/confirm_layer)")
@@ -159,15 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [SEED_BASE + i for i in range(args.seeds)]
     cfgs = {ds: with_dataset(configured(PRESETS[args.preset], data_seed=ds)) for ds in args.data_seeds}
     if not args.analyze_only:
-        jobs = [(cfgs[ds].to_dict(), (label, "found" if label == "layer" else "reference",
-                                      spec if label == "layer" else label, None),
-                 seeds, str(rows_file(d, ds, label)), args.setting == "rerank")
+        jobs = [(cfgs[ds], (label, "found" if label == "layer" else "reference",
+                            spec if label == "layer" else label, None), rows_file(d, ds, label))
                 for ds in args.data_seeds for label in labels if pending(rows_file(d, ds, label), label, seeds)]
         log(f"confirm_layer: {len(labels)} layers x {len(args.data_seeds)} splits x {args.seeds} seeds, "
             f"{len(jobs)} (split, layer) jobs to train, {args.workers} at a time -> {d}")
-        if jobs:
-            for _ in map_jobs(_train, jobs, args.workers):
-                pass
+        for cfg, layer, path in jobs:  # the package's ledger: resumable, on `workers` workers of one thread
+            train_layers(cfg.replace(execution=cfg.execution.replace(workers=args.workers, threads=1)), [layer],
+                         seeds, path, log=log, rerank=args.setting == "rerank")
     chance = 1.0 / search_dataset(cfgs[args.data_seeds[0]]).num_classes
     out = analyze(d, labels, args.data_seeds, seeds, chance, args.primary)
     out.update(graph=spec, layer=text, preset=args.preset, setting=args.setting, command=command_line())

@@ -57,7 +57,7 @@ from pathlib import Path
 
 from evonorm.stats import mann_whitney_greater, paired_sign_flip_greater
 from experiments._arms import best_full, first_full_at, fmt_opt, read_run, run_config, run_metric, run_seed, top_mean
-from experiments._common import ROOT, add_search_flags, HelpFormatter, log, map_jobs, out_dir, save_png, search_settings
+from experiments._common import ROOT, add_search_flags, HelpFormatter, log, out_dir, save_png, search_settings
 
 ARMS = ("evolution", "random")
 TESTS = {"mann-whitney": "one-sided exact Mann-Whitney U (evolution > random)",
@@ -145,22 +145,12 @@ def summarize(runs_dir: Path, args, d: Path) -> dict:
     return summary
 
 
-def _train_fresh(cfg_dict: dict, layer: tuple, seeds: list[int], path: str) -> None:
-    """One arm's best layer of one seed, trained with fresh seeds (in a pool worker of one thread)."""
-    import torch
-
-    from evonorm.search.config import SearchConfig
-    from evonorm.proxy.retrain import train_layers
-
-    torch.set_num_threads(1)
-    train_layers(SearchConfig.from_dict(cfg_dict), [layer], seeds, Path(path), log=log)
-
-
 def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
     """Train each seed's two best layers (where they differ) with `n` fresh training seeds, two at a
     time, and test the paired differences of their means; writes fresh_seeds.{json,md}. A fresh run
     that fails (non-finite) counts as chance accuracy, as a layer that trains nothing."""
-    from evonorm.proxy.retrain import SEED_OFFSET, load_rows, pending
+    from evonorm.measure.ledger import read_ledger
+    from evonorm.measure.retrain import SEED_OFFSET, pending, train_layers
 
     def fresh_file(seed: int, arm: str) -> Path:
         return runs_dir / f"fresh_s{seed}_{arm_prefix(args, arm)}.jsonl"
@@ -184,16 +174,17 @@ def fresh_seeds(runs_dir: Path, args, d: Path, n: int) -> dict:
             label, path = f"{arm} id {c.id}", fresh_file(seed, arm)
             if pending(path, label, seeds):
                 kind = "seed" if c.origin == "seed" else "found"
-                jobs.append((cfg.to_dict(), (label, kind, c.graph, c.id), seeds, str(path)))
+                jobs.append((cfg, (label, kind, c.graph, c.id), seeds, path))
         rows.append(row)
     if jobs:
-        log(f"fresh seeds: {len(jobs)} layers x {n} seeds, two at a time")
-        for _ in map_jobs(_train_fresh, jobs, 2):
-            pass
+        log(f"fresh seeds: {len(jobs)} layers x {n} seeds, on two workers")
+        for cfg, layer, seeds, path in jobs:  # the package's ledger: resumable, on the run's executor
+            train_layers(cfg.replace(execution=cfg.execution.replace(workers=2, threads=1)), [layer], seeds, path,
+                         log=log)
     for row in rows:
         for arm in ARMS:
             fits = [r.fitness if r.fitness is not None else row["chance"]
-                    for r in load_rows(fresh_file(row["seed"], arm))]
+                    for r in read_ledger(fresh_file(row["seed"], arm))]
             row[f"{arm}_fresh"] = statistics.fmean(fits) if fits else None
             row[f"{arm}_fresh_runs"] = [round(f, 4) for f in fits]
         if row["same_layer"]:  # (also when neither arm has a layer trained to the end)

@@ -7,9 +7,9 @@ the official 10,000 test images, and records the test-accuracy curve so that one
 runs have settled (the accuracy moves by less than a point over the last fifth of training).
 
 Protocol (fixed before the runs):
-- layers: `evonorm.proxy.panel.PANEL` (the registry's native layer where the name is the
+- layers: `evonorm.measure.panel.PANEL` (the registry's native layer where the name is the
   registry's, else the graph);
-- setting: `evonorm.proxy.panel.REFERENCE`, per architecture: width 0.0625 (the `demo` proxy's; the
+- setting: `evonorm.measure.panel.REFERENCE`, per architecture: width 0.0625 (the `demo` proxy's; the
   paper's 0.25 and 0.5 cost 2-4x more per step, which 2 cores cannot give 96 runs), batch 64 of 24x24 crops and flips,
   2,000 steps (2.1 epochs), cosine schedule after 100 warm-up steps, the `demo` proxy's learning
   rates (0.1 ResNet50, 0.03 MobileNetV2), training seeds 0, 1, 2;
@@ -19,7 +19,7 @@ Protocol (fixed before the runs):
 (Checkpoints at every tenth of training, added after the first runs, change no number: a run
 continued from a checkpoint ends where an uninterrupted one does.)
 
-The runs, the folder's files and the resuming are `evonorm.proxy.panel`'s (what `evonorm calibrate
+The runs, the folder's files and the resuming are `evonorm.measure.panel`'s (what `evonorm calibrate
 --build-panel DIR` runs); this script adds the project's folder, chosen layers and seeds, and
 `--table` (rewrites `<out>/panel.md` alone).
 
@@ -52,7 +52,7 @@ from pathlib import Path
 
 from experiments._common import RESULTS, command_line, HelpFormatter, log, refuse
 
-from evonorm.proxy.panel import (PANEL, REFERENCE, build_panel, found_layers, named_layers,
+from evonorm.measure.panel import (PANEL, REFERENCE, build_panel, found_layers, named_layers,
                                  panel_table, progress_line, read_rows)
 
 # --dry-run: a few steps on a few images, a check of a script, not a measurement

@@ -38,7 +38,7 @@ def table(run: Path, candidates: list) -> tuple[list[dict], list[str]]:
     for the found layers' search fitness)."""
     from evonorm.report.data import formula
     from evonorm.report.verdict import welch_verdict
-    from evonorm.proxy.retrain import read_rows
+    from evonorm.measure.retrain import read_rows
     from evonorm.stats import mean_std
 
     fitness = {c.id: c.fitness for c in candidates}
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from evonorm.report import write_report
     from evonorm.proxy import resume, search
-    from evonorm.proxy.retrain import RETRAIN_FILE, retrain
+    from evonorm.measure.retrain import RETRAIN_FILE, retrain
     from evonorm.search.store import Store
 
     if not (args.run / "store.sqlite").is_file():

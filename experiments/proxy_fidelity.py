@@ -3,7 +3,7 @@ docs/calibration.md, from which `demo`'s setting is chosen.
 
 Protocol (fixed before the runs):
 - ground truth: the reference panel `results/fidelity/panel.json` (experiments/fidelity_panel.py,
-  `evonorm.proxy.panel`), every layer in it, its reference accuracy the mean over both
+  `evonorm.measure.panel`), every layer in it, its reference accuracy the mean over both
   architectures and its seeds;
 - settings: `SETTINGS` below, each a change of the `demo` preset, chosen to span what could matter
   at about demo's cost or up to 1.5x it: training length against runs averaged, images, the full
@@ -167,9 +167,9 @@ def measure_setting(name: str, panel_path: Path, workers: int, runs_root: Path,
                     seeds: tuple[int, ...] = SEEDS, *, preset: str = "demo",
                     dataset: str = "fashion_mnist") -> dict:
     """Every panel layer at `seeds` under one setting (resumable); its fidelity entry."""
-    from evonorm.proxy.calibrate import (calibration_jobs, calibration_setup, load_runs,
+    from evonorm.measure.calibrate import (calibration_jobs, calibration_setup, load_runs,
                                          panel_cost, prepare_out, proxy_scores, run_jobs)
-    from evonorm.proxy.fidelity import load_panel
+    from evonorm.measure.fidelity import load_panel
     from evonorm.proxy.training import search_dataset
 
     _, layers = load_panel(panel_path)
@@ -191,7 +191,7 @@ def _entry(name: str, seeds: tuple[int, ...], setting: dict, proxy: dict[str, di
            cost: float | None, records: list, layers: list, panel_path: Path, preset: str) -> dict:
     """A setting's fidelity entry against the panel's `layers`, also written into the panel file's
     `proxies`."""
-    from evonorm.proxy.fidelity import rank_fidelity, write_proxy
+    from evonorm.measure.fidelity import rank_fidelity, write_proxy
 
     fid = rank_fidelity(proxy, {layer.name: layer.accuracy for layer in layers})
     seed_args = "" if tuple(seeds) == SEEDS else " --seeds " + " ".join(map(str, seeds))
@@ -222,9 +222,9 @@ def setting_config(name: str, workers: int = 1, preset: str = "demo", dataset: s
 def measure_derived(name: str, panel_path: Path, runs_root: Path, seeds: tuple[int, ...] = SEEDS,
                     *, preset: str = "demo", dataset: str = "fashion_mnist") -> dict:
     """A DERIVED scoring of its setting's runs at `seeds` (which must be there); its fidelity entry."""
-    from evonorm.proxy.calibrate import load_runs
+    from evonorm.measure.calibrate import load_runs
     from evonorm.proxy.config import proxy_config
-    from evonorm.proxy.fidelity import load_panel
+    from evonorm.measure.fidelity import load_panel
     from evonorm.proxy.training import search_dataset, train_config
 
     base, rule = DERIVED[name]
@@ -383,7 +383,7 @@ def main() -> None:
         choice = None if args.confirm else choose(rows, cap)
         if not args.confirm:
             log(f"choice: {choice['setting'] if choice else 'none'}")
-    from evonorm.proxy.fidelity import load_panel, seed_agreement
+    from evonorm.measure.fidelity import load_panel, seed_agreement
 
     out = args.panel.parent
     agreement = seed_agreement(load_panel(args.panel)[0]["reference"]["runs"])

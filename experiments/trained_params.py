@@ -3,7 +3,7 @@
 Why a found layer works can turn on the values its parameters take: a per-channel divisor that
 stays positive before a ReLU only rescales the affine after it (the ReLU is positively
 homogeneous), one that turns negative lets a channel pass its negative part. This trains one
-(layer, architecture, seed) run exactly as the rank-fidelity panel does (`evonorm.proxy.panel.train_run`)
+(layer, architecture, seed) run exactly as the rank-fidelity panel does (`evonorm.measure.panel.train_run`)
 and summarises one of the layer's parameters (`v0`, `v1`, `weight`, ...) over every layer of the
 network: how many values, how many negative, their range.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from experiments._common import command_line, HelpFormatter, log, refuse
 from experiments.fidelity_panel import DRY_RUN
 
-from evonorm.proxy.panel import ARCH_LR, REFERENCE, named_layers, train_run
+from evonorm.measure.panel import ARCH_LR, REFERENCE, named_layers, train_run
 
 
 def layer_params(spec: str | dict) -> list[str]:

@@ -1,4 +1,4 @@
-"""A stand-in for `evonorm.proxy.calibrate.measure` (importable by spawned workers)."""
+"""A stand-in for `evonorm.measure.calibrate.measure` (importable by spawned workers)."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""Stand-ins for `evonorm.proxy.rerank.train_layer` (importable by spawned workers).
+"""Stand-ins for the ledger's `train_job` in a rerank (importable by spawned workers).
 
 Each call appends "pid graph-json" to the file named by $EVONORM_TEST_CALLS, so a test can count
 which layers were trained, and in how many processes.
@@ -9,18 +9,15 @@ import os
 import signal
 import time
 
-from evonorm.search.config import SearchConfig
-from evonorm.proxy.config import proxy_config
 
-
-def _archs(payload: dict) -> tuple[str, ...]:
-    return proxy_config(SearchConfig.from_dict(payload["config"])).archs
+def _archs(payload: dict) -> list[str]:
+    return [t["arch"] for t in payload["train"]]
 
 
 def _record(payload: dict) -> int:
     path = os.environ["EVONORM_TEST_CALLS"]
     with open(path, "a") as f:
-        f.write(f"{os.getpid()} {json.dumps(payload['graph'], sort_keys=True)}\n")
+        f.write(f"{os.getpid()} {json.dumps(payload['spec'], sort_keys=True)}\n")
     with open(path) as f:
         return sum(1 for _ in f)
 
@@ -29,7 +26,7 @@ def fake_train(payload: dict) -> dict:
     """0.5 + 0.01 x the number of nodes on every architecture, after a short 'training'."""
     _record(payload)
     time.sleep(0.3)
-    acc = 0.5 + 0.01 * len(payload["graph"]["nodes"])
+    acc = 0.5 + 0.01 * len(payload["spec"]["nodes"])
     return {"status": "ok", "reason": None,
             "scores": {a: acc for a in _archs(payload)}}
 

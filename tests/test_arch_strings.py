@@ -259,9 +259,9 @@ def test_timm_names_in_a_run_need_no_flag():
 
 
 def test_the_python_api_asks_for_the_names_again_too(user_modules):
-    from evonorm.proxy.references import train_references
-    from evonorm.proxy.rerank import rerank
-    from evonorm.proxy.retrain import retrain
+    from evonorm.measure.references import train_references
+    from evonorm.measure.rerank import rerank
+    from evonorm.measure.retrain import retrain
 
     run = user_modules / "run"
     init_run(run, get_preset("tiny", archs=("archplanted:build", "resnet50_cifar")))

@@ -9,7 +9,7 @@ import pytest
 
 from _calibrate_fakes import fake_measure
 from evonorm.cli import main
-from evonorm.proxy.calibrate import (RUNS_NAME, RunRecord, format_summary, load_runs, calibration_jobs,
+from evonorm.measure.calibrate import (RUNS_NAME, RunRecord, format_summary, load_runs, calibration_jobs,
                                       prepare_out, run_jobs, summarize)
 from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.proxy.presets import get_preset
@@ -138,7 +138,7 @@ def test_calibrate_tiny_end_to_end_and_resume(tmp_path, capsys):
 
 
 def test_a_calibration_depends_on_the_proxy_not_on_the_search_strategy():
-    from evonorm.proxy.calibrate import calibration_setup
+    from evonorm.measure.calibrate import calibration_setup
 
     demo = get_preset("demo")
     same = calibration_setup(configured(demo, budget=7, window=3, workers=1), 3, 20)
@@ -158,7 +158,7 @@ def _same_folder(stored: dict, setup: dict) -> bool:
     """Whether a calibration folder written with `stored` takes runs of `setup` (else it raises)."""
     import tempfile
 
-    from evonorm.proxy.calibrate import prepare_out
+    from evonorm.measure.calibrate import prepare_out
 
     with tempfile.TemporaryDirectory() as d:
         prepare_out(Path(d) / "c", stored)
@@ -178,7 +178,7 @@ def test_demo_references_pass_the_quality_test_on_fashion_mnist(name, arch):
     import torch
 
     from evonorm.graph import Graph
-    from evonorm.proxy.calibrate import reference_graphs
+    from evonorm.measure.calibrate import reference_graphs
     from evonorm.proxy.training import search_dataset, train_stages
 
     torch.set_num_threads(1)  # as in a 2-worker search on 2 cores: the calibration's numbers
@@ -196,7 +196,7 @@ def test_demo_references_pass_the_quality_test_on_fashion_mnist(name, arch):
 def test_staged_calibration_trains_random_layers_past_the_bar():
     """In a staged config every layer trains to the end: a random layer that fails the quality
     test (the first stage) is rejected but keeps its fitness, so the table has a margin."""
-    from evonorm.proxy.calibrate import measure, summarize
+    from evonorm.measure.calibrate import measure, summarize
 
     cfg = get_preset("tiny", dataset="synthetic", n_train=96, quality_steps=0, stage_steps=(2,),
                      quality_factor=100.0, stability_steps=0, prechecks=False,
@@ -215,7 +215,7 @@ def test_staged_calibration_trains_random_layers_past_the_bar():
 
 
 def test_a_folder_written_with_search_fields_in_its_setup_still_resumes(tmp_path):
-    from evonorm.proxy.calibrate import calibration_setup
+    from evonorm.measure.calibrate import calibration_setup
 
     setup = calibration_setup(get_preset("demo"), 3, 20)
     out = tmp_path / "c"

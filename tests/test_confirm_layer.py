@@ -7,7 +7,7 @@ import pytest
 
 from _scripts import load_script
 
-from evonorm.proxy.retrain import pending
+from evonorm.measure.retrain import pending
 from evonorm.stats import paired_sign_flip_greater
 from evonorm.proxy.config import configured, proxy_config
 
@@ -18,7 +18,8 @@ analyze, main = cl.analyze, cl.main
 def _rows(path: Path, label: str, fits: dict[int, float | None]) -> None:
     with path.open("w") as f:
         for seed, fit in fits.items():
-            f.write(json.dumps({"layer": label, "kind": "x", "seed": seed, "accuracies": {}, "fitness": fit}) + "\n")
+            f.write(json.dumps({"layer": label, "kind": "x", "seed": seed, "setting": "full", "split": "s", "scores": {},
+                                "fitness": fit, "status": "ok" if fit is not None else "failed", "version": 1}) + "\n")
 
 
 def test_paired_differences_over_splits_and_seeds(tmp_path):
@@ -72,24 +73,27 @@ def test_trains_every_layer_on_the_same_pairs_and_resumes(tmp_path):
 def test_train_layers_in_the_rerank_setting_uses_its_data_and_steps(tmp_path, monkeypatch):
     # the rerank setting: its own steps, the training split less the search's held-out images, the whole
     # test split; the search setting: the search's split (what `evonorm retrain` trains on)
-    import evonorm.train
+    from _ledger_fakes import calls, fake_train
+
+    from evonorm.measure.ledger import DataSplit, load_split
     from evonorm.proxy.training import search_dataset, with_dataset
     from evonorm.proxy.presets import PRESETS
-    from evonorm.proxy.rerank import rerank_dataset
-    from evonorm.proxy.retrain import train_layers
+    from evonorm.measure.rerank import rerank_dataset
+    from evonorm.measure.retrain import train_layers
 
-    seen = []
+    monkeypatch.setenv("EVONORM_TEST_CALLS", str(tmp_path / "calls"))
 
-    def fake_train(layer, data, cfg):
-        seen.append((len(data.train_y), len(data.test_y), cfg.steps, cfg.seed))
-        return type("R", (), {"status": "ok", "accuracy": 0.5, "failed_step": None})()
+    def seen(i):  # what job i would train on, as its worker loads it
+        job = calls(tmp_path / "calls")[i]
+        data = load_split(DataSplit(**job["data"]))
+        return [(len(data.train_y), len(data.test_y), t["steps"], t["seed"]) for t in job["train"]]
 
-    monkeypatch.setattr(evonorm.train, "train", fake_train)
     cfg = with_dataset(configured(PRESETS["tiny"], archs=("resnet50_cifar",), data_seed=3))
     rows = train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "r.jsonl", log=lambda s: None,
-                        rerank=True)
+                        rerank=True, fn=fake_train)
     rd, sd = rerank_dataset(cfg), search_dataset(cfg)
-    assert seen == [(len(rd.train_y), len(rd.test_y), proxy_config(cfg).rerank_train["steps"], 7)] and rows[0].fitness == 0.5
+    assert seen(0) == [(len(rd.train_y), len(rd.test_y), proxy_config(cfg).rerank_train["steps"], 7)]
+    assert rows[0].fitness == 0.5
     assert len(rd.test_y) > len(sd.test_y) and proxy_config(cfg).rerank_train["steps"] != proxy_config(cfg).train["steps"]
-    train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "s.jsonl", log=lambda s: None)
-    assert seen[1] == (len(sd.train_y), len(sd.test_y), proxy_config(cfg).train["steps"], 7)
+    train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "s.jsonl", log=lambda s: None, fn=fake_train)
+    assert seen(1) == [(len(sd.train_y), len(sd.test_y), proxy_config(cfg).train["steps"], 7)]

@@ -148,11 +148,11 @@ def capture(kw: dict):
 
 def test_search_and_rerank_hand_the_device_and_share_to_the_executor(tmp_path, monkeypatch):
     from evonorm.search import driver
-    from evonorm.proxy import rerank as rerank_module
+    from evonorm.measure import ledger
     from evonorm.search.driver import init_run, run_search
     from evonorm.search.evaluation import Evaluation
     from evonorm.search.objective import layer_identity
-    from evonorm.proxy.rerank import rerank
+    from evonorm.measure.rerank import rerank
 
     cfg = get_preset("tiny", executor="ray", workers=3, device="cuda", gpus_per_worker=0.5)
     init_run(tmp_path, cfg)
@@ -169,7 +169,7 @@ def test_search_and_rerank_hand_the_device_and_share_to_the_executor(tmp_path, m
         store.add_candidate(store.pending_proposals()[0], Evaluation.valid({"a": 0.3}), key=key,
                             fingerprint=fp)
     got.clear()
-    monkeypatch.setattr(rerank_module, "make_executor", capture(got))
+    monkeypatch.setattr(ledger, "make_executor", capture(got))
     with pytest.raises(Captured):  # the run's executor kind; the rerank's device and workers
         rerank(tmp_path, device="cpu", workers=2, log=lambda s: None)
     assert (got["kind"], got["workers"], got["device"], got["gpus_per_worker"]) == ("ray", 1, "cpu", 0.5)

@@ -111,7 +111,7 @@ def _tiny_run(path, algorithm: str, seed_layer: str):
 def test_fresh_seeds_retrain_the_arms_best_layers_and_test_the_differences(tmp_path):
     from types import SimpleNamespace
 
-    from evonorm.proxy.retrain import load_rows
+    from evonorm.measure.ledger import read_ledger
 
     runs, out = tmp_path / "runs", tmp_path / "out"
     out.mkdir()
@@ -124,7 +124,7 @@ def test_fresh_seeds_retrain_the_arms_best_layers_and_test_the_differences(tmp_p
     r0, r1 = res["rows"]
     assert not r0["same_layer"] and r1["same_layer"] and r1["difference"] == 0.0
     for arm in ("evolution", "random"):  # two fresh seeds each, none of the search's own
-        rows = load_rows(runs / f"fresh_s0_{arm}.jsonl")
+        rows = read_ledger(runs / f"fresh_s0_{arm}.jsonl")
         assert [r.seed for r in rows] == [1000, 1001] and all(r.kind == "seed" for r in rows)
         assert r0[f"{arm}_fresh"] == pytest.approx(sum(r.fitness for r in rows) / 2)
         assert not (runs / f"fresh_s1_{arm}.jsonl").exists()  # the same layer: nothing to train
@@ -132,7 +132,7 @@ def test_fresh_seeds_retrain_the_arms_best_layers_and_test_the_differences(tmp_p
     assert res["p_value"] == (0.5 if r0["difference"] > 0 else 1.0)
     assert (out / "fresh_seeds.json").is_file() and "paired permutation" in (out / "fresh_seeds.md").read_text()
     again = fresh_seeds(runs, args, out, 2)  # resumable: nothing trains twice
-    assert len(load_rows(runs / "fresh_s0_evolution.jsonl")) == 2 and again["rows"] == res["rows"]
+    assert len(read_ledger(runs / "fresh_s0_evolution.jsonl")) == 2 and again["rows"] == res["rows"]
 
 
 def test_prescreen_arms_counts_valid_layers_and_their_ceiling():

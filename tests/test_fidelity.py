@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from evonorm.cli import main
-from evonorm.proxy.calibrate import load_runs
-from evonorm.proxy.fidelity import load_panel, rank_fidelity, seed_agreement
+from evonorm.measure.calibrate import load_runs
+from evonorm.measure.fidelity import load_panel, rank_fidelity, seed_agreement
 from evonorm.stats import bootstrap_ci, kendall, pearson, spearman
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")
@@ -144,7 +144,7 @@ def test_calibrate_with_a_bad_panel_exits_2_in_one_line(tmp_path):
 
 
 def _write_proxies(path, who, barrier):
-    from evonorm.proxy.fidelity import write_proxy
+    from evonorm.measure.fidelity import write_proxy
 
     barrier.wait()
     for i in range(100):
@@ -209,7 +209,7 @@ def test_a_read_only_panel_is_found_before_any_training(tmp_path, capsys, monkey
 
 
 def test_failed_panel_jobs_are_neither_scored_at_chance_nor_counted_in_the_cost():
-    from evonorm.proxy.calibrate import RunRecord, panel_cost, proxy_scores
+    from evonorm.measure.calibrate import RunRecord, panel_cost, proxy_scores
 
     recs = [RunRecord("panel", "a", 0, "valid", None, fitness=0.6, cpu_seconds=10.0),
             RunRecord("panel", "a", 1, "rejected", "nonfinite", cpu_seconds=4.0),  # learned nothing

@@ -10,7 +10,7 @@ import pytest
 from _scripts import load_script
 from _search_fakes import demo_run
 
-from evonorm.proxy.panel import read_rows
+from evonorm.measure.panel import read_rows
 
 fp = load_script("fidelity_panel")
 ROOT = Path(fp.__file__).parents[1]  # where `python -m experiments.fidelity_panel` runs from

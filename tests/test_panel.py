@@ -1,4 +1,4 @@
-"""The reference panel (`evonorm.proxy.panel`, `evonorm calibrate --build-panel`): a killed run
+"""The reference panel (`evonorm.measure.panel`, `evonorm calibrate --build-panel`): a killed run
 resumes from its checkpoint and ends where an uninterrupted one does, the panel file keeps what
 calibrate wrote into it, and a panel the package writes is one `calibrate --panel` reads."""
 
@@ -11,7 +11,7 @@ import pytest
 from _search_fakes import demo_run
 
 from evonorm.cli import main
-from evonorm.proxy import panel as pn
+from evonorm.measure import panel as pn
 
 SETTING = replace(pn.REFERENCE, dataset="synthetic", steps=10, n_train=256, n_test=64, lr_warmup=2)
 

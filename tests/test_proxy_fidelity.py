@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evonorm.proxy.calibrate import RunRecord
+from evonorm.measure.calibrate import RunRecord
 
 from _scripts import load_script  # noqa: E402
 

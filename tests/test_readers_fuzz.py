@@ -16,7 +16,7 @@ from hypothesis import strategies as st  # noqa: E402
 import _objectives  # noqa: E402
 from evonorm.cli import main as cli  # noqa: E402
 from evonorm.graph import Graph  # noqa: E402
-from evonorm.proxy.fidelity import load_panel  # noqa: E402
+from evonorm.measure.fidelity import load_panel  # noqa: E402
 from evonorm.proxy.prior import read_prior  # noqa: E402
 
 FUZZ = settings(max_examples=12, deadline=None, derandomize=True,

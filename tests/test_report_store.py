@@ -144,8 +144,9 @@ def test_references_are_trained_once_with_the_runs_settings(tmp_path, capsys):
     assert cli_main(["retrain", str(run), "--seeds", "0", "--references", "gn_relu"]) == 0
     refs = json.loads((run / "references.json").read_text())
     assert set(refs) == {"gn_relu"} and set(refs["gn_relu"]) == set(proxy_config(get_preset("tiny")).archs)
+    assert "references [1/1] gn_relu: " in capsys.readouterr().out  # trained: a line when done
     assert cli_main(["report", str(run)]) == 0
     assert "gn_relu" in (run / "report.html").read_text()
     capsys.readouterr()
     assert cli_main(["retrain", str(run), "--seeds", "0", "--references", "gn_relu"]) == 0  # kept
-    assert "reference gn_relu" not in capsys.readouterr().out
+    assert "gn_relu" not in capsys.readouterr().out

@@ -16,12 +16,22 @@ from evonorm.search.evaluation import Evaluation
 from evonorm.proxy.training import search_dataset
 from evonorm.search.objective import layer_identity
 from evonorm.proxy.presets import get_preset
-from evonorm.proxy.rerank import (RERANK_FILE, RerankRow, add_rerank, outside_holdout, prepare, read_reranks,
-                                  rerank, rerank_dataset, reranked_ids)
+from evonorm.measure.ledger import Row, add_row, outside_holdout
+from evonorm.measure.rerank import RERANK_FILE, prepare, read_reranks, rerank, rerank_dataset, reranked_ids
 from evonorm.search.store import Store
 from evonorm.proxy.config import configured, proxy_config
 
 TESTS = Path(__file__).parent
+
+
+def rerank_row(cid, setting, split, scores, mean, status, reason, search_fitness, seconds, created_at) -> Row:
+    """A rerank's ledger row: candidate `cid` at the run's seed 0."""
+    return Row(f"id {cid}", "found", 0, setting, split, scores, mean, status, reason, cid, None, search_fitness,
+               seconds, created_at)
+
+
+def add_rerank(run: Path, row: Row) -> None:
+    add_row(Path(run) / RERANK_FILE, row)
 
 # three distinct valid layers: x * sigmoid(x), x * sigmoid(x) * x, tanh(x)
 LAYERS = [{"nodes": [["sigmoid", 0], ["mul", 0, 4]]},
@@ -131,7 +141,7 @@ def test_layers_train_in_parallel_each_row_saved_with_its_split_and_a_line_each(
     rows = rerank(tmp_path / "run", workers=2, fn=fake_train, log=lines.append)
     assert [r.candidate_id for r in rows] == [cids[1], cids[0], cids[2]]  # 3 nodes, 2, 1
     assert all(r.split == "synthetic test split (256 of 512 images)" for r in rows)
-    assert rows[0].mean == pytest.approx(0.53) and rows[0].status == "ok"
+    assert rows[0].fitness == pytest.approx(0.53) and rows[0].status == "ok"
     pids = {line.split()[0] for line in calls.read_text().splitlines()}
     assert len(pids) == 2  # two worker processes, not the driver
     done = [line for line in lines if line.startswith("rerank [")]
@@ -145,15 +155,15 @@ def test_rows_already_saved_are_skipped(tmp_path, monkeypatch):
     cfg = get_preset("tiny", workers=1)
     cids = make_run(tmp_path / "run", cfg)
     plan = prepare(cfg)
-    add_rerank(tmp_path / "run", RerankRow(cids[0], plan.label, plan.split, {"a": 0.99}, 0.99, "ok", None,
+    add_rerank(tmp_path / "run", rerank_row(cids[0], plan.label, plan.split, {"a": 0.99}, 0.99, "ok", None,
                                            0.4, 1.0, 1.0))
     # in another setting, or scored on other data: does not count
-    add_rerank(tmp_path / "run", RerankRow(cids[1], "other", plan.split, {}, 0.1, "ok", None, 0.3, 1.0, 1.0))
-    add_rerank(tmp_path / "run", RerankRow(cids[1], plan.label, "other", {}, 0.1, "ok", None, 0.3, 1.0, 1.0))
+    add_rerank(tmp_path / "run", rerank_row(cids[1], "other", plan.split, {}, 0.1, "ok", None, 0.3, 1.0, 1.0))
+    add_rerank(tmp_path / "run", rerank_row(cids[1], plan.label, "other", {}, 0.1, "ok", None, 0.3, 1.0, 1.0))
     lines = []
     rows = rerank(tmp_path / "run", fn=fake_train, log=lines.append)
     assert len(calls.read_text().splitlines()) == 2  # only the two layers not done yet
-    assert {r.candidate_id: r.mean for r in rows}[cids[0]] == 0.99  # kept, not retrained
+    assert {r.candidate_id: r.fitness for r in rows}[cids[0]] == 0.99  # kept, not retrained
     assert [line.split(":")[0] for line in lines if line.startswith("rerank [")] == [
         "rerank [2/3] candidate 2", "rerank [3/3] candidate 3"]
 
@@ -161,7 +171,7 @@ def test_rows_already_saved_are_skipped(tmp_path, monkeypatch):
 KILLED_DRIVER = """
 import sys
 from _rerank_fakes import kill_driver_on_second
-from evonorm.proxy.rerank import rerank
+from evonorm.measure.rerank import rerank
 rerank(sys.argv[1], workers=1, fn=kill_driver_on_second)
 """
 
@@ -175,7 +185,7 @@ def test_a_killed_rerank_continues_where_it_stopped(tmp_path, monkeypatch):
                           capture_output=True, text=True, timeout=300, env=env_with_path(TESTS))
     assert proc.returncode == -9, proc.stderr  # SIGKILLed while the second layer trained
     (first,) = read_reranks(tmp_path / "run")
-    assert first.candidate_id == cids[0] and first.mean == pytest.approx(0.7)
+    assert first.candidate_id == cids[0] and first.fitness == pytest.approx(0.7)
     calls.unlink()
     rows = rerank(tmp_path / "run", workers=1, fn=fake_train, log=lambda s: None)
     assert {r.candidate_id for r in rows} == set(cids)
@@ -185,14 +195,14 @@ def test_a_killed_rerank_continues_where_it_stopped(tmp_path, monkeypatch):
 
 def test_rows_read_best_first_the_latest_of_a_layer_counting_and_a_lost_one_trained_again(tmp_path):
     def row(cid, mean, status="ok", split="s", setting="p"):
-        return RerankRow(cid, setting, split, {} if mean is None else {"a": mean}, mean, status,
+        return rerank_row(cid, setting, split, {} if mean is None else {"a": mean}, mean, status,
                          None if status == "ok" else "why", 0.5, 1.0, 1.0)
 
     for r in (row(3, 0.4), row(5, 0.7), row(3, 0.45), row(7, None, "lost", "t"), row(8, None, "failed", "t"),
               row(5, 0.2, setting="q")):
         add_rerank(tmp_path, r)
     rows = read_reranks(tmp_path)
-    assert [(r.candidate_id, r.setting, r.mean) for r in rows] == [
+    assert [(r.candidate_id, r.setting, r.fitness) for r in rows] == [
         (5, "p", 0.7), (3, "p", 0.45), (5, "q", 0.2), (7, "p", None), (8, "p", None)]  # 3 again: replaced
     assert reranked_ids(tmp_path, "p", "s") == {3, 5} and reranked_ids(tmp_path, "q", "s") == {5}
     assert reranked_ids(tmp_path, "p", "t") == {8}  # a lost worker's layer is trained again; a failure is final
@@ -202,12 +212,12 @@ def test_rows_read_best_first_the_latest_of_a_layer_counting_and_a_lost_one_trai
 
 def test_a_search_started_over_drops_the_records_of_the_one_it_replaces(tmp_path):
     from evonorm.proxy.objective import ProxyObjective
-    from evonorm.proxy.retrain import RETRAIN_FILE
+    from evonorm.measure.retrain import RETRAIN_FILE
     from evonorm.search.driver import init_run
 
     cfg = get_preset("tiny", workers=1)
     cids = make_run(tmp_path / "run", cfg)
-    add_rerank(tmp_path / "run", RerankRow(cids[0], "p", "s", {"a": 0.5}, 0.5, "ok", None, 0.4, 1.0, 1.0))
+    add_rerank(tmp_path / "run", rerank_row(cids[0], "p", "s", {"a": 0.5}, 0.5, "ok", None, 0.4, 1.0, 1.0))
     (tmp_path / "run" / RETRAIN_FILE).write_text("{}\n")
     (tmp_path / "run" / "notes.txt").write_text("mine")
     init_run(tmp_path / "run", cfg, ProxyObjective(cfg), force=True)  # they named the old search's candidates
@@ -223,7 +233,7 @@ def test_the_report_reads_the_rows_from_the_runs_rerank_file(tmp_path):
 
     cids = make_run(tmp_path / "run", get_preset("tiny", workers=1))
     for cid, mean in ((cids[0], 0.25), (cids[1], 0.75)):
-        add_rerank(tmp_path / "run", RerankRow(cid, "tiny[steps=6]", "s", {"a": mean}, mean, "ok", None, 0.4, 1.0, 1.0))
+        add_rerank(tmp_path / "run", rerank_row(cid, "tiny[steps=6]", "s", {"a": mean}, mean, "ok", None, 0.4, 1.0, 1.0))
     run = load_run(tmp_path / "run")
     assert [r.candidate_id for r in run.reranks] == [cids[1], cids[0]]  # best first
     page = rerank_table(run)

@@ -10,7 +10,7 @@ import pytest
 
 from evonorm.cli import main as cli_main
 from evonorm.search.lock import RunLock
-from evonorm.proxy.retrain import RETRAIN_FILE, read_rows
+from evonorm.measure.retrain import RETRAIN_FILE, read_rows
 
 from _search_fakes import demo_run
 from test_report_store import make_store
@@ -40,16 +40,12 @@ def test_retrain_beside_a_live_search_exits_2_in_one_line(tmp_path):
 
 def test_retrain_writes_its_rows_and_the_report_reads_them(tmp_path, monkeypatch, capsys):
     pytest.importorskip("matplotlib")
-    import evonorm.train
+    from _ledger_fakes import fake_train
 
     run = tmp_path / "run"
     make_store(run)
-
-    def fake_train(spec, data, cfg, **kw):
-        return SimpleNamespace(status="ok", accuracy=0.4 + cfg.seed % 7 / 100, failed_step=None)
-
-    monkeypatch.setattr(evonorm.train, "train", fake_train)
-    monkeypatch.setattr("evonorm.proxy.training.search_dataset", lambda cfg: None)
+    monkeypatch.setenv("EVONORM_TEST_CALLS", str(tmp_path / "calls"))
+    monkeypatch.setattr("evonorm.measure.ledger.train_job", fake_train)  # the workers train nothing
     assert cli_main(["retrain", str(run), "--seeds", "2", "--top", "1"]) == 0
     out = capsys.readouterr().out
     assert "retrain [8/8]" in out and "evonorm report" in out  # a line per (layer, seed)
@@ -65,31 +61,26 @@ def test_retrain_writes_its_rows_and_the_report_reads_them(tmp_path, monkeypatch
 
 
 def test_retrain_trains_each_layer_in_the_stored_setting(tmp_path, monkeypatch):
-    """Re-training reads the run's own settings: the trainer is replaced by a recorder (nothing
-    trains), the data by a stand-in (the run's Fashion-MNIST need not be installed)."""
-    import evonorm.proxy.retrain as retrain_module
-    import evonorm.train
-    from evonorm.proxy.retrain import SEED_OFFSET, retrain
+    """Re-training reads the run's own settings: the worker's trainer is replaced by a recorder of
+    what each job would train (nothing trains, the run's Fashion-MNIST need not be installed)."""
+    from _ledger_fakes import calls, fake_train
+
+    from evonorm.measure.retrain import SEED_OFFSET, retrain
 
     run = demo_run(tmp_path / "run")
-    calls = []
-
-    def fake_train(layer, data, tcfg):
-        calls.append(tcfg)
-        return SimpleNamespace(status="ok", accuracy=0.5, failed_step=None, seconds=0.0)
-
-    monkeypatch.setattr(evonorm.train, "train", fake_train)
-    monkeypatch.setattr(retrain_module, "search_dataset", lambda cfg: "the run's data")
-    rows = retrain(run, top=1, seeds=1, log=lambda line: None)
-    assert {r.kind for r in rows} == {"found", "reference", "seed"} and all(r.fitness == 0.5 for r in rows)
-    assert len(calls) == len(rows) * 2
-    by_arch = {c.arch: c for c in calls}
+    monkeypatch.setenv("EVONORM_TEST_CALLS", str(tmp_path / "calls"))
+    rows = retrain(run, top=1, seeds=1, log=lambda line: None, fn=fake_train)
+    assert {r.kind for r in rows} == {"found", "reference", "seed"} and all(r.fitness == 0.5 + SEED_OFFSET % 7 / 100 for r in rows)
+    jobs = calls(tmp_path / "calls")
+    assert len(jobs) == len(rows) and all(j["data"]["dataset"] == "fashion_mnist" for j in jobs)
+    train = [SimpleNamespace(**t) for j in jobs for t in j["train"]]
+    assert len(train) == len(rows) * 2
+    by_arch = {c.arch: c for c in train}
     assert set(by_arch) == {"resnet50_cifar", "mobilenetv2_cifar"}
-    for c in calls:  # demo's full training, from the stored config
+    for c in train:  # demo's full training, from the stored config
         assert (c.steps, c.batch_size, c.width, c.lr_warmup) == (900, 32, 0.0625, 10)
-        assert c.restarts == (150,) and c.seed == SEED_OFFSET and c.device == "cpu"
+        assert c.restarts == [150] and c.seed == SEED_OFFSET and c.device == "cpu"
     assert by_arch["resnet50_cifar"].lr == 0.1 and by_arch["mobilenetv2_cifar"].lr == 0.03
-
 
 def test_report_has_no_training_flags():
     for flag in ("--seeds", "--retrain-top", "--references"):

@@ -20,7 +20,7 @@ from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.search.driver import init_run
 from evonorm.search.evaluation import Evaluation
 from evonorm.proxy.presets import get_preset
-from evonorm.proxy.retrain import RetrainRow, load_rows
+from evonorm.measure.ledger import LEDGER_VERSION, Row, read_ledger as load_rows
 from evonorm.search.store import PendingProposal, Store
 
 from test_hardening import assert_refused, cli, snapshot
@@ -160,7 +160,7 @@ def test_no_helper_goes_through_a_link_or_into_a_non_file(tmp_path_factory, kind
     before = snapshot(target_dir)
     calls = {"read": lambda: files.read_bytes(path), "append": lambda: files.append_line(path, "{}"),
              "open": lambda: files.open_regular(path, os.O_RDWR | os.O_CREAT), "json": lambda: files.read_json(path),
-             "jsonl": lambda: files.read_jsonl(path, RetrainRow), "entry": lambda: files.check_entry(path)}
+             "jsonl": lambda: files.read_jsonl(path, Row), "entry": lambda: files.check_entry(path)}
     with pytest.raises(OSError) as err:
         calls[op]()
     assert isinstance(err.value, UnsafePath) or kind in ("folder", "link to a folder") and op != "entry", err.value
@@ -188,6 +188,13 @@ def test_an_atomic_write_replaces_a_link_and_leaves_no_temporary_file(tmp_path):
 
 # ---------------------------------------------------------------- damaged values
 
+# a re-training and a rerank row as this version writes them (`evonorm.measure.ledger.Row`)
+GOOD_ROW = {"layer": "bn_relu", "kind": "reference", "seed": 1000, "setting": "full", "split": "s",
+            "scores": {"a": 0.5}, "fitness": 0.5, "status": "ok", "version": LEDGER_VERSION}
+RERANK_ROW = GOOD_ROW | {"layer": "id 1", "kind": "found", "seed": 0, "setting": "tiny", "candidate_id": 1,
+                         "search_fitness": 0.5, "seconds": 1.0, "created_at": 1.0}
+
+
 def _damage_references_list(run):
     (run / "references.json").write_text("[1, 2]")
 
@@ -197,13 +204,12 @@ def _damage_references_value(run):
 
 
 def _damage_retrain_fitness(run):
-    row = {"layer": "bn_relu", "kind": "reference", "seed": 1000, "accuracies": {"a": 0.5}, "fitness": "high"}
+    row = GOOD_ROW | {"fitness": "high"}
     (run / "retrain.jsonl").write_text(json.dumps(row) + "\n")
 
 
 def _damage_rerank_mean(run):
-    row = {"candidate_id": 1, "setting": "tiny", "split": "s", "scores": {"a": 0.5}, "mean": "high",
-           "status": "ok", "reason": None, "search_fitness": 0.5, "seconds": 1.0, "created_at": 1.0}
+    row = RERANK_ROW | {"fitness": "high"}
     (run / "rerank.jsonl").write_text(json.dumps(row) + "\n")
 
 
@@ -212,7 +218,7 @@ DAMAGE = {  # what is damaged -> (how, the commands that read it, what the line 
     "a reference's accuracy": (_damage_references_value, ["report", "retrain"], ["references.json", "resnet"]),
     "retrain.jsonl fitness": (_damage_retrain_fitness, ["report", "retrain", "resume"],
                               ["retrain.jsonl", "line 1", "fitness"]),
-    "rerank.jsonl mean": (_damage_rerank_mean, ["report", "rerank", "resume"], ["rerank.jsonl", "line 1", "mean"]),
+    "rerank.jsonl fitness": (_damage_rerank_mean, ["report", "rerank", "resume"], ["rerank.jsonl", "line 1", "fitness"]),
     "config archs": (lambda r: _config(r, archs=3), ["report", "resume", "retrain", "rerank"],
                      ["store.sqlite", "config", "archs"]),
     "config train": (lambda r: _config(r, train=[1, 2]), ["report", "resume", "retrain", "rerank"],
@@ -257,7 +263,7 @@ def test_a_damaged_value_exits_2_naming_the_file_and_the_field_before_anything_i
 
 def test_retrain_never_counts_a_row_it_cannot_use(tmp_path):
     path = tmp_path / "retrain.jsonl"
-    good = {"layer": "bn_relu", "kind": "reference", "seed": 1000, "accuracies": {"a": 0.5}, "fitness": 0.5}
+    good = dict(GOOD_ROW)
     files.append_line(path, json.dumps(good))
     path.write_text(path.read_text() + '{"layer": "bn_relu", "kind": "refer')  # torn by a kill
     files.append_line(path, json.dumps(good | {"seed": 1001}))
@@ -267,12 +273,23 @@ def test_retrain_never_counts_a_row_it_cannot_use(tmp_path):
         load_rows(path)
 
 
-@pytest.mark.parametrize("change", [{"fitness": float("nan")}, {"fitness": 1e400}, {"accuracies": {"a": 5.0}},
-                                    {"accuracies": {"a": -float("inf")}}, {"seconds": -1.0}, {"seed": -50}])
+def test_a_ledger_of_another_format_version_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "retrain.jsonl"
+    path.write_text(json.dumps(GOOD_ROW | {"version": LEDGER_VERSION + 1}) + "\n")
+    with pytest.raises(DamagedFile, match=f"line 1: format version {LEDGER_VERSION + 1}, and this") as err:
+        load_rows(path)
+    assert "\n" not in str(err.value)
+    path.write_text(json.dumps({k: v for k, v in GOOD_ROW.items() if k != "version"}) + "\n")  # an older file
+    with pytest.raises(DamagedFile, match="line 1: no format version"):
+        load_rows(path)
+
+
+@pytest.mark.parametrize("change", [{"fitness": float("nan")}, {"fitness": 1e400}, {"scores": {"a": 5.0}},
+                                    {"scores": {"a": -float("inf")}}, {"seconds": -1.0}, {"seed": -50}])
 def test_a_retrain_row_that_cannot_be_true_is_dropped_with_one_warning(run, capsys, change):
     pytest.importorskip("matplotlib", reason="reports need the optional `plots` extra")
-    good = {"layer": "bn_relu", "kind": "reference", "seed": 1000, "accuracies": {"a": 0.5}, "fitness": 0.5}
-    lines = [good, good | {"seed": 1001, "accuracies": {"a": 0.6}, "fitness": 0.6}, good | {"seed": 1002} | change]
+    good = dict(GOOD_ROW)
+    lines = [good, good | {"seed": 1001, "scores": {"a": 0.6}, "fitness": 0.6}, good | {"seed": 1002} | change]
     (run / "retrain.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))  # NaN, Infinity as Python writes them
     assert [r.seed for r in load_rows(run / "retrain.jsonl")] == [1000, 1001]
     warned = capsys.readouterr().err.strip().splitlines()
@@ -282,13 +299,12 @@ def test_a_retrain_row_that_cannot_be_true_is_dropped_with_one_warning(run, caps
 
 
 def test_a_rerank_row_or_reference_that_cannot_be_true_is_dropped_with_one_warning(run, capsys):
-    from evonorm.proxy.references import read_references
-    from evonorm.proxy.rerank import read_reranks
+    from evonorm.measure.references import read_references
+    from evonorm.measure.rerank import read_reranks
 
-    row = {"candidate_id": 1, "setting": "tiny", "split": "s", "scores": {"a": 0.5}, "mean": 0.5,
-           "status": "ok", "reason": None, "search_fitness": 0.5, "seconds": 1.0, "created_at": 1.0}
-    (run / "rerank.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(row | {"mean": float("nan")}) + "\n")
-    assert [r.mean for r in read_reranks(run)] == [0.5]  # the later row would count: it cannot be true
+    row = RERANK_ROW
+    (run / "rerank.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(row | {"fitness": float("nan")}) + "\n")
+    assert [r.fitness for r in read_reranks(run)] == [0.5]  # the later row would count: it cannot be true
     (run / "references.json").write_text(json.dumps({"bn_relu": {"a": 0.5}, "gn_relu": {"a": 5.0}}))
     assert read_references(run / "references.json") == {"bn_relu": {"a": 0.5}}
     warned = capsys.readouterr().err.strip().splitlines()
@@ -301,14 +317,14 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
 
 
 @settings(max_examples=200, deadline=None)
-@given(field=st.sampled_from(["layer", "kind", "seed", "accuracies", "fitness", "candidate_id", "seconds",
+@given(field=st.sampled_from(["layer", "kind", "seed", "scores", "fitness", "candidate_id", "seconds",
                               "reason"]), value=JSON_VALUES)
-@example(field="accuracies", value={"\n": False})  # a key with a line break: the message stays one line
+@example(field="scores", value={"\n": False})  # a key with a line break: the message stays one line
 def test_any_row_is_a_retrain_row_of_the_declared_types_or_refused(tmp_path_factory, field, value):
     """Fuzz: a row with any JSON value in any field either loads, with that field of its declared type, is
     dropped (a value of its type that cannot be true), or raises DamagedFile naming the line and the field."""
     path = tmp_path_factory.mktemp("run") / "retrain.jsonl"
-    row = {"layer": "bn_relu", "kind": "reference", "seed": 1000, "accuracies": {"a": 0.5}, "fitness": 0.5}
+    row = dict(GOOD_ROW)
     path.write_text(json.dumps(row | {field: value}) + "\n")
     try:
         loaded = load_rows(path)
@@ -316,11 +332,11 @@ def test_any_row_is_a_retrain_row_of_the_declared_types_or_refused(tmp_path_fact
         assert f"line 1: {field}:" in str(err) and "\n" not in str(err)
         return
     if not loaded:
-        assert RetrainRow(**(row | {field: value})).problem() is not None
+        assert Row(**(row | {field: value})).problem() is not None
         return
     (loaded,) = loaded
     got = getattr(loaded, field)
-    assert files.type_problem(got, {"layer": str, "kind": str, "seed": int, "accuracies": dict[str, float | None],
+    assert files.type_problem(got, {"layer": str, "kind": str, "seed": int, "scores": dict[str, float | None],
                                     "fitness": float | None, "candidate_id": int | None, "seconds": float,
                                     "reason": str | None}[field]) is None
 

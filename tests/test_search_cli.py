@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evonorm.cli import main
-from evonorm.proxy.rerank import read_reranks
+from evonorm.measure.rerank import read_reranks
 from evonorm.search.store import Store
 from evonorm.proxy.config import configured, proxy_config
 

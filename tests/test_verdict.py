@@ -2,19 +2,23 @@
 rows beside small stores (no training)."""
 
 import json
+import subprocess
+import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
 from evonorm.report.text import summary_table
 from evonorm.report.verdict import layer_stats, verdict
-from evonorm.proxy.retrain import RETRAIN_FILE, RetrainRow, read_rows
+from evonorm.measure.ledger import Row
+from evonorm.measure.retrain import RETRAIN_FILE, read_rows
 
 from test_report_store import make_store
 
 
 def rows(layer, kind, values):
-    return [RetrainRow(layer, kind, 1000 + i, {"a": v}, v) for i, v in enumerate(values)]
+    return [Row(layer, kind, 1000 + i, "full", "split", {"a": v}, v, "ok") for i, v in enumerate(values)]
 
 
 BEATS = rows("id 7", "found", [0.80, 0.82, 0.81]) + rows("bn_relu", "reference", [0.70, 0.72, 0.69]) \
@@ -39,7 +43,7 @@ def test_verdict_cannot_tell_without_seeds_and_failures_count_apart():
     assert verdict([]).endswith("one training seed per layer.")
     assert verdict([], train_seeds=2).endswith("the mean of 2 training runs per layer, from one "
                                                "evaluation.")
-    failed = rows("id 7", "found", [0.8, 0.8]) + [RetrainRow("bn_relu", "reference", 1000, {}, None, reason="x")]
+    failed = rows("id 7", "found", [0.8, 0.8]) + [Row("bn_relu", "reference", 1000, "full", "split", {}, None, "failed", reason="x")]
     assert verdict(failed).startswith("Cannot tell yet")
     stats = layer_stats(failed)
     assert [(s.layer, len(s.values), s.failed) for s in stats] == [("id 7", 2, 0), ("bn_relu", 0, 1)]
@@ -69,38 +73,40 @@ def test_first_sentence_of_table_and_page(tmp_path, data, start):
     assert body.index('class="verdict"') < body.index("rank fidelity of ") < body.index("<h2>")
 
 
-def test_retrain_writes_a_line_per_layer_and_seed_and_resumes(tmp_path, monkeypatch, capsys):
-    from types import SimpleNamespace
+KILLED_RETRAIN = """
+import sys
+from _ledger_fakes import kill_driver_on_third
+from evonorm.measure.retrain import retrain
+retrain(sys.argv[1], top=3, seeds=2, fn=kill_driver_on_third)
+"""
 
-    import evonorm.train
-    from evonorm.proxy.retrain import retrain
+
+def test_retrain_writes_a_line_per_layer_and_seed_and_resumes(tmp_path, monkeypatch, capsys):
+    from _ledger_fakes import calls, fake_train
+    from _processes import env_with_path
+
+    from evonorm.measure.retrain import retrain
 
     run = tmp_path / "run"
     make_store(run)  # one function (all spellings of one graph), origin random; space s
-    calls = []
-
-    def fake_train(spec, data, cfg, **kw):
-        calls.append((str(spec)[:20], cfg.arch, cfg.seed))
-        if len(calls) == 5:
-            raise KeyboardInterrupt  # killed mid-way
-        return SimpleNamespace(status="ok", accuracy=0.5 + cfg.seed % 7 / 100, seconds=0.0, failed_step=None)
-
-    monkeypatch.setattr(evonorm.train, "train", fake_train)
-    with pytest.raises(KeyboardInterrupt):
-        retrain(run, top=3, seeds=2)
+    monkeypatch.setenv("EVONORM_TEST_CALLS", str(tmp_path / "calls"))
+    monkeypatch.setenv("EVONORM_TEST_LEDGER", str(run / RETRAIN_FILE))
+    proc = subprocess.run([sys.executable, "-c", KILLED_RETRAIN, str(run)], capture_output=True, text=True,
+                          timeout=300, env=env_with_path(Path(__file__).parent))
+    assert proc.returncode == -9, proc.stderr  # killed mid-way, while the third (layer, seed) trained
     assert len(read_rows(run)) == 2  # the (layer, seed) pairs finished before the kill
-    rows = retrain(run, top=3, seeds=2)
+    started = len(calls(tmp_path / "calls"))  # those and the one or two killed while training
+    rows = retrain(run, top=3, seeds=2, fn=fake_train)
     assert sorted({(r.kind, r.layer) for r in rows}) == [
         ("found", "id 12"), ("reference", "bn_relu"), ("reference", "evonorm_s0"), ("reference", "gn_relu")]
     assert len(rows) == 8 and {r.seed for r in rows} == {1000, 1001}
-    assert len(calls) == 5 + 6 * 2  # nothing trained twice but the killed pair's first architecture
-    assert "retrain [6/6]" in capsys.readouterr().err
-    n = len(calls)
-    assert len(retrain(run, top=3, seeds=2)) == 8 and len(calls) == n  # all there: nothing to train
-
+    assert len(calls(tmp_path / "calls")) == started + 6  # nothing trained twice but the killed pairs
+    assert "retrain [8/8]" in capsys.readouterr().err
+    n = len(calls(tmp_path / "calls"))
+    assert len(retrain(run, top=3, seeds=2, fn=fake_train)) == 8 and len(calls(tmp_path / "calls")) == n
 
 def test_a_found_spelling_of_a_seed_layer_counts_as_that_seed(tmp_path):
-    from evonorm.proxy.retrain import retrain_plan
+    from evonorm.measure.retrain import retrain_plan
     from evonorm.search.store import Store
     from test_report_store import add
 

@@ -42,7 +42,7 @@ def test_wheel_builds_installs_and_runs(tmp_path):
                            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True).stdout
     assert str(venv) in where and str(ROOT) not in where
     # a panel the installed package writes is one its `calibrate --panel` reads
-    build = ("import dataclasses, pathlib; from evonorm.proxy import panel as pn; "
+    build = ("import dataclasses, pathlib; from evonorm.measure import panel as pn; "
              "s = dataclasses.replace(pn.with_dataset(pn.REFERENCE, 'synthetic'), steps=10, "
              "lr_warmup=2, seeds=(0,)); "
              "print(pn.build_panel(pathlib.Path('panel'), s, workers=2, layers=[(n, n) for n in "

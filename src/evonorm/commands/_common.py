@@ -132,9 +132,9 @@ def check_run_values(run: Path) -> None:
     rerank and re-training rows and the references."""
     from evonorm.graph import Graph
     from evonorm.proxy.config import ProxyConfig
-    from evonorm.proxy.references import REFERENCES_FILE, read_references
-    from evonorm.proxy.rerank import read_reranks
-    from evonorm.proxy.retrain import read_rows
+    from evonorm.measure.references import REFERENCES_FILE, read_references
+    from evonorm.measure.rerank import read_reranks
+    from evonorm.measure.retrain import read_rows
 
     folder = store.run_folder(run)
     with store.Store(run, readonly=True) as s:

@@ -11,12 +11,12 @@ from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import ARCHS_HELP, DATA_HELP, check_device, dataset_arg
 from evonorm.commands.search import check_setup
 from evonorm.files import check_writable, write_atomic
-from evonorm.proxy.calibrate import (calibration_jobs, calibration_setup, format_summary, load_runs,
+from evonorm.measure.calibrate import (calibration_jobs, calibration_setup, format_summary, load_runs,
                                      check_panel_layers, panel_cost, prepare_out, progress_line, proxy_scores, run_jobs,
                                      summarize)
 from evonorm.proxy.config import proxy_config
-from evonorm.proxy.fidelity import format_fidelity, load_panel, rank_fidelity, write_proxy
-from evonorm.proxy.panel import REFERENCE
+from evonorm.measure.fidelity import format_fidelity, load_panel, rank_fidelity, write_proxy
+from evonorm.measure.panel import REFERENCE
 from evonorm.proxy.presets import PRESETS, get_preset
 from evonorm.proxy.rejection import quality_threshold
 from evonorm.proxy.training import search_dataset
@@ -149,7 +149,7 @@ def build_panel_main(args: argparse.Namespace, argv: list[str]) -> int:
     from dataclasses import replace
 
     from evonorm.data import load_dataset
-    from evonorm.proxy.panel import build_panel, progress_line, with_dataset
+    from evonorm.measure.panel import build_panel, progress_line, with_dataset
 
     if args.panel is not None:
         raise CommandError("--panel and --build-panel: build the panel first, then calibrate "

@@ -15,7 +15,7 @@ from evonorm.commands._common import (RUN_ARCH_HELP, check_device, check_executo
                                       run_lock, write_errors)
 from evonorm.report.text import rerank_table
 from evonorm.proxy.config import anchor_archs
-from evonorm.proxy.rerank import prepare, rerank
+from evonorm.measure.rerank import prepare, rerank
 from evonorm.search.store import Store
 
 

@@ -17,8 +17,8 @@ from evonorm.commands._common import (RUN_ARCH_HELP, check_run, check_run_archs,
                                       write_errors)
 from evonorm.proxy.config import proxy_config
 from evonorm.proxy.training import require_builtin
-from evonorm.proxy.references import DEFAULT_REFERENCES, train_references
-from evonorm.proxy.retrain import retrain
+from evonorm.measure.references import DEFAULT_REFERENCES, train_references
+from evonorm.measure.retrain import retrain
 from evonorm.search.store import Store, run_folder
 
 

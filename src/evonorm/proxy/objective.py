@@ -16,12 +16,16 @@ from dataclasses import dataclass
 
 from evonorm.proxy.config import proxy_config, with_task_settings
 from evonorm.proxy.rejection import quality, stability
-from evonorm.proxy.rerank import RERANK_FILE
-from evonorm.proxy.retrain import RETRAIN_FILE
 from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.objective import CandidateCost, Reject, Trial, run_trial
+
+
+# what measuring a run after its search (`evonorm.measure`) records in the run folder: the rows name
+# the store's candidates, so a search started over (`force`) clears them with the store
+RERANK_FILE = "rerank.jsonl"
+RETRAIN_FILE = "retrain.jsonl"
 
 
 def _error(err: BaseException) -> Reject:

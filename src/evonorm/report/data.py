@@ -21,9 +21,10 @@ from evonorm.files import printable
 from evonorm.search.candidates import Candidate, as_candidate, reason_group
 from evonorm.search.evaluation import STATUSES, finite
 from evonorm.proxy.config import ProxyConfig
-from evonorm.proxy.references import REFERENCES_FILE, read_references
-from evonorm.proxy.rerank import RerankRow, read_reranks
-from evonorm.proxy.retrain import RetrainRow, read_rows
+from evonorm.measure.references import REFERENCES_FILE, read_references
+from evonorm.measure.rerank import read_reranks
+from evonorm.measure.ledger import Row
+from evonorm.measure.retrain import read_rows
 from evonorm.search.store import Store, resolve_path, run_folder
 
 FINISHED = STATUSES
@@ -36,13 +37,13 @@ class RunData:
     name: str
     candidates: list[Candidate] = field(default_factory=list)  # or flat dicts, read as Candidates
     population: list[int] = field(default_factory=list)
-    reranks: list[RerankRow] = field(default_factory=list)  # best first
+    reranks: list[Row] = field(default_factory=list)  # best first
     config: dict = field(default_factory=dict)  # as stored: each part's settings under its part
     # Reference layers (e.g. "bn_relu", "evonorm_b0") -> {arch: accuracy}, for the Pareto figure.
     references: dict[str, dict[str, float]] = field(default_factory=dict)
     in_flight: int = 0  # proposals handed to workers and not finished when the store was read
     status: str = ""  # the store's run status ("running", "complete", ...) when it records one
-    retrain: list[RetrainRow] = field(default_factory=list)  # multi-seed re-training, if any
+    retrain: list[Row] = field(default_factory=list)  # multi-seed re-training, if any
     setup: str = ""  # what the run trained on: preset, dataset and its sizes, device (`setup_line`)
     path: str = ""  # the run folder, as the report names it
     classes: int | None = None  # the dataset's class count, as `evonorm search` stores it

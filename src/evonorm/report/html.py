@@ -10,11 +10,9 @@ from __future__ import annotations
 import base64
 import html
 import time
-from dataclasses import fields
 from typing import Any, Sequence
 
 from evonorm.files import printable
-from evonorm.proxy.rerank import RerankRow
 from evonorm.report.data import FINISHED, RunData, formula, reason_category
 from evonorm.report.verdict import layer_stats, run_verdict, search_fitness_text
 from evonorm.search.candidates import same_layer_keys, top_layers
@@ -112,10 +110,15 @@ def top_table(run: RunData, n: int = 10) -> str:
     return table(["#", "layer", *archs, "fitness", "spellings", "found", "first best id", "origin"], rows)
 
 
+# what a rerank row shows, in this order (a row's layer, kind and graph are its candidate's)
+RERANK_COLUMNS = ("candidate_id", "setting", "split", "scores", "fitness", "status", "reason", "search_fitness",
+                  "seconds", "created_at")
+
+
 def rerank_table(run: RunData) -> str:
     if not run.reranks:
         return '<p class="note">No reranking recorded for this run (<code>evonorm rerank RUN</code>).</p>'
-    keys = [f.name for f in fields(RerankRow)]
+    keys = list(RERANK_COLUMNS)
     rows = []
     for rank, r in enumerate(run.reranks, 1):
         cells: list[Any] = [rank]

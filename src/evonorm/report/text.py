@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evonorm.files import printable
-from evonorm.proxy.rerank import RerankRow
+from evonorm.measure.ledger import Row
 from evonorm.report.data import formula, load_run
 from evonorm.report.verdict import run_verdict
 from evonorm.search.candidates import same_layer_keys, top_layers
@@ -49,13 +49,13 @@ def _printable(text: str) -> str:
     return "\n".join(printable(line) for line in text.split("\n"))
 
 
-def rerank_table(rows: list[RerankRow], graphs: dict[int, dict]) -> str:
-    """Plain-text ranking of a run's rerank rows (`RerankRow`s, best first), with formulas."""
+def rerank_table(rows: list[Row], graphs: dict[int, dict]) -> str:
+    """Plain-text ranking of a run's rerank rows (ledger `Row`s, best first), with formulas."""
     if not rows:
         return "no reranked layer"
     lines = []
     for rank, r in enumerate(rows, 1):
-        mean = r.status if r.mean is None else f"{r.mean:.4f}"
+        mean = r.status if r.fitness is None else f"{r.fitness:.4f}"
         search = "-" if r.search_fitness is None else f"{r.search_fitness:.4f}"
         lines.append(f"{rank:>3}  id {r.candidate_id:<5} rerank {mean:<7} search {search:<7} "
                      f"{formula(graphs.get(r.candidate_id))}")

@@ -1,7 +1,7 @@
 """The first sentence of a run's report and of its end-of-search table: does a found layer beat
 the best reference or seed layer beyond noise?
 
-It reads the multi-seed re-training (`evonorm.proxy.retrain`): the best found layer (highest mean
+It reads the multi-seed re-training (`evonorm.measure.retrain`): the best found layer (highest mean
 fitness over its seeds) against the best reference or seed layer, by a one-sided Welch t-test over
 the training seeds at alpha 0.05.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from evonorm.stats import mean_std
-from evonorm.proxy.retrain import RetrainRow
+from evonorm.measure.ledger import Row
 from evonorm.report.data import RunData
 from evonorm.search.candidates import same_layer_keys, top_layers
 from evonorm.search.evaluation import finite
@@ -57,9 +57,9 @@ class LayerStats:
         return f"{name} {100 * self.mean:.1f} +- {100 * self.std:.1f}"
 
 
-def layer_stats(rows: Iterable[RetrainRow]) -> list[LayerStats]:
+def layer_stats(rows: Iterable[Row]) -> list[LayerStats]:
     """Per layer, its seeds' fitnesses; best mean first, layers with no finite value last."""
-    by: dict[tuple[str, str], list[RetrainRow]] = {}
+    by: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
         by.setdefault((r.layer, r.kind), []).append(r)
     out = [LayerStats(layer, kind, tuple(r.fitness for r in rs if r.fitness is not None),
@@ -75,7 +75,7 @@ def search_fitness_text(train_seeds: int = 1) -> str:
     return "one training seed per layer"
 
 
-def verdict(rows: Iterable[RetrainRow], run: str = "RUN", train_seeds: int = 1,
+def verdict(rows: Iterable[Row], run: str = "RUN", train_seeds: int = 1,
             objective: str | None = None, best: Any = None) -> str:
     """One plain sentence: a found layer beats the best reference/seed (by how much, test, p), or
     none does beyond noise, or it cannot be told yet (and how to tell). A search on the user's own

@@ -2,10 +2,9 @@
 
 The report's Pareto and progress figures place them beside the search's layers. A search does
 not evaluate them itself, so `evonorm retrain RUN --references` trains them once, with the run's
-own data split and full-training settings on each anchor architecture, and keeps the result in
-`RUN/references.json`, which later reports read without training again.
-
-The trainer and models are imported where references train: they load torch.
+own data split, seed and full-training settings on each anchor architecture, as jobs of the ledger
+(`RUN/references.jsonl`, resumable), and keeps their accuracies in `RUN/references.json`, which later
+reports read without training again.
 """
 
 from __future__ import annotations
@@ -15,8 +14,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from evonorm.files import DamagedFile, key_text, number_problem, read_json, type_problem, warn, write_atomic
+from evonorm.measure.ledger import Job, measure, run_measurement
 from evonorm.proxy.config import proxy_config
-from evonorm.proxy.training import require_builtin, search_dataset, train_config
+from evonorm.proxy.training import require_builtin
 from evonorm.search.store import Store, run_folder
 
 # The one list of reference layers per search space: what a calibration must rank above random
@@ -24,38 +24,33 @@ from evonorm.search.store import Store, run_folder
 REFERENCES_BY_SPACE = {"s": ("bn_relu", "gn_relu", "evonorm_s0"),
                        "b": ("bn_relu", "evonorm_b0", "b_top1", "b_top2")}
 DEFAULT_REFERENCES = ("bn_relu", "evonorm_b0", "evonorm_s0")  # a run's report, any space
-REFERENCES_FILE = "references.json"
+REFERENCES_FILE = "references.json"  # what the report reads: {layer: {arch: accuracy or null}}
+REFERENCES_LEDGER = "references.jsonl"  # the runs that made it
 
 
 def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
-                     log: Callable[[str], None] | None = None,
-                     user_archs: Sequence[str] = ()) -> dict[str, dict[str, float | None]]:
+                     log: Callable[[str], None] | None = None, user_archs: Sequence[str] = (),
+                     fn: Callable[[dict], dict] | None = None) -> dict[str, dict[str, float | None]]:
     """Train each reference layer on every anchor architecture of the run; returns and stores
-    {layer: {arch: held-out accuracy or None if the loss went non-finite}}. Layers already in
-    the run's references file are kept, not retrained. A run's MODULE:FUNCTION architectures are
-    built only when named again in `user_archs` (ValueError otherwise)."""
+    {layer: {arch: held-out accuracy or None where it failed}}. Layers already in the run's
+    references file are kept, not retrained. A run's MODULE:FUNCTION architectures are built only
+    when named again in `user_archs` (ValueError otherwise). `fn` stands in for the ledger's
+    `train_job` (tests; importable by name)."""
     from evonorm.models import check_named_again
-    from evonorm.train import train
 
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
     require_builtin(cfg, "training the reference layers")
     task = proxy_config(cfg)
     check_named_again(run, task.archs, user_archs)
-    ds = search_dataset(cfg)
     path = run_folder(run) / REFERENCES_FILE
     refs = read_references(path)  # a damaged file stops here, before any training
-    for name in names:
-        if name in refs and all(a in refs[name] for a in task.archs):
-            continue
-        accs: dict[str, float | None] = {}
-        for arch in task.archs:
-            res = train(name, ds, train_config(cfg, arch))
-            accs[arch] = float(res.accuracy) if res.status == "ok" and res.accuracy is not None else None
-            if log:
-                log(f"reference {name} on {arch}: {accs[arch]} ({res.seconds:.1f}s)")
-        refs[name] = accs
-        # saved after each layer: an interrupted run keeps what it trained
+    jobs = [Job(name, "reference", cfg.seed, name) for name in names
+            if not (name in refs and all(a in refs[name] for a in task.archs))]
+    if jobs:
+        m = run_measurement("references", cfg, task, task.training, f"{task.dataset} search split")
+        for row in measure(run_folder(run) / REFERENCES_LEDGER, jobs, m, log=log or (lambda s: None), fn=fn):
+            refs[row.layer] = {a: row.scores.get(a) for a in task.archs}
         write_atomic(path, (json.dumps(refs, indent=1) + "\n").encode())
     return refs
 

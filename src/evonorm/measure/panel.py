@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from evonorm.files import update_json
-from evonorm.proxy.fidelity import seed_agreement
+from evonorm.measure.fidelity import seed_agreement
 from evonorm.search.executors import OK, make_executor, run_tasks
 from evonorm.search.lock import RunLock, RunLocked
 from evonorm.search.settings import norm_relu
@@ -255,7 +255,7 @@ def named_layers(items: list[str]) -> list[tuple[str, str | dict]]:
 def found_layers(run: Path, top: int) -> list[tuple[str, str | dict]]:
     """A run's `top` best distinct found layers (seed layers left out) as panel entries, named by
     candidate id; ValueError, one line, for a folder that is not a run or a run with none."""
-    from evonorm.proxy.retrain import retrain_plan
+    from evonorm.measure.retrain import retrain_plan
 
     if top < 1:
         raise ValueError(f"--top must be >= 1, got {top}")

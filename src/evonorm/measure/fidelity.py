@@ -1,5 +1,5 @@
 """Rank fidelity: how a proxy's fitness ranks layers against a reference panel of the same layers
-trained long (`evonorm.proxy.panel` writes the panel).
+trained long (`evonorm.measure.panel` writes the panel).
 
 A search is only as good as what it optimizes: a precise proxy whose order of layers differs from
 proper training's leads a search to the wrong layers. The panel file holds the reference runs and,

@@ -30,7 +30,7 @@ from evonorm.proxy.training import quality_config, search_dataset, train_stages
 from evonorm.search.executors import OK, LocalExecutor, run_tasks
 from evonorm.search.settings import norm_relu
 from evonorm.proxy.objective import evaluate_candidate
-from evonorm.proxy.references import REFERENCES_BY_SPACE
+from evonorm.measure.references import REFERENCES_BY_SPACE
 from evonorm.proxy.rejection import quality, quality_threshold
 
 RUNS_NAME = "runs.jsonl"
