@@ -168,11 +168,11 @@ class SearchLoop:
             return as_evaluation(out.result)
         return Evaluation.failed((out.error if out.kind != ERROR else f"error: {out.error}") or "")
 
-    def _tell(self, prop: PendingProposal, key: str, fp: str | None, evaluation: Evaluation,
-              **how: Any) -> None:
+    def _tell(self, prop: PendingProposal, key: str, fp: str | None, evaluation: Evaluation, *,
+              cache_hit: bool = False, worker: str | None = None, seconds: float = 0.0) -> None:
         """Record one outcome, then tell the observers (as Optuna's `_tell`, then its callbacks)."""
-        cand = self.history.record(prop, key, fp, evaluation, born=self.proposer.born.pop(prop.idx, None),
-                                   **how)
+        cand = self.history.record(prop, key, fp, evaluation, cache_hit=cache_hit, worker=worker,
+                                   seconds=seconds, born=self.proposer.born.pop(prop.idx, None))
         for observer in self.observers:
             observer.finished(cand, cand.seconds)
 
