@@ -176,7 +176,7 @@ def test_a_child_the_run_knows_takes_no_slot_and_the_redraws_are_stored(tmp_path
 def test_a_search_with_niches_keeps_each_niches_best_across_a_resume(tmp_path):
     """The niches' elites are rebuilt from the store on resume, from every member, not only the
     window's."""
-    from evonorm.search.driver import _Search
+    from evonorm.search.loop import SearchLoop
     from evonorm.search.evolution import niche
 
     seeds = (json.dumps({"nodes": [["group_rms", 0], ["div", 0, 4]]}), "evonorm_s0")
@@ -188,10 +188,10 @@ def test_a_search_with_niches_keeps_each_niches_best_across_a_resume(tmp_path):
         cfg = store.search_config()
         assert cfg.evolution.niches
         valid = [c for c in store.candidates() if c.status == "valid"]
-        again = _Search(store, cfg, executor=None)
+        again = SearchLoop(store, cfg, executor=None)
     kinds = {niche(c.graph) for c in valid}
-    assert {"group_rms", "group_std"} <= kinds and set(again.population.elites) == kinds
-    assert len(again.population.contestants()) >= len(kinds)
+    assert {"group_rms", "group_std"} <= kinds and set(again.history.population.elites) == kinds
+    assert len(again.history.population.contestants()) >= len(kinds)
 
 
 @pytest.mark.parametrize("spec, message", [

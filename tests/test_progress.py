@@ -247,21 +247,21 @@ def test_the_start_line_says_a_worker_seconds_budget():
 
 
 def test_the_eta_of_a_worker_seconds_budget_is_the_rest_of_it_at_the_rate_spent(tmp_path):
-    from evonorm.search.driver import _Search
+    from evonorm.search.loop import SearchLoop
     from evonorm.search.progress import SearchProgress
     from evonorm.search.store import Store
 
     init_run(tmp_path, fake_config(budget=100_000, budget_seconds=3600.0, workers=2))
     with Store(tmp_path) as store:
-        search = _Search(store, store.search_config(), executor=None)
+        search = SearchLoop(store, store.search_config(), executor=None)
         shown = SearchProgress(search)
         # before it has run a few seconds: both workers busy
         assert shown.seconds_eta(1.0, [1.0, 1.0]) == pytest.approx((3600 - 2) / 2)
         # two workers 100 s into their candidates, 400 worker-s finished in 300 s: 2 worker-s/s
-        search.spent = 400.0
+        search.history.spent = 400.0
         assert shown.seconds_eta(300.0, [100.0, 100.0]) == pytest.approx((3600 - 600) / 2)
         # a worker idle half the time: 1 worker-s a second, so the rest takes twice as long
-        search.spent = 200.0
+        search.history.spent = 200.0
         assert shown.seconds_eta(300.0, [100.0]) == pytest.approx(3600 - 300)
 
 
@@ -324,7 +324,7 @@ def test_an_own_objectives_stage_count_is_what_it_reports(tmp_path, capsys):
 
 def test_a_resumed_run_has_an_eta_from_its_earlier_candidates_before_its_own(tmp_path):
     from evonorm.search.api import own_objective_config
-    from evonorm.search.driver import _Search
+    from evonorm.search.loop import SearchLoop
     from evonorm.search.progress import SearchProgress
     from evonorm.search.store import Store
 
@@ -334,20 +334,20 @@ def test_a_resumed_run_has_an_eta_from_its_earlier_candidates_before_its_own(tmp
     run_search(tmp_path, objective=slow_fake, progress=False)
     with Store(tmp_path) as store:
         cfg = store.search_config()
-        search = _Search(store, cfg.replace(evolution=cfg.evolution.replace(budget=6)), None)
+        search = SearchLoop(store, cfg.replace(evolution=cfg.evolution.replace(budget=6)), None)
         shown = SearchProgress(search)
-        assert shown.cost_per_candidate() == pytest.approx(search.spent / 3)
+        assert shown.cost_per_candidate() == pytest.approx(search.history.spent / 3)
         assert shown.status().eta != "?" and shown.status().eta.endswith("s")
 
 
 def test_the_cost_per_candidate_starts_from_the_expected_one_and_follows_the_recent_ones():
     from types import SimpleNamespace
 
-    from evonorm.search.driver import Tally
+    from evonorm.search.history import Tally
     from evonorm.search.objective import CandidateCost
     from evonorm.search.progress import PRIOR_CANDIDATES, SearchProgress
 
-    loop = SimpleNamespace(tally=Tally(), spent=0.0, cfg=fake_config(budget=75))
+    loop = SimpleNamespace(history=SimpleNamespace(tally=Tally(), spent=0.0), cfg=fake_config(budget=75))
     shown = SearchProgress(loop, expected=CandidateCost(5.5, "demo's measured cost"))
     assert shown.cost_per_candidate() == 5.5
     # the main job's first two candidates are its seed layers, trained to the end: 50 worker-s
@@ -359,6 +359,6 @@ def test_the_cost_per_candidate_starts_from_the_expected_one_and_follows_the_rec
         shown.finished(SimpleNamespace(id=1, status="rejected", reason="x", cache_hit=False), 9.0)
     assert shown.cost_per_candidate() == pytest.approx(9.0, rel=0.05)
     # a resumed session starts from the run's candidates, with the expected cost beside them
-    loop = SimpleNamespace(tally=Tally(done=20), spent=200.0, cfg=loop.cfg)
+    loop = SimpleNamespace(history=SimpleNamespace(tally=Tally(done=20), spent=200.0), cfg=loop.cfg)
     again = SearchProgress(loop, expected=CandidateCost(5.5, "demo's measured cost"))
     assert again.cost_per_candidate() == pytest.approx((PRIOR_CANDIDATES * 5.5 + 200) / (PRIOR_CANDIDATES + 20))

@@ -480,61 +480,14 @@ def load_npz(path: str | Path, *, sha256: str | None = None,
     def bad(problem: str) -> ValueError:
         return ValueError(f"data file {path}: {problem}")
 
-    try:
-        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
-            unpacked = sum(info.file_size for info in zf.infolist())
-            if unpacked <= max_bytes:
-                declared = sum(_npy_bytes(zf, key, bad) for key in NPZ_ARRAYS
-                               if key in zf.namelist() or f"{key}.npy" in zf.namelist())
-    except (zipfile.BadZipFile, OSError, EOFError):
-        raise bad("not a .npz archive (save one with numpy.savez(path, x=images, y=labels))") from None
-    if unpacked > max_bytes:
-        raise bad(f"its arrays take {_size(unpacked)} uncompressed, more than the "
-                  f"{_size(max_bytes)} a dataset may take")
-    if declared > max_bytes:  # a header may declare more than its member holds: checked before any allocation
-        raise bad(f"its arrays declare {_size(declared)} in their headers, more than the "
-                  f"{_size(max_bytes)} a dataset may take")
-    try:
-        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
-            names = set(npz.files)
-            missing = [k for k in ("x", "y") if k not in names]
-            if missing:
-                raise bad(f"no array {' or '.join(map(repr, missing))} (it holds "
-                          f"{', '.join(sorted(names)) or 'nothing'}; need x: images, y: labels)")
-            if ("x_test" in names) != ("y_test" in names):
-                raise bad("x_test and y_test come together (or neither: a held-out split is "
-                          "the test set)")
-            arrays = {k: npz[k] for k in ("x", "y", "x_test", "y_test") if k in names}
-    except ValueError as err:
-        if "allow_pickle" in str(err) or "Object arrays" in str(err):
-            raise bad("an array holds Python objects (a pickle), which is never loaded: save "
-                      "plain numeric arrays") from None
-        if str(err).startswith(f"data file {path}"):
-            raise
-        raise bad(f"unreadable ({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
-    except (OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
-        raise bad(f"unreadable ({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
-
+    _check_npz_size(raw, max_bytes, bad)
+    arrays = _npz_arrays(raw, path, bad)
     x, y = _npz_images(arrays["x"], "x", bad), _npz_labels(arrays["y"], "y", bad)
     if len(x) != len(y):
         raise bad(f"x holds {len(x)} images and y {len(y)} labels")
-    present = np.unique(y)
-    classes = int(present[-1]) + 1
-    if len(present) < 2:
-        raise bad("y holds one class: a classifier needs at least two")
-    if len(present) != classes:
-        gap = int(np.argmax(present != np.arange(len(present))))
-        raise bad(f"labels must be 0..K-1 with every class in y: {classes - len(present)} of "
-                  f"0..{classes - 1} never occur (e.g. {gap}); re-index them")
+    classes = _npz_classes(y, bad)
     if "x_test" in arrays:
-        x_test, y_test = _npz_images(arrays["x_test"], "x_test", bad), _npz_labels(arrays["y_test"], "y_test", bad)
-        if len(x_test) != len(y_test):
-            raise bad(f"x_test holds {len(x_test)} images and y_test {len(y_test)} labels")
-        if x_test.shape[1:] != x.shape[1:] or x_test.dtype != x.dtype:
-            raise bad(f"x_test's images are {x_test.dtype} {'x'.join(map(str, x_test.shape[1:]))} "
-                      f"(C x H x W), x's {x.dtype} {'x'.join(map(str, x.shape[1:]))}: they must match")
-        if y_test.max() >= classes:
-            raise bad(f"y_test has label {int(y_test.max())}, but y's classes are 0..{classes - 1}")
+        x_test, y_test = _npz_test_split(arrays, x, classes, bad)
     else:
         try:
             kept, held = holdout_indices(len(x), NPZ_TEST_FRACTION, seed=0)
@@ -546,6 +499,76 @@ def load_npz(path: str | Path, *, sha256: str | None = None,
     mean, std = _channel_stats(train_x)
     return Dataset(str(path), train_x, torch.from_numpy(y), test_x, torch.from_numpy(y_test),
                    classes, mean, std)
+
+
+def _check_npz_size(raw: bytes, max_bytes: int, bad) -> None:
+    """The archive's arrays take at most `max_bytes` uncompressed, as stored and as their headers
+    declare (a header may declare more than its member holds): checked before any allocation."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+            unpacked = sum(info.file_size for info in zf.infolist())
+            if unpacked <= max_bytes:
+                declared = sum(_npy_bytes(zf, key, bad) for key in NPZ_ARRAYS
+                               if key in zf.namelist() or f"{key}.npy" in zf.namelist())
+    except (zipfile.BadZipFile, OSError, EOFError):
+        raise bad("not a .npz archive (save one with numpy.savez(path, x=images, y=labels))") from None
+    if unpacked > max_bytes:
+        raise bad(f"its arrays take {_size(unpacked)} uncompressed, more than the "
+                  f"{_size(max_bytes)} a dataset may take")
+    if declared > max_bytes:
+        raise bad(f"its arrays declare {_size(declared)} in their headers, more than the "
+                  f"{_size(max_bytes)} a dataset may take")
+
+
+def _npz_arrays(raw: bytes, path: Path, bad) -> dict[str, np.ndarray]:
+    """The archive's x and y, and x_test and y_test where it has both, never unpickled."""
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+            names = set(npz.files)
+            missing = [k for k in ("x", "y") if k not in names]
+            if missing:
+                raise bad(f"no array {' or '.join(map(repr, missing))} (it holds "
+                          f"{', '.join(sorted(names)) or 'nothing'}; need x: images, y: labels)")
+            if ("x_test" in names) != ("y_test" in names):
+                raise bad("x_test and y_test come together (or neither: a held-out split is "
+                          "the test set)")
+            return {k: npz[k] for k in NPZ_ARRAYS if k in names}
+    except ValueError as err:
+        if "allow_pickle" in str(err) or "Object arrays" in str(err):
+            raise bad("an array holds Python objects (a pickle), which is never loaded: save "
+                      "plain numeric arrays") from None
+        if str(err).startswith(f"data file {path}"):
+            raise
+        raise bad(f"unreadable ({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+    except (OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
+        raise bad(f"unreadable ({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+
+
+def _npz_classes(y: np.ndarray, bad) -> int:
+    """The number of classes K: the labels are 0..K-1, each present, at least two."""
+    present = np.unique(y)
+    classes = int(present[-1]) + 1
+    if len(present) < 2:
+        raise bad("y holds one class: a classifier needs at least two")
+    if len(present) != classes:
+        gap = int(np.argmax(present != np.arange(len(present))))
+        raise bad(f"labels must be 0..K-1 with every class in y: {classes - len(present)} of "
+                  f"0..{classes - 1} never occur (e.g. {gap}); re-index them")
+    return classes
+
+
+def _npz_test_split(arrays: dict[str, np.ndarray], x: np.ndarray, classes: int,
+                    bad) -> tuple[np.ndarray, np.ndarray]:
+    """The file's own test split: images like x's, labels among y's classes."""
+    x_test, y_test = _npz_images(arrays["x_test"], "x_test", bad), _npz_labels(arrays["y_test"], "y_test", bad)
+    if len(x_test) != len(y_test):
+        raise bad(f"x_test holds {len(x_test)} images and y_test {len(y_test)} labels")
+    if x_test.shape[1:] != x.shape[1:] or x_test.dtype != x.dtype:
+        raise bad(f"x_test's images are {x_test.dtype} {'x'.join(map(str, x_test.shape[1:]))} "
+                  f"(C x H x W), x's {x.dtype} {'x'.join(map(str, x.shape[1:]))}: they must match")
+    if y_test.max() >= classes:
+        raise bad(f"y_test has label {int(y_test.max())}, but y's classes are 0..{classes - 1}")
+    return x_test, y_test
 
 
 NPZ_ARRAYS = ("x", "y", "x_test", "y_test")

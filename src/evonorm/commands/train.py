@@ -84,20 +84,47 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     import torch
 
-    from evonorm.data import default_dataset_name, holdout_split, load_dataset
-    from evonorm.graph.library import read_layer
-    from evonorm.models import is_builtin, probe_arch, resolve_norm_act
-    from evonorm.train import get_train_preset, train
+    from evonorm.train import train
 
     for flag, value in (("--threads", args.threads), ("--groups", args.groups)):
         if value is not None and value < 1:
             raise CommandError(f"{flag} must be >= 1, got {value}")
     device = check_device(args.device)
-    preset = args.train_preset
     dataset = dataset_arg(args.dataset, args.data)
     if args.out is not None:
         check_writable(args.out)
     torch.set_num_threads(args.threads or THREADS_PER_WORKER)
+    cfg, factory, ds = _setting(args, device, dataset)
+
+    progress = sys.stderr.isatty() if args.progress is None else args.progress
+    print(f"training {args.layer if len(args.layer) < 60 else args.layer[:57] + '...'} on "
+          f"{cfg.arch}{width_note(cfg)}, {ds.name}, preset {args.train_preset}: "
+          f"{cfg.steps} steps of {cfg.batch_size} on {cfg.device}", flush=True)
+    log = None if progress or args.progress is False else (lambda s: print(s, file=sys.stderr, flush=True))
+    from evonorm.runtime.paths import recording
+
+    with recording() as calls:  # which implementation the layer ran on, for the record
+        result = train(factory, ds, cfg, progress=progress, log=log)
+    if result.status == "ok":
+        print(f"accuracy {result.accuracy:.4f}  loss {result.final_loss:.4f}  "
+              f"{result.seconds:.1f}s ({result.seconds / max(1, result.steps_done):.3f} s/step)")
+    else:
+        print(f"{result.status}: {result.reason} at step {result.failed_step} "
+              f"after {result.seconds:.1f}s")
+    if args.out is not None:
+        _write_record(args, ds.name, result, calls)
+    return 0 if result.status == "ok" else 1
+
+
+def _setting(args: argparse.Namespace, device: str, dataset: str | None):
+    """The training config, the layer's factory and the dataset the flags name, each checked before
+    anything trains (a user's architecture by building it once): CommandError, one line."""
+    from evonorm.data import default_dataset_name, holdout_split, load_dataset
+    from evonorm.graph.library import read_layer
+    from evonorm.models import is_builtin, probe_arch, resolve_norm_act
+    from evonorm.train import get_train_preset
+
+    preset = args.train_preset
     try:
         cfg = get_train_preset(preset, arch=args.arch, batch_size=args.batch_size, steps=args.steps,
                          lr=args.lr, schedule=args.schedule, width=args.width,
@@ -119,27 +146,15 @@ def main(argv: list[str]) -> int:
                        **cfg.layer_kwargs())
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise CommandError(str(err)) from None
+    return cfg, factory, ds
 
-    progress = sys.stderr.isatty() if args.progress is None else args.progress
-    print(f"training {args.layer if len(args.layer) < 60 else args.layer[:57] + '...'} on "
-          f"{cfg.arch}{width_note(cfg)}, {ds.name}, preset {preset}: "
-          f"{cfg.steps} steps of {cfg.batch_size} on {cfg.device}", flush=True)
-    log = None if progress or args.progress is False else (lambda s: print(s, file=sys.stderr, flush=True))
-    from evonorm.runtime.paths import recording
 
-    with recording() as calls:  # which implementation the layer ran on, for the record
-        result = train(factory, ds, cfg, progress=progress, log=log)
-    if result.status == "ok":
-        print(f"accuracy {result.accuracy:.4f}  loss {result.final_loss:.4f}  "
-              f"{result.seconds:.1f}s ({result.seconds / max(1, result.steps_done):.3f} s/step)")
-    else:
-        print(f"{result.status}: {result.reason} at step {result.failed_step} "
-              f"after {result.seconds:.1f}s")
-    if args.out is not None:
-        record = {"layer": args.layer, "dataset": ds.name, "preset": preset,
-                  **result.to_dict(), "layer_calls": dict(sorted(calls.items()))}
-        with write_errors("the result"):
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(args.out, (json.dumps(record, indent=2) + "\n").encode())
-        print(f"wrote {args.out}")
-    return 0 if result.status == "ok" else 1
+def _write_record(args: argparse.Namespace, dataset: str, result, calls: dict) -> None:
+    """The run's record as JSON in `--out`, written whole: the layer, data, preset, the result and
+    which implementation each layer call ran."""
+    record = {"layer": args.layer, "dataset": dataset, "preset": args.train_preset,
+              **result.to_dict(), "layer_calls": dict(sorted(calls.items()))}
+    with write_errors("the result"):
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(args.out, (json.dumps(record, indent=2) + "\n").encode())
+    print(f"wrote {args.out}")

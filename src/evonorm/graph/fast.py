@@ -224,83 +224,103 @@ def _forward(plan: Plan, x, v0, v1, groups: int, eps: float) -> tuple[dict, dict
         vals[3] = v1.view(1, -1, 1, 1)
     extra: dict[int, tuple] = {}
     for st in plan.steps:
-        k, a = st.kind, [vals[i] for i in st.args]
-        if k == "norm":
-            h = a[0]
-            ng = _norm_groups(h, st.axes, groups)
-            y_hat, mu, rstd = _group_moments(h, ng, eps)
-            # (h - mu) / (std + eps) = (h - mu) * rstd * s with s = std / (std + eps) = 1 / (1 + eps * rstd)
-            out = y_hat.mul_(_per_channel(rstd.mul(eps).add_(1.0).reciprocal_(), h.shape[1]))
-            extra[st.nid] = (mu, rstd, ng)
-        elif k == "swish":  # h * sigmoid(v h)
-            h = a[0]
-            sg = (h * a[1]).sigmoid_() if len(a) == 2 else torch.sigmoid(h)
-            out = h * sg
-            extra[st.nid] = (sg,)
-        elif k == "relu":
-            clean = _all_nonzero(a[0])  # then y > 0 exactly where the input is, and backward reads y alone
-            out = a[0].relu_() if clean and st.nid in plan.inplace else torch.relu(a[0])
-            extra[st.nid] = (clean,)
-        elif k == "add":
-            out = a[0] + a[1]
-        elif k == "mul":
-            out = a[0] * a[1]
-        elif k == "div":
-            b = a[1]
-            if st.nonneg_divisor:
-                d = b + eps
-            elif _all_nonzero(b):  # sign(b) is then +-1 (no zero, no NaN): b + eps * sign(b) in two fast ops
-                d = torch.add(b, torch.sign(b), alpha=eps)
-            else:  # sign(0) = +1, including -0.0
-                e = b.new_tensor(eps)
-                d = b + torch.where(b >= 0, e, -e)
-            extra[st.nid] = (d,)
-            if st.nid == plan.output and plan.scaled_output:
-                break  # the caller divides within the affine
-            out = a[0] / d
-        elif k == "max":
-            out = torch.maximum(a[0], a[1])
-        elif k == "neg":
-            out = -a[0]
-        elif k == "tanh" and a[0].device.type == "cpu":  # torch's CPU tanh costs 4-9x its sigmoid
-            out = torch.mul(a[0], 2).sigmoid_().mul_(2).sub_(1)  # tanh x = 2 sigmoid(2x) - 1
-        elif k == "tanh":
-            out = torch.tanh(a[0])
-        elif k in ("sigmoid", "exp"):
-            out = getattr(torch, k)(a[0])
-        elif k == "abs":
-            out = a[0].abs()
-        elif k == "square":
-            out = a[0] * a[0]
-        elif k == "log":
-            s, t = torch.sign(a[0]), a[0].abs().add_(eps)
-            out = torch.log(t).mul_(s)
-            extra[st.nid] = (s, t)
-        elif k == "sqrt":
-            s, r = torch.sign(a[0]), a[0].abs().sqrt_()
-            out = s * r
-            extra[st.nid] = (s, r)
-        else:  # an aggregation over layer / instance / group
-            axes, stat = k.split("_")
-            view, dims = _agg_view(a[0], axes, groups)
-            if stat == "mean":
-                r, more = view.mean(dims, keepdim=True), ()
-            elif stat == "std" and st.args[0] in plan.full:  # torch's one-pass moments of a full tensor
-                _, mu, rstd = _group_moments(a[0], _norm_groups(a[0], axes, groups), eps)
-                shape = [1 if i in dims else s for i, s in enumerate(view.shape)]
-                r, more = rstd.reciprocal().view(shape), (mu.view(shape),)
-            elif stat == "std":
-                var, mu = torch.var_mean(view, dims, correction=0, keepdim=True)
-                r = var.add_(eps).sqrt_()
-                more = (mu,)
-            else:
-                kk = view.numel() // max(1, _numel_kept(view, dims))
-                r = torch.linalg.vector_norm(view, 2, dims, keepdim=True).square_().div_(kk).add_(eps).sqrt_()
-                more = ()
-            extra[st.nid] = (r, *more)
-            out = _to_node(r, a[0], axes)
+        a = [vals[i] for i in st.args]
+        if st.kind == "div" and st.nid == plan.output and plan.scaled_output:
+            extra[st.nid] = (_divisor(a[1], st.nonneg_divisor, eps),)
+            break  # the caller divides within the affine
+        out, more = _step_forward(st, a, plan, groups, eps)
+        if more is not None:
+            extra[st.nid] = more
         vals[st.nid] = out
     return vals, extra
+
+
+def _step_forward(st: Step, a: list, plan: Plan, groups: int, eps: float) -> tuple[torch.Tensor, tuple | None]:
+    """One step's value from its arguments' `a`, and what its backward needs beyond it (None: nothing)."""
+    k = st.kind
+    if k == "norm":
+        return _norm_forward(a[0], st.axes, groups, eps)
+    if k == "swish":  # h * sigmoid(v h)
+        h = a[0]
+        sg = (h * a[1]).sigmoid_() if len(a) == 2 else torch.sigmoid(h)
+        return h * sg, (sg,)
+    if k == "relu":
+        clean = _all_nonzero(a[0])  # then y > 0 exactly where the input is, and backward reads y alone
+        return (a[0].relu_() if clean and st.nid in plan.inplace else torch.relu(a[0])), (clean,)
+    if k == "div":
+        d = _divisor(a[1], st.nonneg_divisor, eps)
+        return a[0] / d, (d,)
+    if k == "log":
+        s, t = torch.sign(a[0]), a[0].abs().add_(eps)
+        return torch.log(t).mul_(s), (s, t)
+    if k == "sqrt":
+        s, r = torch.sign(a[0]), a[0].abs().sqrt_()
+        return s * r, (s, r)
+    if k in _ELEMENTWISE:
+        return _elementwise_forward(k, a), None
+    return _aggregate_forward(k, a[0], st.args[0] in plan.full, groups, eps)
+
+
+def _norm_forward(h: torch.Tensor, axes: str, groups: int, eps: float) -> tuple[torch.Tensor, tuple]:
+    """(h - mean_I(h)) / (std_I(h) + eps) from torch's group-norm kernel and one multiply."""
+    ng = _norm_groups(h, axes, groups)
+    y_hat, mu, rstd = _group_moments(h, ng, eps)
+    # (h - mu) / (std + eps) = (h - mu) * rstd * s with s = std / (std + eps) = 1 / (1 + eps * rstd)
+    out = y_hat.mul_(_per_channel(rstd.mul(eps).add_(1.0).reciprocal_(), h.shape[1]))
+    return out, (mu, rstd, ng)
+
+
+def _divisor(b: torch.Tensor, nonneg: bool, eps: float) -> torch.Tensor:
+    """The division guard b + eps * sign(b), in as few fast ops as `b` allows."""
+    if nonneg:
+        return b + eps
+    if _all_nonzero(b):  # sign(b) is then +-1 (no zero, no NaN): b + eps * sign(b) in two fast ops
+        return torch.add(b, torch.sign(b), alpha=eps)
+    e = b.new_tensor(eps)  # sign(0) = +1, including -0.0
+    return b + torch.where(b >= 0, e, -e)
+
+
+_ELEMENTWISE = frozenset({"add", "mul", "max", "neg", "tanh", "sigmoid", "exp", "abs", "square"})
+"""Steps whose backward needs nothing beyond the values."""
+
+
+def _elementwise_forward(k: str, a: list) -> torch.Tensor:
+    if k == "add":
+        return a[0] + a[1]
+    if k == "mul":
+        return a[0] * a[1]
+    if k == "max":
+        return torch.maximum(a[0], a[1])
+    if k == "neg":
+        return -a[0]
+    if k == "tanh" and a[0].device.type == "cpu":  # torch's CPU tanh costs 4-9x its sigmoid
+        return torch.mul(a[0], 2).sigmoid_().mul_(2).sub_(1)  # tanh x = 2 sigmoid(2x) - 1
+    if k in ("tanh", "sigmoid", "exp"):
+        return getattr(torch, k)(a[0])
+    if k == "abs":
+        return a[0].abs()
+    return a[0] * a[0]  # square
+
+
+def _aggregate_forward(k: str, h: torch.Tensor, full: bool, groups: int, eps: float) -> tuple[torch.Tensor, tuple]:
+    """An aggregation over layer / instance / group (`full`: h has the input's full shape)."""
+    axes, stat = k.split("_")
+    view, dims = _agg_view(h, axes, groups)
+    if stat == "mean":
+        r, more = view.mean(dims, keepdim=True), ()
+    elif stat == "std" and full:  # torch's one-pass moments of a full tensor
+        _, mu, rstd = _group_moments(h, _norm_groups(h, axes, groups), eps)
+        shape = [1 if i in dims else s for i, s in enumerate(view.shape)]
+        r, more = rstd.reciprocal().view(shape), (mu.view(shape),)
+    elif stat == "std":
+        var, mu = torch.var_mean(view, dims, correction=0, keepdim=True)
+        r = var.add_(eps).sqrt_()
+        more = (mu,)
+    else:
+        kk = view.numel() // max(1, _numel_kept(view, dims))
+        r = torch.linalg.vector_norm(view, 2, dims, keepdim=True).square_().div_(kk).add_(eps).sqrt_()
+        more = ()
+    return _to_node(r, h, axes), (r, *more)
 
 
 def _numel_kept(view: torch.Tensor, dims: tuple[int, ...]) -> int:
@@ -313,6 +333,33 @@ def _numel_kept(view: torch.Tensor, dims: tuple[int, ...]) -> int:
 
 # ---- backward -----------------------------------------------------------------------------------
 
+class _Sweep:
+    """The gradients of a reverse sweep: each node's, summed as they arrive, updated in place where the
+    tensor is the sweep's own."""
+
+    def __init__(self, vals: dict, init: dict[int, torch.Tensor], need: frozenset[int]):
+        self.vals, self.need = vals, need
+        self.grads: dict[int, torch.Tensor] = dict(init)
+        self.owned = set(init)  # nodes whose gradient tensor is this sweep's own (may be updated in place)
+
+    def acc(self, nid: int, g: torch.Tensor, fresh: bool = True) -> None:
+        """Add `g` to node `nid`'s gradient (`fresh`: the caller hands `g` over, it may be updated in place)."""
+        if nid not in self.need:
+            return
+        shape = self.vals[nid].shape
+        fresh = fresh and g.shape == shape and g.dtype == self.vals[nid].dtype and g.is_contiguous()
+        g = _sum_to(g, shape)
+        if nid not in self.grads:
+            self.grads[nid] = g
+            if fresh:
+                self.owned.add(nid)
+        elif nid in self.owned:
+            self.grads[nid].add_(g)
+        else:
+            self.grads[nid] = self.grads[nid] + g
+            self.owned.add(nid)
+
+
 def _backward(plan: Plan, vals: dict, extra: dict, init: dict[int, torch.Tensor], groups: int, eps: float,
               scale: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
     """Gradients of the inputs 0 (x), 2 (v0), 3 (v1) by a reverse sweep from the gradients `init` (node ->
@@ -321,114 +368,121 @@ def _backward(plan: Plan, vals: dict, extra: dict, init: dict[int, torch.Tensor]
     start = next(iter(init))
     if scale is not None and not any(st.nid == start and st.kind == "norm" for st in plan.steps):
         init[start], scale = init[start].mul_(scale.view(1, -1, 1, 1)), None
-    grads: dict[int, torch.Tensor] = dict(init)
-    owned = set(init)  # nodes whose gradient tensor is this sweep's own (may be updated in place)
-    need = plan.grad_nodes
-
-    def acc(nid: int, g: torch.Tensor, fresh: bool = True) -> None:
-        if nid not in need:
-            return
-        shape = vals[nid].shape
-        fresh = fresh and g.shape == shape and g.dtype == vals[nid].dtype and g.is_contiguous()
-        g = _sum_to(g, shape)
-        if nid not in grads:
-            grads[nid] = g
-            if fresh:
-                owned.add(nid)
-        elif nid in owned:
-            grads[nid].add_(g)
-        else:
-            grads[nid] = grads[nid] + g
-            owned.add(nid)
-
+    sweep = _Sweep(vals, init, plan.grad_nodes)
     for st in reversed(plan.steps):
-        g = grads.pop(st.nid, None)
+        g = sweep.grads.pop(st.nid, None)
         if g is None:
             continue
-        k, ids = st.kind, st.args
-        a = [vals[i] for i in ids]
-        if k == "norm":
-            h = a[0]
-            n, c = h.shape[0], h.shape[1]
-            mu, rstd, ng = extra[st.nid]
-            # torch's group-norm backward differentiates (h - mu) * rstd; fed grad * q and rstd * q with
-            # q = 1 / sqrt(1 + eps * rstd) it gives d/dh of (h - mu) / (std + eps), std = 1 / rstd
-            q = rstd.mul(eps).add_(1.0).rsqrt_()
-            qc = _per_channel(q, c)
-            if st.nid == start and scale is not None:
-                qc = qc * scale.view(1, -1, 1, 1)
-            gs = g.mul_(qc) if st.nid in owned and g.is_contiguous() else (g * qc).contiguous()
-            dh = torch.ops.aten.native_group_norm_backward(gs, h, mu, rstd * q, None, n, c, h[0, 0].numel(), ng,
-                                                           [True, False, False])[0]
-            acc(ids[0], dh)
-        elif k == "swish":  # f = h s, s = sigmoid(v h): df/dh = s + v h s (1 - s), df/dv = h^2 s (1 - s)
-            (sg,) = extra[st.nid]
-            h = a[0]
-            gz = torch.ops.aten.sigmoid_backward(g * h, sg)  # g h s (1 - s): the gradient of v h
-            if len(ids) == 2 and ids[1] in need:
-                acc(ids[1], _channel_sum(gz * h, a[1].shape))
-            dh = g * sg
-            acc(ids[0], dh.addcmul_(gz, a[1]) if len(ids) == 2 else dh.add_(gz))
-        elif k == "relu":
-            # autograd's maximum rule: g where y > 0, g / 2 where y == 0, exactly 0 where y < 0 (even for a
-            # non-finite g, e.g. sqrt's at 0); a NaN y gets 0 here and g there, with a NaN output either way
-            if extra[st.nid][0]:  # no tie, no NaN: torch's relu backward is that rule
-                acc(ids[0], torch.ops.aten.threshold_backward(g, vals[st.nid], 0))
-            else:
-                half = torch.heaviside(a[0], a[0].new_tensor(0.5))
-                acc(ids[0], torch.where(a[0] < 0, 0.0, g * half))
-        elif k == "add":
-            acc(ids[0], g, fresh=False)
-            acc(ids[1], g, fresh=False)
-        elif k == "mul":
-            if ids[0] in need:
-                acc(ids[0], g * a[1])
-            if ids[1] in need:
-                acc(ids[1], g * a[0])
-        elif k == "div":
-            (d,) = extra[st.nid]
-            ga = g / d
-            acc(ids[0], ga)
-            if ids[1] in need:
-                acc(ids[1], _sum_to(ga * vals[st.nid], a[1].shape).neg())
-        elif k == "max":  # autograd's rule: ties share the gradient equally
-            w = torch.where(a[0] == a[1], g * 0.5, g)
-            if ids[0] in need:
-                acc(ids[0], w.masked_fill(a[0] < a[1], 0))
-            if ids[1] in need:
-                acc(ids[1], w.masked_fill(a[0] > a[1], 0))
-        elif k == "neg":
-            acc(ids[0], -g)
-        elif k == "sigmoid":
-            acc(ids[0], torch.ops.aten.sigmoid_backward(g, vals[st.nid]))
-        elif k == "tanh":
-            acc(ids[0], torch.ops.aten.tanh_backward(g, vals[st.nid]))
-        elif k == "exp":
-            acc(ids[0], g * vals[st.nid])
-        elif k == "abs":
-            acc(ids[0], g * a[0].sgn())
-        elif k == "square":
-            acc(ids[0], (g * a[0]).mul_(2))
-        elif k == "log":  # sign(a) ln(|a| + eps): g sign(a) / (|a| + eps) sgn(a)
-            s, t = extra[st.nid]
-            acc(ids[0], (g * s).div_(t).mul_(s))
-        elif k == "sqrt":  # sign(a) sqrt|a|: g sign(a) / (2 sqrt|a|) sgn(a) (not finite at 0, as autograd's)
-            s, r = extra[st.nid]
-            acc(ids[0], (g * s).div_(r * 2).mul_(s))
+        a = [vals[i] for i in st.args]
+        if st.kind == "norm":
+            _norm_backward(sweep, st, g, a[0], extra[st.nid], eps, scale if st.nid == start else None)
+        elif st.kind == "swish":
+            _swish_backward(sweep, st, g, a, extra[st.nid])
+        elif st.kind == "relu":
+            _relu_backward(sweep, st, g, a[0], extra[st.nid][0])
+        elif st.kind in _ELEMENTWISE or st.kind in ("div", "log", "sqrt"):
+            _pointwise_backward(sweep, st, g, a, extra.get(st.nid))
         else:
-            axes, stat = k.split("_")
-            view, dims = _agg_view(a[0], axes, groups)
-            r = extra[st.nid][0]
-            gr = _fold(_sum_to(g, vals[st.nid].shape), view)
-            kk = view.numel() // max(1, _numel_kept(view, dims))
-            if stat == "mean":
-                gv = (gr / kk).expand(view.shape)
-            elif stat == "std":  # d std / d h = (h - mu) / (K std)
-                gv = (view - extra[st.nid][1]).mul_(gr / (r * kk))  # h - mu first: exactly 0 where they are equal
-            else:
-                gv = (gr / (r * kk)) * view
-            acc(ids[0], gv.reshape(a[0].shape))
-    return grads
+            _aggregate_backward(sweep, st, g, a[0], extra[st.nid], groups)
+    return sweep.grads
+
+
+def _norm_backward(sweep: _Sweep, st: Step, g: torch.Tensor, h: torch.Tensor, saved: tuple, eps: float,
+                   scale: torch.Tensor | None) -> None:
+    """The norm step's vector-Jacobian product by torch's fused group-norm backward (`scale`: the
+    output gradient's per-channel factor, folded into its multiply)."""
+    n, c = h.shape[0], h.shape[1]
+    mu, rstd, ng = saved
+    # torch's group-norm backward differentiates (h - mu) * rstd; fed grad * q and rstd * q with
+    # q = 1 / sqrt(1 + eps * rstd) it gives d/dh of (h - mu) / (std + eps), std = 1 / rstd
+    q = rstd.mul(eps).add_(1.0).rsqrt_()
+    qc = _per_channel(q, c)
+    if scale is not None:
+        qc = qc * scale.view(1, -1, 1, 1)
+    gs = g.mul_(qc) if st.nid in sweep.owned and g.is_contiguous() else (g * qc).contiguous()
+    dh = torch.ops.aten.native_group_norm_backward(gs, h, mu, rstd * q, None, n, c, h[0, 0].numel(), ng,
+                                                   [True, False, False])[0]
+    sweep.acc(st.args[0], dh)
+
+
+def _swish_backward(sweep: _Sweep, st: Step, g: torch.Tensor, a: list, saved: tuple) -> None:
+    """f = h s, s = sigmoid(v h): df/dh = s + v h s (1 - s), df/dv = h^2 s (1 - s)."""
+    (sg,) = saved
+    ids, h = st.args, a[0]
+    gz = torch.ops.aten.sigmoid_backward(g * h, sg)  # g h s (1 - s): the gradient of v h
+    if len(ids) == 2 and ids[1] in sweep.need:
+        sweep.acc(ids[1], _channel_sum(gz * h, a[1].shape))
+    dh = g * sg
+    sweep.acc(ids[0], dh.addcmul_(gz, a[1]) if len(ids) == 2 else dh.add_(gz))
+
+
+def _relu_backward(sweep: _Sweep, st: Step, g: torch.Tensor, h: torch.Tensor, clean: bool) -> None:
+    """autograd's maximum rule: g where y > 0, g / 2 where y == 0, exactly 0 where y < 0 (even for a
+    non-finite g, e.g. sqrt's at 0); a NaN y gets 0 here and g there, with a NaN output either way."""
+    if clean:  # no tie, no NaN: torch's relu backward is that rule
+        sweep.acc(st.args[0], torch.ops.aten.threshold_backward(g, sweep.vals[st.nid], 0))
+    else:
+        half = torch.heaviside(h, h.new_tensor(0.5))
+        sweep.acc(st.args[0], torch.where(h < 0, 0.0, g * half))
+
+
+def _pointwise_backward(sweep: _Sweep, st: Step, g: torch.Tensor, a: list, saved: tuple | None) -> None:
+    """The vector-Jacobian product of an elementwise primitive, from its arguments, value and `saved`."""
+    k, ids, acc, y = st.kind, st.args, sweep.acc, sweep.vals[st.nid]
+    if k == "add":
+        acc(ids[0], g, fresh=False)
+        acc(ids[1], g, fresh=False)
+    elif k == "mul":
+        if ids[0] in sweep.need:
+            acc(ids[0], g * a[1])
+        if ids[1] in sweep.need:
+            acc(ids[1], g * a[0])
+    elif k == "div":
+        ga = g / saved[0]
+        acc(ids[0], ga)
+        if ids[1] in sweep.need:
+            acc(ids[1], _sum_to(ga * y, a[1].shape).neg())
+    elif k == "max":  # autograd's rule: ties share the gradient equally
+        w = torch.where(a[0] == a[1], g * 0.5, g)
+        if ids[0] in sweep.need:
+            acc(ids[0], w.masked_fill(a[0] < a[1], 0))
+        if ids[1] in sweep.need:
+            acc(ids[1], w.masked_fill(a[0] > a[1], 0))
+    elif k == "neg":
+        acc(ids[0], -g)
+    elif k == "sigmoid":
+        acc(ids[0], torch.ops.aten.sigmoid_backward(g, y))
+    elif k == "tanh":
+        acc(ids[0], torch.ops.aten.tanh_backward(g, y))
+    elif k == "exp":
+        acc(ids[0], g * y)
+    elif k == "abs":
+        acc(ids[0], g * a[0].sgn())
+    elif k == "square":
+        acc(ids[0], (g * a[0]).mul_(2))
+    elif k == "log":  # sign(a) ln(|a| + eps): g sign(a) / (|a| + eps) sgn(a)
+        s, t = saved
+        acc(ids[0], (g * s).div_(t).mul_(s))
+    else:  # sqrt: sign(a) sqrt|a|: g sign(a) / (2 sqrt|a|) sgn(a) (not finite at 0, as autograd's)
+        s, r = saved
+        acc(ids[0], (g * s).div_(r * 2).mul_(s))
+
+
+def _aggregate_backward(sweep: _Sweep, st: Step, g: torch.Tensor, h: torch.Tensor, saved: tuple,
+                        groups: int) -> None:
+    """An aggregation's vector-Jacobian product: its gradient spread back over the values it reduced."""
+    axes, stat = st.kind.split("_")
+    view, dims = _agg_view(h, axes, groups)
+    r = saved[0]
+    gr = _fold(_sum_to(g, sweep.vals[st.nid].shape), view)
+    kk = view.numel() // max(1, _numel_kept(view, dims))
+    if stat == "mean":
+        gv = (gr / kk).expand(view.shape)
+    elif stat == "std":  # d std / d h = (h - mu) / (K std)
+        gv = (view - saved[1]).mul_(gr / (r * kk))  # h - mu first: exactly 0 where they are equal
+    else:
+        gv = (gr / (r * kk)) * view
+    sweep.acc(st.args[0], gv.reshape(h.shape))
 
 
 # ---- the autograd function ----------------------------------------------------------------------

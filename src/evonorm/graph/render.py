@@ -57,45 +57,62 @@ class _Renderer:
         return {0: "x", 1: "0", 2: "v_0" if self.latex else "v0", 3: "v_1" if self.latex else "v1"}[nid]
 
     def _render(self, nid: int) -> tuple[str, int]:
+        """A node's text and its precedence: a leaf, a folded constant, an operand its neutral element
+        leaves alone, else its primitive's notation."""
         if nid < NUM_INPUTS:
             return self._leaf(nid), ATOM
         if nid in self.const:
             v = self.const[nid]
-            text = f"{v:.4g}"
-            return text, (ATOM if v >= 0 else UNARY)
+            return f"{v:.4g}", (ATOM if v >= 0 else UNARY)
         op, *args = self.g.node(nid)
-        if op == "add" and (self._is(args[1], 0.0) or self._neg_of_zero(args[1])):
-            return self.ref(args[0])
-        if op == "add" and self._is(args[0], 0.0):
-            return self.ref(args[1])
-        if op in ("mul", "div") and self._is(args[1], 1.0):
-            return self.ref(args[0])
-        if op == "mul" and self._is(args[0], 1.0):
-            return self.ref(args[1])
-        L = self.latex
+        kept = self._neutral(op, args)
+        if kept is not None:
+            return self.ref(kept)
         a = [self.ref(i) for i in args]
-
-        def w(e: tuple[str, int], level: int) -> str:
-            s, p = e
-            if p >= level:
-                return s
-            return f"\\left({s}\\right)" if L else f"({s})"
-
         prim = PRIMITIVES[op]
         if prim.aggregation:
-            sub = AXES[prim.axes]
-            arg = a[0][0]
-            if L:
-                if prim.statistic == "mean":
-                    return f"\\mu_{{{sub}}}({arg})", ATOM
-                if prim.statistic == "std":
-                    return f"\\sqrt{{s^2_{{{sub}}}({arg})}}", ATOM
-                return f"\\sqrt{{\\mu_{{{sub}}}({w(a[0], ATOM)}^2)}}", ATOM
+            return self._statistic(prim, a[0])
+        if op in ("add", "mul", "div", "max", "neg"):
+            return self._operator(op, args, a)
+        return self._function(op, a[0])
+
+    def _neutral(self, op: str, args: list[int]) -> int | None:
+        """The operand x of x + 0, x - 0, x * 1, x / 1 (and 0 + x, 1 * x), which is shown alone."""
+        if op == "add" and (self._is(args[1], 0.0) or self._neg_of_zero(args[1])):
+            return args[0]
+        if op == "add" and self._is(args[0], 0.0):
+            return args[1]
+        if op in ("mul", "div") and self._is(args[1], 1.0):
+            return args[0]
+        if op == "mul" and self._is(args[0], 1.0):
+            return args[1]
+        return None
+
+    def _wrap(self, e: tuple[str, int], level: int) -> str:
+        """An operand's text, in parentheses where it binds less tightly than `level`."""
+        s, p = e
+        if p >= level:
+            return s
+        return f"\\left({s}\\right)" if self.latex else f"({s})"
+
+    def _statistic(self, prim, e: tuple[str, int]) -> tuple[str, int]:
+        """mu, std or rms over the primitive's axes."""
+        sub, arg = AXES[prim.axes], e[0]
+        if self.latex:
             if prim.statistic == "mean":
-                return f"mu_{{{sub}}}({arg})", ATOM
+                return f"\\mu_{{{sub}}}({arg})", ATOM
             if prim.statistic == "std":
-                return f"sqrt(s^2_{{{sub}}}({arg}))", ATOM
-            return f"sqrt(mu_{{{sub}}}({w(a[0], ATOM)}^2))", ATOM
+                return f"\\sqrt{{s^2_{{{sub}}}({arg})}}", ATOM
+            return f"\\sqrt{{\\mu_{{{sub}}}({self._wrap(e, ATOM)}^2)}}", ATOM
+        if prim.statistic == "mean":
+            return f"mu_{{{sub}}}({arg})", ATOM
+        if prim.statistic == "std":
+            return f"sqrt(s^2_{{{sub}}}({arg}))", ATOM
+        return f"sqrt(mu_{{{sub}}}({self._wrap(e, ATOM)}^2))", ATOM
+
+    def _operator(self, op: str, args: list[int], a: list[tuple[str, int]]) -> tuple[str, int]:
+        """+ (a - b where b is a negation), *, /, max and unary minus."""
+        L, w = self.latex, self._wrap
         if op == "add":
             other = args[1]
             if other >= NUM_INPUTS and other not in self.names and self.g.node(other)[0] == "neg":
@@ -111,24 +128,27 @@ class _Renderer:
             return f"{w(a[0], MUL)} / {w(a[1], POW)}", MUL
         if op == "max":
             return (f"\\max({a[0][0]}, {a[1][0]})" if L else f"max({a[0][0]}, {a[1][0]})"), ATOM
-        if op == "neg":
-            return f"-{w(a[0], MUL)}", UNARY
+        return f"-{w(a[0], MUL)}", UNARY  # neg
+
+    def _function(self, op: str, e: tuple[str, int]) -> tuple[str, int]:
+        """A unary function of one operand."""
+        L, x = self.latex, e[0]
         if op == "sigmoid":
-            return (f"\\sigma({a[0][0]})" if L else f"sigma({a[0][0]})"), ATOM
+            return (f"\\sigma({x})" if L else f"sigma({x})"), ATOM
         if op == "tanh":
-            return (f"\\tanh({a[0][0]})" if L else f"tanh({a[0][0]})"), ATOM
+            return (f"\\tanh({x})" if L else f"tanh({x})"), ATOM
         if op == "exp":
-            return (f"e^{{{a[0][0]}}}", POW) if L else (f"exp({a[0][0]})", ATOM)
+            return (f"e^{{{x}}}", POW) if L else (f"exp({x})", ATOM)
         if op == "abs":
-            return (f"\\left|{a[0][0]}\\right|" if L else f"|{a[0][0]}|"), ATOM
+            return (f"\\left|{x}\\right|" if L else f"|{x}|"), ATOM
         if op == "square":
-            return f"{w(a[0], ATOM)}^2", POW
+            return f"{self._wrap(e, ATOM)}^2", POW
         if op == "sqrt":
-            return (f"\\operatorname{{sign}}({a[0][0]})\\sqrt{{\\left|{a[0][0]}\\right|}}" if L
-                    else f"sign({a[0][0]})*sqrt(|{a[0][0]}|)"), MUL
+            return (f"\\operatorname{{sign}}({x})\\sqrt{{\\left|{x}\\right|}}" if L
+                    else f"sign({x})*sqrt(|{x}|)"), MUL
         if op == "log":
-            return (f"\\operatorname{{sign}}({a[0][0]})\\ln\\left|{a[0][0]}\\right|" if L
-                    else f"sign({a[0][0]})*ln(|{a[0][0]}|)"), MUL
+            return (f"\\operatorname{{sign}}({x})\\ln\\left|{x}\\right|" if L
+                    else f"sign({x})*ln(|{x}|)"), MUL
         raise AssertionError(op)  # unreachable: Graph validated the op
 
     def _neg_of_zero(self, nid: int) -> bool:

@@ -187,11 +187,7 @@ def search_progress(runs: Sequence[RunData], *, top: int = 10, baseline: float |
         if xs:
             curves.append((i, run, xs, b, m, s))
     if baseline is None:
-        for run in runs:
-            ref = run.references.get("bn_relu")
-            if ref:
-                baseline = sum(ref.values()) / len(ref)
-                break
+        baseline = _reference_mean(runs)
     ax.set_title(f"Search progress (best so far, and mean ± std of the top-{top} so far)",
                  fontsize=10)
     if not curves:
@@ -200,37 +196,58 @@ def search_progress(runs: Sequence[RunData], *, top: int = 10, baseline: float |
     values = [v for *_, b, m, _s in curves for v in (*b, *m)] + ([baseline] if baseline else [])
     lo, hi = robust_range(values, k=10.0) or (0.0, 1.0)  # a curve's early means are real
     scale = 1.0 if not own else max(abs(lo), abs(hi))
+    edges = padded(lo, hi, min_span=0.1 * scale)
     notes = []
     for i, run, xs, b, m, s in curves:
-        color = f"C{i % 10}"
-        gain = f"{b[0]:.4g} to {b[-1]:.4g}" + (f", +{b[-1] - b[0]:.2g}" if b[-1] > b[0] else "")
-        ax.step(xs, b, where="post", color=color, linewidth=1.2, linestyle=":", marker=".",
-                label=f"{run.name}: best ({gain})")
-        fill = "" if run.config.get("objective") else ", missing at chance"
-        y0, y1 = padded(lo, hi, min_span=0.1 * scale)
-        shown = [y0 <= v <= y1 for v in m]  # a mean beyond the axis: a gap, marked at the edge
-        nan = float("nan")
-        ax.step(xs, [v if ok else nan for v, ok in zip(m, shown)], where="post", color=color,
-                label=f"{run.name}: top-{top} mean{fill}")
-        ax.fill_between(xs, [a - d if ok else nan for a, d, ok in zip(m, s, shown)],
-                        [a + d if ok else nan for a, d, ok in zip(m, s, shown)],
-                        color=color, alpha=0.15, linewidth=0, step="post")
-        out = [(x, v) for x, v, ok in zip(xs, m, shown) if not ok]
-        for x, v in out:
-            ax.scatter([x], [y0 if v < y0 else y1], marker="v" if v < y0 else "^", s=40,
-                       facecolors="none", edgecolors=color, clip_on=False, zorder=6)
-        notes += [f"top-{top} mean {v:.3g} at candidate {x}" for x, v in out]
+        notes += _progress_curve(ax, f"C{i % 10}", run, xs, b, m, s, top, edges)
     if baseline is not None:
         ax.axhline(baseline, color="k", linestyle="--", linewidth=1, label=baseline_label)
-    ax.set_ylim(*padded(lo, hi, min_span=0.1 * scale))
+    ax.set_ylim(*edges)
     ax.set_xlim(0, max(xs[-1] for *_, xs, _b, _m, _s in curves) * 1.03 + 0.5)
     ax.set_xlabel("candidates evaluated (valid, rejected and failed)")
     ax.set_ylabel("fitness")
     ax.grid(alpha=0.3)
-    # below the axes, not beside: the labels are long, and a wider figure would be shrunk to fit
-    # the page's column
+    _progress_notes(fig, ax, runs[0], top, notes)
+    return fig
+
+
+def _reference_mean(runs: Sequence[RunData]) -> float | None:
+    """The first run's BN-ReLU reference fitness (its mean over the references measured), if any has one."""
+    for run in runs:
+        ref = run.references.get("bn_relu")
+        if ref:
+            return sum(ref.values()) / len(ref)
+    return None
+
+
+def _progress_curve(ax: Any, color: str, run: RunData, xs: list, b: list, m: list, s: list, top: int,
+                    edges: tuple[float, float]) -> list[str]:
+    """One run's best-so-far steps and its top-`top` mean and band; a mean beyond the axis `edges`
+    is a gap, marked at the edge and returned as a note."""
+    gain = f"{b[0]:.4g} to {b[-1]:.4g}" + (f", +{b[-1] - b[0]:.2g}" if b[-1] > b[0] else "")
+    ax.step(xs, b, where="post", color=color, linewidth=1.2, linestyle=":", marker=".",
+            label=f"{run.name}: best ({gain})")
+    fill = "" if run.config.get("objective") else ", missing at chance"
+    y0, y1 = edges
+    shown = [y0 <= v <= y1 for v in m]
+    nan = float("nan")
+    ax.step(xs, [v if ok else nan for v, ok in zip(m, shown)], where="post", color=color,
+            label=f"{run.name}: top-{top} mean{fill}")
+    ax.fill_between(xs, [a - d if ok else nan for a, d, ok in zip(m, s, shown)],
+                    [a + d if ok else nan for a, d, ok in zip(m, s, shown)],
+                    color=color, alpha=0.15, linewidth=0, step="post")
+    out = [(x, v) for x, v, ok in zip(xs, m, shown) if not ok]
+    for x, v in out:
+        ax.scatter([x], [y0 if v < y0 else y1], marker="v" if v < y0 else "^", s=40,
+                   facecolors="none", edgecolors=color, clip_on=False, zorder=6)
+    return [f"top-{top} mean {v:.3g} at candidate {x}" for x, v in out]
+
+
+def _progress_notes(fig: Any, ax: Any, run: RunData, top: int, notes: list[str]) -> None:
+    """The legend below the axes (not beside: the labels are long, and a wider figure would be shrunk
+    to fit the page's column), what the lines are, and the means beyond the axis."""
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, frameon=False)
-    fig.text(0.01, 0.01, f"Fitness: {score_label(runs[0])}. Dotted: the best valid layer so far; "
+    fig.text(0.01, 0.01, f"Fitness: {score_label(run)}. Dotted: the best valid layer so far; "
                          f"line: mean fitness of the {top} best so far, band: ± their std. The "
                          "axis spans at least a tenth of the fitness scale.",
              fontsize=7, color="0.3", wrap=True, va="bottom")
@@ -239,7 +256,6 @@ def search_progress(runs: Sequence[RunData], *, top: int = 10, baseline: float |
         fig.text(0.01, -0.02, f"beyond the axis: {'; '.join(notes[:3])}"
                  + (f" and {len(notes) - 3} more" if len(notes) > 3 else ""), fontsize=7,
                  color="C3", va="top", wrap=True)
-    return fig
 
 
 def random_accuracies(candidates: Sequence[Any], archs: Sequence[str], chance: float,

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from evonorm.search.config import SearchConfig
-from evonorm.search.driver import SearchResult, Tally, init_run, record_run, run_search
+from evonorm.search.driver import SearchResult, init_run, record_run, run_search
 from evonorm.search.executors import Executor
+from evonorm.search.history import Tally
 from evonorm.search.lock import RunLock
 from evonorm.search.objective import (SCORE_NAME, Objective, check_local_workers_can_start, check_objective,
                                       check_picklable, objective_name)

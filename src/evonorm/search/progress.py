@@ -1,7 +1,8 @@
 """What a search shows while it runs: its start line's budget, a bar on a terminal or status lines
-in a log, one ETA, and where each running candidate is. Kept apart from the loop
-(`evonorm.search.driver`), which it only reads: the counts, the worker-seconds spent and the
-candidates in flight.
+in a log, one ETA, and where each running candidate is. An observer of the loop
+(`evonorm.search.loop`), told of each recorded candidate and beating between waits (as Optuna's
+callbacks and progress bar); it only reads the loop: its history's counts and worker-seconds spent,
+and the candidates in flight.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Callable
 from evonorm.files import printable
 from evonorm.search.candidates import Candidate
 from evonorm.search.config import SearchConfig
+from evonorm.search.history import History, Tally
 from evonorm.search.objective import CandidateCost, TrialProgress
 
 
@@ -115,8 +117,8 @@ def progress_bar(cfg: SearchConfig, done: int, spent: float):
 
 
 class SearchProgress:
-    """The progress display of one driver session over `loop` (the driver's session state: its
-    config, tally, worker-seconds spent and candidates in flight), drawn on `bar` where there is a
+    """The progress display of one driver session over `loop` (`SearchLoop`: its config, history
+    and candidates in flight), drawn on `bar` where there is a
     terminal, else as lines to `log` every `every` seconds. `expected`: the objective's cost per
     candidate, until the run has timings of its own."""
 
@@ -125,14 +127,14 @@ class SearchProgress:
         self.loop, self.bar, self.log = loop, bar, log or (lambda s: None)
         self.every, self.expected = every, expected
         self.started = self.last_line = time.perf_counter()
-        self.spent_before = loop.spent  # worker-seconds of the earlier sessions
+        self.spent_before = self.history.spent  # worker-seconds of the earlier sessions
         self.cost = self.starting_cost()  # worker-seconds a candidate, as `finished` updates it
 
     def starting_cost(self) -> float | None:
         """The cost per candidate a session starts from: the objective's expected cost counted as
         `PRIOR_CANDIDATES` candidates beside the run's own so far (a resumed run knows its pace);
         None with neither."""
-        n, spent = self.tally.done, self.loop.spent
+        n, spent = self.tally.done, self.history.spent
         if self.expected is None:
             return spent / n if n else None
         return (PRIOR_CANDIDATES * self.expected.seconds + spent) / (PRIOR_CANDIDATES + n)
@@ -142,8 +144,12 @@ class SearchProgress:
         return self.loop.cfg
 
     @property
-    def tally(self) -> Any:  # the driver's Tally (this module does not import the driver)
-        return self.loop.tally
+    def history(self) -> History:
+        return self.loop.history
+
+    @property
+    def tally(self) -> Tally:
+        return self.history.tally
 
     def finished(self, cand: Candidate, seconds: float) -> None:
         """A candidate was recorded: the cost per candidate moves toward its worker-seconds (a
@@ -178,7 +184,7 @@ class SearchProgress:
         ages = [now - t for t in self.loop.submitted.values()]
         return Status(self.tally.done, self.cfg.evolution.budget, self.tally.valid,
                       self.tally.best_text(), len(self.loop.in_flight), now - self.started,
-                      self.eta(now - self.started, ages), self.running(), self.loop.spent,
+                      self.eta(now - self.started, ages), self.running(), self.history.spent,
                       self.cfg.evolution.budget_seconds)
 
     def eta(self, elapsed: float, ages: list[float]) -> str:
@@ -210,17 +216,17 @@ class SearchProgress:
         limit = self.cfg.evolution.budget_seconds
         if limit is None:
             return None
-        used = self.loop.spent - self.spent_before + sum(ages)
+        used = self.history.spent - self.spent_before + sum(ages)
         workers = self.cfg.execution.num_workers
         rate = used / elapsed if elapsed >= 5.0 and used > 0 else workers
-        return max(0.0, limit - self.loop.spent - sum(ages)) / min(rate, workers)
+        return max(0.0, limit - self.history.spent - sum(ages)) / min(rate, workers)
 
     def count(self) -> str:
         """A finished candidate's place in the budget: "12/75", or "12, 340/3600 worker-s"."""
         limit = self.cfg.evolution.budget_seconds
         if limit is None:
             return f"{self.tally.done}/{self.cfg.evolution.budget}"
-        return f"{self.tally.done}, {self.loop.spent:.0f}/{limit:.0f} worker-s"
+        return f"{self.tally.done}, {self.history.spent:.0f}/{limit:.0f} worker-s"
 
     def status_line(self) -> str:
         return self.status().line()

@@ -189,6 +189,21 @@ def check_store(path: str | Path) -> None:
     the -wal until a checkpoint (SQLite itself deletes sidecars only under an exclusive lock).
     """
     p = resolve_path(path)
+    _check_header(p)
+    try:
+        db = sqlite3.connect(_readonly_uri(p), uri=True, timeout=30)
+        try:
+            found = _StoreShape.read(db)
+        finally:
+            db.close()
+    except sqlite3.Error as err:
+        raise StoreError(f"{p} is a damaged store ({err})") from None
+    found.check(p)
+
+
+def _check_header(p: Path) -> None:
+    """The file is a regular, non-empty SQLite database (checked by hand: SQLite would take an empty
+    or foreign file for a new database)."""
     try:
         check_files(p)
         fd = open_regular(p)
@@ -202,47 +217,61 @@ def check_store(path: str | Path) -> None:
         raise StoreError(f"{p} is an empty file, not a search store")
     if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
         raise StoreError(f"{p} is not a search store (not a SQLite database: damaged or foreign)")
-    try:
-        db = sqlite3.connect(_readonly_uri(p), uri=True, timeout=30)
-        try:
-            status = db.execute("PRAGMA quick_check").fetchone()[0]
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            row = (db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                   if "meta" in tables else None)
-            columns = {t: {r[1] for r in db.execute(f"PRAGMA table_info({t})")} for t in tables
-                       if t.isidentifier()}
-            complete = all(set(want) <= columns.get(t, set()) for t, want in _schema().columns.items())
-            problem = _schema_problem(db) if complete else None
-            problem = problem or (_class_problem(db) if complete else None)
-            orphans = (db.execute("SELECT count(*) FROM candidates WHERE proposal NOT IN "
-                                  "(SELECT idx FROM proposals)").fetchone()[0]
-                       if {"candidates", "proposals"} <= tables and "proposal" in columns.get(
-                           "candidates", ()) and "idx" in columns.get("proposals", ()) else 0)
-        finally:
-            db.close()
-    except sqlite3.Error as err:
-        raise StoreError(f"{p} is a damaged store ({err})") from None
-    if status != "ok":
-        raise StoreError(f"{p} is a damaged store (integrity check: {status})")
-    missing = [t for t in ("meta", "proposals", "candidates") if t not in tables]
-    if missing:
-        raise StoreError(f"{p} is not a search store (no {', '.join(missing)} table)")
-    found = _version_text(row)
-    if found != str(SCHEMA_VERSION):
-        raise StoreError(f"{p} has store schema version {found}, expected {SCHEMA_VERSION} "
-                         f"(this evonorm reads no other)")
-    for table, want in _schema().columns.items():
-        if table not in tables:
-            raise StoreError(f"{p} is a damaged store (its {table} table is missing)")
-        lost = [c for c in want if c not in columns[table]]
-        if lost:
-            raise StoreError(f"{p} is a damaged store (table {table} lacks column "
-                             f"{', '.join(lost)})")
-    if problem:
-        raise StoreError(f"{p} is a damaged store ({problem})")
-    if orphans:
-        raise StoreError(f"{p} is a damaged store ({orphans} candidate(s) of proposals that are "
-                         "not in it)")
+
+
+@dataclass(frozen=True)
+class _StoreShape:
+    """What a store's database holds, as `check_store` judges it: SQLite's integrity check, its
+    tables and their columns, its schema version row, the first problem of its schema or classes,
+    and its candidates of proposals not in it."""
+
+    status: str
+    tables: set[str]
+    columns: dict[str, set[str]]
+    version: tuple | None
+    problem: str | None
+    orphans: int
+
+    @classmethod
+    def read(cls, db: sqlite3.Connection) -> "_StoreShape":
+        status = db.execute("PRAGMA quick_check").fetchone()[0]
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        row = (db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+               if "meta" in tables else None)
+        columns = {t: {r[1] for r in db.execute(f"PRAGMA table_info({t})")} for t in tables
+                   if t.isidentifier()}
+        complete = all(set(want) <= columns.get(t, set()) for t, want in _schema().columns.items())
+        problem = _schema_problem(db) if complete else None
+        problem = problem or (_class_problem(db) if complete else None)
+        orphans = (db.execute("SELECT count(*) FROM candidates WHERE proposal NOT IN "
+                              "(SELECT idx FROM proposals)").fetchone()[0]
+                   if {"candidates", "proposals"} <= tables and "proposal" in columns.get(
+                       "candidates", ()) and "idx" in columns.get("proposals", ()) else 0)
+        return cls(status, tables, columns, row, problem, orphans)
+
+    def check(self, p: Path) -> None:
+        """StoreError, one line, for the first thing that makes it no intact store of this schema."""
+        if self.status != "ok":
+            raise StoreError(f"{p} is a damaged store (integrity check: {self.status})")
+        missing = [t for t in ("meta", "proposals", "candidates") if t not in self.tables]
+        if missing:
+            raise StoreError(f"{p} is not a search store (no {', '.join(missing)} table)")
+        found = _version_text(self.version)
+        if found != str(SCHEMA_VERSION):
+            raise StoreError(f"{p} has store schema version {found}, expected {SCHEMA_VERSION} "
+                             f"(this evonorm reads no other)")
+        for table, want in _schema().columns.items():
+            if table not in self.tables:
+                raise StoreError(f"{p} is a damaged store (its {table} table is missing)")
+            lost = [c for c in want if c not in self.columns[table]]
+            if lost:
+                raise StoreError(f"{p} is a damaged store (table {table} lacks column "
+                                 f"{', '.join(lost)})")
+        if self.problem:
+            raise StoreError(f"{p} is a damaged store ({self.problem})")
+        if self.orphans:
+            raise StoreError(f"{p} is a damaged store ({self.orphans} candidate(s) of proposals that "
+                             "are not in it)")
 
 
 def _version_text(row: tuple | None) -> str:
