@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import log, map_jobs, out_dir  # noqa: E402
-from evonorm.proxy.config import configured
+from evonorm.proxy.config import ProxyTask, configured
 
 SEED_BASE = 2000  # training seeds: apart from the search's (cfg.seed) and retrain's (1000 + ...)
 
@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     from evonorm.graph import Graph
     from evonorm.graph.library import resolve_graph
     from evonorm.layers import list_norm_acts
-    from evonorm.proxy.training import search_dataset, with_dataset
+    from evonorm.proxy.api import start
+    from evonorm.proxy.training import search_dataset
     from evonorm.proxy.presets import PRESETS
     from evonorm.proxy.retrain import pending
 
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     d = out_dir("confirm_layer", args.out)
     labels = ["layer", *args.against]
     seeds = [SEED_BASE + i for i in range(args.seeds)]
-    cfgs = {ds: with_dataset(configured(PRESETS[args.preset], data_seed=ds)) for ds in args.data_seeds}
+    cfgs = {ds: start(configured(PRESETS[args.preset], data_seed=ds))[0] for ds in args.data_seeds}
     if not args.analyze_only:
         jobs = [(cfgs[ds].to_dict(), (label, "found" if label == "layer" else "reference",
                                       spec if label == "layer" else label, None),
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         if jobs:
             for _ in map_jobs(_train, jobs, args.workers):
                 pass
-    chance = 1.0 / search_dataset(cfgs[args.data_seeds[0]]).num_classes
+    chance = 1.0 / search_dataset(ProxyTask.of_run(cfgs[args.data_seeds[0]])).num_classes
     out = analyze(d, labels, args.data_seeds, seeds, chance, args.primary)
     out.update(graph=spec, layer=text, preset=args.preset, setting=args.setting, command=" ".join(sys.argv))
     (d / "confirm.json").write_text(json.dumps(out, indent=1) + "\n")

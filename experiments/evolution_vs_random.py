@@ -61,6 +61,7 @@ from _common import ROOT, add_search_flags, log, map_jobs, out_dir, save_png, se
 
 from evonorm.search.executors import die_with_parent  # noqa: E402
 from evonorm.stats import mann_whitney_greater, paired_sign_flip_greater  # noqa: E402
+from evonorm.proxy.config import ProxyTask
 
 ARMS = ("evolution", "random")
 TESTS = {"mann-whitney": "one-sided exact Mann-Whitney U (evolution > random)",
@@ -72,12 +73,12 @@ TESTS = {"mann-whitney": "one-sided exact Mann-Whitney U (evolution > random)",
 def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float, settings: dict | None = None):
     """One arm's search: the preset with `settings` (the same for both arms, by keyword of
     `get_preset`, a data seed already resolved), one worker of one thread."""
-    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.api import start
     from evonorm.proxy.presets import get_preset
 
-    return with_dataset(get_preset(preset, **(settings or {}), algorithm=algorithm, seed=seed,
+    return start(get_preset(preset, **(settings or {}), algorithm=algorithm, seed=seed,
                       budget=100_000, budget_seconds=budget_seconds, workers=1, threads=1,
-                      executor="local"))
+                      executor="local"))[0]
 
 
 def _one_run(run: str, cfg_dict: dict) -> None:
@@ -95,7 +96,7 @@ def _one_run(run: str, cfg_dict: dict) -> None:
         if (run / "store.sqlite").is_file():
             with Store(run, readonly=True) as st:
                 stored = SearchConfig.from_dict(st.config())
-        objective = ProxyObjective(cfg)
+        objective = ProxyObjective.for_run(cfg)
         if stored != cfg:
             init_run(run, cfg, objective, force=True)
         tally = run_search(run, objective=objective, progress=False).tally
@@ -189,7 +190,7 @@ def read_run(run: Path, budget_seconds: float):
         cfg = SearchConfig.from_dict(st.config())
         cands = st.candidates()
         status = st.get_meta("status")
-    return cfg, status, 1.0 / search_dataset(cfg).num_classes, within_budget(cands, budget_seconds)
+    return cfg, status, 1.0 / search_dataset(ProxyTask.of_run(cfg)).num_classes, within_budget(cands, budget_seconds)
 
 
 def summarize(runs_dir: Path, args, d: Path) -> dict:

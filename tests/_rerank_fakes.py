@@ -10,11 +10,11 @@ import signal
 import time
 
 from evonorm.search.config import SearchConfig
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import stored_task
 
 
 def _archs(payload: dict) -> tuple[str, ...]:
-    return proxy_config(SearchConfig.from_dict(payload["config"])).archs
+    return stored_task(SearchConfig.from_dict(payload["config"])).archs
 
 
 def _record(payload: dict) -> int:

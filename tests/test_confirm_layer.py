@@ -9,7 +9,7 @@ from _scripts import load_script
 
 from evonorm.proxy.retrain import pending
 from evonorm.stats import paired_sign_flip_greater
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import ProxyTask, configured, stored_task
 
 cl = load_script("confirm_layer")
 analyze, main = cl.analyze, cl.main
@@ -73,7 +73,8 @@ def test_train_layers_in_the_rerank_setting_uses_its_data_and_steps(tmp_path, mo
     # the rerank setting: its own steps, the training split less the search's held-out images, the whole
     # test split; the search setting: the search's split (what `evonorm retrain` trains on)
     import evonorm.train
-    from evonorm.proxy.training import search_dataset, with_dataset
+    from evonorm.proxy.api import start
+    from evonorm.proxy.training import search_dataset
     from evonorm.proxy.presets import PRESETS
     from evonorm.proxy.rerank import rerank_dataset
     from evonorm.proxy.retrain import train_layers
@@ -85,11 +86,11 @@ def test_train_layers_in_the_rerank_setting_uses_its_data_and_steps(tmp_path, mo
         return type("R", (), {"status": "ok", "accuracy": 0.5, "failed_step": None})()
 
     monkeypatch.setattr(evonorm.train, "train", fake_train)
-    cfg = with_dataset(configured(PRESETS["tiny"], archs=("resnet50_cifar",), data_seed=3))
+    cfg = start(configured(PRESETS["tiny"], archs=("resnet50_cifar",), data_seed=3))[0]
     rows = train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "r.jsonl", log=lambda s: None,
                         rerank=True)
-    rd, sd = rerank_dataset(cfg), search_dataset(cfg)
-    assert seen == [(len(rd.train_y), len(rd.test_y), proxy_config(cfg).rerank_train["steps"], 7)] and rows[0].fitness == 0.5
-    assert len(rd.test_y) > len(sd.test_y) and proxy_config(cfg).rerank_train["steps"] != proxy_config(cfg).train["steps"]
+    rd, sd = rerank_dataset(ProxyTask.of_run(cfg)), search_dataset(ProxyTask.of_run(cfg))
+    assert seen == [(len(rd.train_y), len(rd.test_y), stored_task(cfg).rerank_train["steps"], 7)] and rows[0].fitness == 0.5
+    assert len(rd.test_y) > len(sd.test_y) and stored_task(cfg).rerank_train["steps"] != stored_task(cfg).train["steps"]
     train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "s.jsonl", log=lambda s: None)
-    assert seen[1] == (len(sd.train_y), len(sd.test_y), proxy_config(cfg).train["steps"], 7)
+    assert seen[1] == (len(sd.train_y), len(sd.test_y), stored_task(cfg).train["steps"], 7)

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from evonorm.files import DamagedFile, key_text, number_problem, read_json, type_problem, warn, write_atomic
-from evonorm.proxy.config import proxy_config
-from evonorm.proxy.training import require_builtin, search_dataset, train_config
+from evonorm.proxy.config import ProxyTask
+from evonorm.proxy.training import require_builtin, search_dataset
 from evonorm.search.store import Store, run_folder
 
 # The one list of reference layers per search space: what a calibration must rank above random
@@ -40,9 +40,9 @@ def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
     require_builtin(cfg, "training the reference layers")
-    task = proxy_config(cfg)
+    task = ProxyTask.of_run(cfg)
     check_named_again(run, task.archs, user_archs)
-    ds = search_dataset(cfg)
+    ds = search_dataset(task)
     path = run_folder(run) / REFERENCES_FILE
     refs = read_references(path)  # a damaged file stops here, before any training
     for name in names:
@@ -50,7 +50,7 @@ def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
             continue
         accs: dict[str, float | None] = {}
         for arch in task.archs:
-            res = train(name, ds, train_config(cfg, arch))
+            res = train(name, ds, task.training[arch])
             accs[arch] = float(res.accuracy) if res.status == "ok" and res.accuracy is not None else None
             if log:
                 log(f"reference {name} on {arch}: {accs[arch]} ({res.seconds:.1f}s)")

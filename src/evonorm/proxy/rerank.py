@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from evonorm.files import append_line, key_text, number_problem, read_jsonl
-from evonorm.proxy.config import anchor_archs, proxy_config, split_seed, with_task_settings
+from evonorm.proxy.config import ProxyTask, anchor_archs, stored_task, with_task_settings
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
-from evonorm.proxy.training import require_builtin, search_dataset, train_config
+from evonorm.proxy.training import require_builtin, search_dataset
 from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor, run_tasks
 from evonorm.search.store import Store, run_folder
 
@@ -105,6 +105,7 @@ class RerankPlan:
     both settings per architecture and the data it trains and scores on."""
 
     cfg: SearchConfig
+    task: ProxyTask  # the run's task as the rerank trains it
     search: dict[str, Setting]
     rerank: dict[str, Setting]
     available: int  # training images the rerank may use: all but the search's held-out ones
@@ -115,21 +116,21 @@ class RerankPlan:
     @property
     def label(self) -> str:
         """The setting's name in the store (`TrainSetting.label`)."""
-        return proxy_config(self.cfg).rerank_training.label
+        return self.task.settings.rerank_training.label
 
     @property
     def split(self) -> str:
         """What the layers are scored on, as stored with each row."""
         n = "/".join(str(k) for k in sorted(set(self.test_images)))
         scored = "" if n == str(self.test_split) else f"{n} of "
-        return f"{proxy_config(self.cfg).dataset} test split ({scored}{self.test_split} images)"
+        return f"{self.task.settings.dataset} test split ({scored}{self.test_split} images)"
 
     def smaller(self) -> list[str]:
         """Where the rerank setting is not larger than the search's, one phrase per shortfall.
         Equal training images pass only where the search already trained on every image the
         rerank may use (the paper presets: no image is left to add)."""
         out = []
-        for arch in proxy_config(self.cfg).archs:
+        for arch in self.task.archs:
             s, r = self.search[arch], self.rerank[arch]
             if r.steps <= s.steps:
                 out.append(f"{arch} trains {r.steps} steps, not more than the search's {s.steps}")
@@ -143,12 +144,12 @@ class RerankPlan:
     def describe(self) -> list[str]:
         """The two settings and the data, for the rerank's first lines."""
         lines = []
-        for arch in proxy_config(self.cfg).archs:
+        for arch in self.task.archs:
             lines += [f"  {arch}: search {self.search[arch].text()}",
                       f"  {arch}: rerank {self.rerank[arch].text()}"]
-        searched = proxy_config(self.cfg).training.label
+        searched = self.task.settings.training.label
         return [f"rerank setting {self.label} vs the search's {searched}:", *lines,
-                f"  trained on the {proxy_config(self.cfg).dataset} training images the search did "
+                f"  trained on the {self.task.settings.dataset} training images the search did "
                 f"not score "
                 f"on ({self.available} available); scored on the {self.split}, never seen by "
                 f"the search"]
@@ -172,14 +173,14 @@ def outside_holdout(ds, n_train: int | None, holdout: float, seed: int):
                    train_y=ds.train_y[keep])
 
 
-def rerank_dataset(cfg: SearchConfig):
-    """The rerank's data (`outside_holdout` of the run's whole dataset) on the config's device;
+def rerank_dataset(task: ProxyTask):
+    """The rerank's data (`outside_holdout` of the run's whole dataset) on the task's device;
     cached per process and device, so a worker loads it once for all the layers it trains."""
-    task = proxy_config(cfg)
-    if task.dataset is None:
+    given = task.settings
+    if given.dataset is None:
         raise ValueError("the search config names no dataset")
-    return _load_rerank_split(task.dataset, task.data_root, task.n_train, task.holdout,
-                              split_seed(cfg), cfg.execution.device, task.data_sha256)
+    return _load_rerank_split(given.dataset, given.data_root, given.n_train, given.holdout,
+                              task.split_seed, task.device, given.data_sha256)
 
 
 @lru_cache(maxsize=2)
@@ -207,7 +208,7 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
     of one's own: the rerank retrains on the built-in proxy task's architectures and data, which
     such a run never used."""
     require_builtin(cfg, "a rerank")
-    task = proxy_config(cfg)
+    task = stored_task(cfg)
     if data is not None:
         if task.data_sha256 is None:
             raise ValueError(f"--data gives a moved data file, and this run trained on "
@@ -219,14 +220,13 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
         cfg = with_task_settings(cfg, rerank_train={**task.rerank_train, **overrides})
     changes = {k: v for k, v in dict(device=device, workers=workers).items() if v is not None}
     cfg = cfg.replace(execution=cfg.execution.replace(**changes))
-    task = proxy_config(cfg)
+    resolved = ProxyTask.of_run(cfg)
     # the driver only counts images; workers train
-    sizes = cfg.replace(execution=cfg.execution.replace(device="cpu"))
+    sizes = replace(resolved, device="cpu")
     searched, data = search_dataset(sizes), rerank_dataset(sizes)
     search, rerank, test, work = {}, {}, [], 1.0
-    for arch in task.archs:
-        s = train_config(cfg, arch)
-        r = train_config(cfg, arch, task.rerank_training)
+    for arch in resolved.archs:
+        s, r = resolved.training[arch], resolved.rerank_training[arch]
         search[arch] = Setting(s.steps, s.batch_size, _images(s.n_train, len(searched.train_y)),
                                s.resolved_width())
         rerank[arch] = Setting(r.steps, r.batch_size, _images(r.n_train, len(data.train_y)),
@@ -234,7 +234,7 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
         test.append(_images(r.n_test, len(data.test_y)))
         work = max(work, (r.steps * r.batch_size) / (s.steps * s.batch_size))
     # a layer's rerank trains longer than a search candidate: its timeout grows with the work
-    plan = RerankPlan(cfg, search, rerank, len(data.train_y), tuple(test), len(data.test_y),
+    plan = RerankPlan(cfg, resolved, search, rerank, len(data.train_y), tuple(test), len(data.test_y),
                       timeout if timeout is not None else cfg.execution.timeout * work)
     problems = plan.smaller()
     if problems and not allow_smaller:
@@ -255,13 +255,13 @@ def train_layer(payload: dict) -> dict:
     cfg = SearchConfig.from_dict(payload["config"])
     if payload.get("data_dir"):  # the data folder as a remote Ray worker received it
         cfg = with_task_settings(cfg, data_root=payload["data_dir"])
-    task = proxy_config(cfg)
-    data = rerank_dataset(cfg)  # outside the try: missing data is the run's problem
+    task = ProxyTask.of_run(cfg)
+    data = rerank_dataset(task)  # outside the try: missing data is the run's problem
     accs: dict[str, float] = {}
     for arch in task.archs:
         try:
             res = train(Graph.from_json(payload["graph"]), data,
-                        train_config(cfg, arch, task.rerank_training))
+                        task.rerank_training[arch])
         except Exception as err:  # the layer's failure: recorded, the other layers go on
             return {"status": "failed", "reason": f"error: {type(err).__name__}: {err}"[:300],
                     "scores": accs}
@@ -302,7 +302,7 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
     plan = prepare(stored, preset=preset, overrides=overrides, device=device, workers=workers,
                    timeout=timeout, allow_smaller=allow_smaller, data=data)
     cfg = plan.cfg
-    task = proxy_config(cfg)
+    task = plan.task.settings
     chosen = [row.best for row in top_layers(candidates, top or task.rerank_top)]
     if not chosen:
         log("rerank: no valid candidate to rerank")

@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from evonorm.files import append_line, key_text, number_problem, read_jsonl
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import ProxyTask, stored_task
 from evonorm.search.candidates import same_layer_keys, top_layers
-from evonorm.proxy.training import require_builtin, search_dataset, train_config
+from evonorm.proxy.training import require_builtin, search_dataset
 from evonorm.proxy.references import REFERENCES_BY_SPACE
 from evonorm.search.store import Store, run_folder
 
@@ -106,7 +106,7 @@ def retrain(run: str | Path, *, top: int = 3, seeds: int = 3,
         raise ValueError(f"re-training needs top >= 0 and seeds >= 1, got {top} and {seeds}")
     cfg, layers = retrain_plan(run, top)
     require_builtin(cfg, "re-training")
-    task = proxy_config(cfg)
+    task = stored_task(cfg)
     check_named_again(run, task.archs, user_archs)
     path = run_folder(Path(run)) / RETRAIN_FILE
     return train_layers(cfg, layers, [cfg.seed + SEED_OFFSET + i for i in range(seeds)], path, log)
@@ -120,7 +120,7 @@ def train_layers(cfg, layers: Sequence[tuple[str, str, Any, int | None]], seeds:
     With `rerank`, the setting and data are the rerank's instead (the task's `rerank_training`, trained on
     the dataset's training split less the search's held-out images, scored on its test split).
     Logs one line per finished pair with the count done, so it shows progress anywhere."""
-    task = proxy_config(cfg)
+    task = ProxyTask.of_run(cfg)
     from evonorm.proxy.rerank import rerank_dataset
     from evonorm.train import train
 
@@ -128,8 +128,8 @@ def train_layers(cfg, layers: Sequence[tuple[str, str, Any, int | None]], seeds:
     todo = [(lay, seed) for lay in layers for seed in pending(path, lay[0], seeds)]
     if not todo:
         return load_rows(path)
-    data = rerank_dataset(cfg) if rerank else search_dataset(cfg)
-    setting = task.rerank_training if rerank else None
+    data = rerank_dataset(task) if rerank else search_dataset(task)
+    setting = task.rerank_training if rerank else task.training
     start_all = time.perf_counter()
     for n, ((label, kind, spec, cid), seed) in enumerate(todo, 1):
         start = time.perf_counter()
@@ -137,7 +137,7 @@ def train_layers(cfg, layers: Sequence[tuple[str, str, Any, int | None]], seeds:
         reason = None
         for arch in task.archs:
             try:
-                res = train(spec, data, train_config(cfg, arch, setting, seed=seed))
+                res = train(spec, data, replace(setting[arch], seed=seed))
             except Exception as err:  # recorded; the other layers and seeds still train
                 accs[arch], reason = None, reason or f"error: {type(err).__name__}: {err}"[:300]
                 continue
