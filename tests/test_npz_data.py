@@ -240,7 +240,8 @@ def test_the_report_takes_the_class_count_the_run_stored():
 
 def test_resume_and_rerank_read_the_runs_file_or_stop_in_one_line(tmp_path, monkeypatch, capsys):
     from evonorm.cli import main
-    from evonorm.proxy.api import start
+    from evonorm.proxy.config import with_task
+    from evonorm.proxy.training import with_dataset
     from evonorm.search.driver import init_run
     from evonorm.search.store import Store
 
@@ -248,7 +249,8 @@ def test_resume_and_rerank_read_the_runs_file_or_stop_in_one_line(tmp_path, monk
     x, y = _images(n=500)
     _save(tmp_path / "mine.npz", x=x, y=y)
     run = tmp_path / "run"
-    init_run(run, start(get_preset("tiny", dataset="mine.npz"))[0])  # named as a run starts
+    tiny = get_preset("tiny", dataset="mine.npz")  # named as a run starts, its data not loaded
+    init_run(run, with_task(tiny, with_dataset(ProxyTask.of_run(tiny)).settings))
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
     assert stored_task(cfg).dataset == str(tmp_path / "mine.npz") and stored_task(cfg).data_sha256
