@@ -35,6 +35,7 @@ from evonorm.graph import Graph
 from evonorm.graph.cpp import load_kernel
 from evonorm.graph.library import get_graph
 from evonorm.proxy.presets import PRESETS
+from evonorm.proxy.config import ProxyTask
 
 NATIVE = ("bn_relu", "gn_relu", "evonorm_s0")
 STORED = {  # five valid layers that searches found (where each is stored, by its file)
@@ -71,13 +72,14 @@ def _variants(impls: list[str], graphs: list[str]) -> dict[str, object]:
 def demo_dataset(cfg):
     """The demo's data (Fashion-MNIST) when installed, else a synthetic set of its shape; and its name."""
     from evonorm.data import default_dataset_name, synthetic_dataset
-    from evonorm.proxy.training import search_dataset, with_dataset
+    from evonorm.proxy.api import start
+    from evonorm.proxy.training import search_dataset
 
     try:
         default_dataset_name(fallback=False)
     except FileNotFoundError:
         return synthetic_dataset(2048, 256, channels=1, size=28, seed=0), "synthetic"
-    return search_dataset(with_dataset(cfg)), "fashion_mnist"
+    return search_dataset(ProxyTask.of_run(start(cfg)[0])), "fashion_mnist"
 
 
 def _clock(device: str):
@@ -112,7 +114,6 @@ def candidate_seconds(layers: dict, ds, tcfg, block: int = 10) -> dict[str, floa
 
 
 def bench_train(args) -> list[dict]:
-    from evonorm.proxy.training import train_config
 
     cfg = PRESETS["demo"]
     ds, ds_name = demo_dataset(cfg)
@@ -120,10 +121,10 @@ def bench_train(args) -> list[dict]:
                 if k == "native gn_relu" or not args.only or any(o in k for o in args.only)}
     times = {(a, v): [] for a in args.archs for v in variants}
     for arch in args.archs:  # warm-up, untimed
-        candidate_seconds({"warm-up": "gn_relu"}, ds, train_config(cfg, arch, steps=3, device=args.device))
+        candidate_seconds({"warm-up": "gn_relu"}, ds, ProxyTask.of_run(cfg).training[arch].replace(steps=3, device=args.device, restarts=()))
     for rnd in range(args.rounds):
         for arch in args.archs:
-            secs = candidate_seconds(variants, ds, train_config(cfg, arch, steps=args.steps, device=args.device),
+            secs = candidate_seconds(variants, ds, ProxyTask.of_run(cfg).training[arch].replace(steps=args.steps, device=args.device, restarts=()),
                                      args.block)
             for label, total in secs.items():
                 times[(arch, label)].append(total)

@@ -27,6 +27,7 @@ from bench_candidate import STORED, demo_dataset, named_graphs
 from evonorm.graph.cpp import load_kernel
 from evonorm.graph.module import GraphLayer
 from evonorm.proxy.presets import PRESETS
+from evonorm.proxy.config import ProxyTask
 
 
 def register_fakes() -> None:
@@ -103,7 +104,6 @@ def main() -> int:
         return 2
     register_fakes()
     torch._dynamo.config.capture_dynamic_output_shape_ops = True  # the saved statistics' run-time width
-    from evonorm.proxy.training import train_config
     from evonorm.train import Run
 
     cfg = PRESETS["demo"]
@@ -114,7 +114,7 @@ def main() -> int:
     print("| arch | layer | compile wall s (first 3 steps) | graphs compiled so far | eager ms | compiled ms "
           "| eager / compiled |\n|---|---|---|---|---|---|---|")
     for arch in args.archs:
-        tcfg = train_config(cfg, arch, steps=900)
+        tcfg = ProxyTask.of_run(cfg).training[arch].replace(steps=900, restarts=())
         runs, compile_s, compiled = {}, {}, {}
         for label, g in graphs.items():
             runs[label, "eager"] = Run(g, ds, tcfg)

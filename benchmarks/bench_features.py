@@ -32,19 +32,18 @@ import torch
 from evonorm.graph import Graph
 from evonorm.graph.library import get_graph
 from evonorm.proxy.presets import PRESETS
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import ProxyTask, configured, stored_task
 
 
 def quality_test(graph, ds, cfg) -> float:
     """The demo's first stage for one layer (as `evaluator.train_stages` runs it): the mean
     held-out accuracy over architectures and training runs."""
-    from evonorm.proxy.training import run_seed, train_config
     from evonorm.train import Run
 
     accs = []
-    for arch in proxy_config(cfg).archs:
-        for i in range(proxy_config(cfg).train_runs):
-            run = Run(graph, ds, train_config(cfg, arch, seed=run_seed(cfg, i)))
+    for arch in stored_task(cfg).archs:
+        for i in range(stored_task(cfg).train_runs):
+            run = Run(graph, ds, ProxyTask.of_run(cfg).training[arch].replace(seed=ProxyTask.of_run(cfg).run_seed(i)))
             run.advance(cfg.hurdles.stage_steps[0])
             accs.append(run.score() or 0.0)
     return sum(accs) / len(accs)
@@ -56,7 +55,7 @@ def features(graph, cfg) -> int:
     from evonorm.proxy.features import task_features
 
     f = layer_features(graph)
-    return len(f or {}) + len(task_features(graph, cfg))
+    return len(f or {}) + len(task_features(graph, ProxyTask.of_run(cfg)))
 
 
 def cpu(fn, *args) -> float:
@@ -77,11 +76,11 @@ def main() -> None:
     from evonorm.proxy.training import search_dataset
 
     cfg = configured(PRESETS["demo"], dataset=default_dataset_name(fallback=True))
-    ds = search_dataset(cfg)
+    ds = search_dataset(ProxyTask.of_run(cfg))
     layers = {"GN-ReLU graph": Graph.from_json(cfg.evolution.seed_layers[0]),
               "EvoNorm-S0 graph": get_graph("evonorm_s0")}
-    print(f"demo quality test ({cfg.hurdles.stage_steps[0]} steps x {proxy_config(cfg).train_runs} runs x "
-          f"{', '.join(proxy_config(cfg).archs)}) on {proxy_config(cfg).dataset}, {args.threads} thread(s), CPU seconds")
+    print(f"demo quality test ({cfg.hurdles.stage_steps[0]} steps x {stored_task(cfg).train_runs} runs x "
+          f"{', '.join(stored_task(cfg).archs)}) on {stored_task(cfg).dataset}, {args.threads} thread(s), CPU seconds")
     g0 = next(iter(layers.values()))
     features(g0, cfg)  # warm-up: kernel, data, model code paths
     cpu(quality_test, g0, ds, configured(cfg, stages=(2,)))
@@ -103,7 +102,7 @@ def main() -> None:
               f"{100 * max(ratios):.2f}] |")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"dataset": proxy_config(cfg).dataset, "threads": args.threads, "rounds": raw}, fh, indent=1)
+            json.dump({"dataset": stored_task(cfg).dataset, "threads": args.threads, "rounds": raw}, fh, indent=1)
 
 
 if __name__ == "__main__":

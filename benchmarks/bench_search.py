@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import ProxyTask, configured, stored_task
 
 
 def costs(run: Path) -> None:
@@ -95,7 +95,6 @@ def extrapolate(presets: list[str], steps: int) -> None:
 
     from evonorm.data import holdout_split, load_dataset, synthetic_dataset
     from evonorm.graph.library import get_graph
-    from evonorm.proxy.training import train_config
     from evonorm.proxy.presets import get_preset
     from evonorm.proxy.rejection import stability
 
@@ -105,45 +104,45 @@ def extrapolate(presets: list[str], steps: int) -> None:
     for name in presets:
         cfg = get_preset(name)
         try:
-            ds = load_dataset(proxy_config(cfg).dataset or "fashion_mnist", proxy_config(cfg).data_root, n_train=proxy_config(cfg).n_train)
+            ds = load_dataset(stored_task(cfg).dataset or "fashion_mnist", stored_task(cfg).data_root, n_train=stored_task(cfg).n_train)
             dname = ds.name
         except (FileNotFoundError, ValueError):
-            ds = synthetic_dataset(n_train=proxy_config(cfg).n_train or 4096, n_test=512)
-            dname = f"synthetic stand-in for {proxy_config(cfg).dataset}"
-        ds = holdout_split(ds, proxy_config(cfg).holdout)
+            ds = synthetic_dataset(n_train=stored_task(cfg).n_train or 4096, n_test=512)
+            dname = f"synthetic stand-in for {stored_task(cfg).dataset}"
+        ds = holdout_split(ds, stored_task(cfg).holdout)
         screen = full = 0.0
         parts = []
-        for i, arch in enumerate(proxy_config(cfg).archs):
-            tcfg = train_config(cfg, arch)
+        for i, arch in enumerate(stored_task(cfg).archs):
+            tcfg = ProxyTask.of_run(cfg).training[arch]
             t_step = _time_steps(layer, ds, tcfg, steps)
-            full += t_step * tcfg.steps * proxy_config(cfg).train_runs
-            screen += t_step * proxy_config(cfg).quality_steps
-            if i < proxy_config(cfg).stability_archs and proxy_config(cfg).stability_steps:
+            full += t_step * tcfg.steps * stored_task(cfg).train_runs
+            screen += t_step * stored_task(cfg).quality_steps
+            if i < stored_task(cfg).stability_archs and stored_task(cfg).stability_steps:
                 t0 = time.perf_counter()
                 stability(layer, ds, arch=arch, width=tcfg.resolved_width(), steps=steps,
-                          batch=proxy_config(cfg).stability_batch)
+                          batch=stored_task(cfg).stability_batch)
                 t_stab = (time.perf_counter() - t0) / (steps + 1)
-                screen += t_stab * (proxy_config(cfg).stability_steps + 1)
+                screen += t_stab * (stored_task(cfg).stability_steps + 1)
             parts.append(f"{arch} {t_step:.3f} s/step x {tcfg.steps}"
-                         + (f" x {proxy_config(cfg).train_runs} seeds" if proxy_config(cfg).train_runs > 1 else ""))
+                         + (f" x {stored_task(cfg).train_runs} seeds" if stored_task(cfg).train_runs > 1 else ""))
         print(f"{name} ({dname}): screened candidate ~{screen:.0f} s, full evaluation "
               f"~{full:.0f} s (+ screening) | " + "; ".join(parts), flush=True)
 
 
 def throughput(preset: str, budget: int, order: list[int]) -> None:
     from evonorm.proxy.objective import ProxyObjective
-    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.api import start
     from evonorm.search.driver import init_run, run_search
     from evonorm.proxy.presets import get_preset
 
     rates = {}
     for workers in order:
-        cfg = with_dataset(get_preset(preset, algorithm="random", budget=budget, workers=workers,
-                                      seed_layers=()))
+        cfg = start(get_preset(preset, algorithm="random", budget=budget, workers=workers,
+                                      seed_layers=()))[0]
         with tempfile.TemporaryDirectory() as tmp:
             init_run(Path(tmp) / "run", cfg)
             t0 = time.perf_counter()
-            res = run_search(Path(tmp) / "run", objective=ProxyObjective(cfg), progress=False)
+            res = run_search(Path(tmp) / "run", objective=ProxyObjective.for_run(cfg), progress=False)
             dt = time.perf_counter() - t0
         rates[workers] = res.done / dt * 60
         print(f"{workers} worker(s): {res.done} candidates in {dt:.1f} s = "
@@ -161,20 +160,20 @@ def _search_alone(run: str, cfg_dict: dict, walls) -> None:
     cfg = SearchConfig.from_dict(cfg_dict)
     init_run(run, cfg, force=True)
     t0 = time.perf_counter()
-    run_search(run, objective=ProxyObjective(cfg), progress=False)
+    run_search(run, objective=ProxyObjective.for_run(cfg), progress=False)
     walls[run] = time.perf_counter() - t0
 
 
 def staged(preset: str, budget: int, out: Path) -> None:
     from multiprocessing import get_context
 
-    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.api import start
     from evonorm.proxy.presets import get_preset
     from evonorm.search.store import Store
 
     # staging alone: one training run per candidate in both (unstaged takes no train_runs)
-    after = with_dataset(get_preset(preset, budget=budget, workers=1, threads=1, timeout=3600.0,
-                                    train_runs=1))
+    after = start(get_preset(preset, budget=budget, workers=1, threads=1, timeout=3600.0,
+                                    train_runs=1))[0]
     before = configured(after, stages=(), quality_steps=50)
     jobs = [(str(out / name), cfg.to_dict()) for name, cfg in (("before", before), ("after", after))]
     ctx = get_context("spawn")  # plain processes: each search has its own worker pool
@@ -206,11 +205,11 @@ def fidelity(preset: str, out: Path, workers: int, top: int = 5) -> None:
     from evonorm.graph.library import NAMED_GRAPHS
     from evonorm.stats import spearman
     from evonorm.measure.calibrate import Job, load_runs, prepare_out, run_jobs
-    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.api import start
     from evonorm.proxy.presets import get_preset
     from evonorm.search.settings import norm_relu
 
-    cfg = with_dataset(get_preset(preset, workers=workers))
+    cfg = start(get_preset(preset, workers=workers))[0]
     if not cfg.hurdles.stage_steps:
         raise SystemExit(f"preset {preset} has no stages")
     graphs = {f"{axes}_norm_relu": norm_relu(axes)
@@ -221,15 +220,15 @@ def fidelity(preset: str, out: Path, workers: int, top: int = 5) -> None:
     run_jobs(jobs, cfg, out, workers=cfg.execution.num_workers, timeout=3 * cfg.execution.timeout, threads=1,
              on_done=lambda r, i, n: print(f"[{i}/{n}] {r.name}: first stage "
                                            f"{r.quality} full {r.fitness}", flush=True))
-    recs = [r for r in load_runs(out) if r.fitness is not None and len(r.quality) == len(proxy_config(cfg).archs)]
+    recs = [r for r in load_runs(out) if r.fitness is not None and len(r.quality) == len(stored_task(cfg).archs)]
     first = [sum(r.quality.values()) / len(r.quality) for r in recs]
     full = [r.fitness for r in recs]
     rho = spearman(first, full)
     hurdle = sum(first) / len(first)
     best = sorted(range(len(recs)), key=lambda i: -full[i])[:top]
     by_first = set(sorted(range(len(recs)), key=lambda i: -first[i])[:top])
-    print(f"{len(recs)} layers trained to the end on {', '.join(proxy_config(cfg).archs)} ({preset}, stage "
-          f"ends {list(cfg.hurdles.stage_steps)} and {proxy_config(cfg).train.get('steps')})")
+    print(f"{len(recs)} layers trained to the end on {', '.join(stored_task(cfg).archs)} ({preset}, stage "
+          f"ends {list(cfg.hurdles.stage_steps)} and {stored_task(cfg).train.get('steps')})")
     print(f"Spearman(first-stage fitness, full fitness) = {rho:.3f}" if rho is not None
           else "Spearman: fewer than 3 layers")
     print(f"full top {top}: {sum(first[i] >= hurdle for i in best)} clear a hurdle at the mean "
@@ -245,18 +244,19 @@ def early(preset: str, seeds: int, checks: list[int]) -> None:
     stage end that the quality test uses. A reference at chance at a check step would be lost."""
     import math
 
-    from evonorm.proxy.training import search_dataset, train_config, with_dataset
+    from evonorm.proxy.api import start
+    from evonorm.proxy.training import search_dataset
     from evonorm.proxy.presets import get_preset
     from evonorm.measure.references import REFERENCES_BY_SPACE
     from evonorm.proxy.rejection import quality_threshold
     from evonorm.train import Run
 
-    cfg = with_dataset(get_preset(preset))
+    cfg = start(get_preset(preset))[0]
     if not cfg.hurdles.stage_steps:
         raise SystemExit(f"preset {preset} has no stages")
-    ds = search_dataset(cfg)
-    arch, end = proxy_config(cfg).archs[0], cfg.hurdles.stage_steps[0]
-    bar = quality_threshold(ds.num_classes, proxy_config(cfg).quality_factor)
+    ds = search_dataset(ProxyTask.of_run(cfg))
+    arch, end = stored_task(cfg).archs[0], cfg.hurdles.stage_steps[0]
+    bar = quality_threshold(ds.num_classes, stored_task(cfg).quality_factor)
     print(f"{preset}, {arch}, first stage {end} steps; chance loss ln({ds.num_classes}) = "
           f"{math.log(ds.num_classes):.3f}, quality bar {bar:.1%} at step {end}")
     print("| layer | seed | " + " | ".join(f"step {k}: loss / acc" for k in checks)
@@ -264,7 +264,7 @@ def early(preset: str, seeds: int, checks: list[int]) -> None:
     print("|---|---|" + "---|" * (len(checks) + 1))
     for name in REFERENCES_BY_SPACE["s"]:
         for seed in range(seeds):
-            run = Run(name, ds, train_config(cfg.replace(seed=seed), arch))
+            run = Run(name, ds, ProxyTask.of_run(cfg.replace(seed=seed)).training[arch])
             losses, cells = [], []
             for k in range(1, end + 1):
                 run.advance(k)
@@ -283,7 +283,7 @@ def _evaluate_before_objectives(payload: dict):
     from evonorm.graph import Graph
     from evonorm.search.config import SearchConfig
     from evonorm.search.evaluation import Evaluation
-    from evonorm.proxy.training import quality_config, search_dataset, train_config, train_stages
+    from evonorm.proxy.training import search_dataset, train_stages
     from evonorm.proxy.rejection import quality, stability
     from evonorm.search.checks import layer_checks
     from evonorm.search.objective import Reject
@@ -298,34 +298,34 @@ def _evaluate_before_objectives(payload: dict):
         timings[phase] = timings.get(phase, 0.0) + now - t
         t = now
 
-    ds = search_dataset(cfg)
+    ds = search_dataset(ProxyTask.of_run(cfg))
     lap("data")
     try:
         graph = Graph.from_json(payload["graph"])
-        screen = proxy_config(cfg).rejection
+        screen = stored_task(cfg).rejection
         if cfg.evolution.prechecks:
             rej = layer_checks(graph, seed=cfg.seed)
             lap("precheck")
             if rej:
                 return Evaluation.rejected(rej, timings=timings)
-        if screen and proxy_config(cfg).stability_steps > 0:
-            for arch in proxy_config(cfg).archs[:proxy_config(cfg).stability_archs]:
-                tcfg = train_config(cfg, arch)
+        if screen and stored_task(cfg).stability_steps > 0:
+            for arch in stored_task(cfg).archs[:stored_task(cfg).stability_archs]:
+                tcfg = ProxyTask.of_run(cfg).training[arch]
                 rej = stability(graph, ds, arch=arch, width=tcfg.resolved_width(),
-                                steps=proxy_config(cfg).stability_steps, threshold=proxy_config(cfg).stability_threshold,
-                                batch=proxy_config(cfg).stability_batch, lr=proxy_config(cfg).stability_lr, seed=cfg.seed,
+                                steps=stored_task(cfg).stability_steps, threshold=stored_task(cfg).stability_threshold,
+                                batch=stored_task(cfg).stability_batch, lr=stored_task(cfg).stability_lr, seed=cfg.seed,
                                 model_kwargs=tcfg.layer_kwargs())
                 if rej:
                     lap("stability")
                     return Evaluation.rejected(rej, timings=timings)
             lap("stability")
-        if screen and proxy_config(cfg).quality_steps > 0:
-            rej, accs = quality(graph, ds, proxy_config(cfg).archs, lambda a: quality_config(cfg, a),
-                                factor=proxy_config(cfg).quality_factor)
+        if screen and stored_task(cfg).quality_steps > 0:
+            rej, accs = quality(graph, ds, stored_task(cfg).archs, ProxyTask.of_run(cfg).quality_training,
+                                factor=stored_task(cfg).quality_factor)
             lap("quality")
             if rej:
                 return Evaluation.rejected(rej, accs, timings)
-        result = train_stages(graph, ds, cfg, hurdles=payload.get("hurdles") or [],
+        result = train_stages(graph, ds, ProxyTask.of_run(cfg), hurdles=payload.get("hurdles") or [],
                               checkpoint=payload.get("checkpoint"), screen=screen)
         lap("train")
         return dataclasses.replace(result, timings={**timings, **result.timings})
@@ -343,16 +343,17 @@ def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) ->
 
     from evonorm.graph import random_graph
     from evonorm.graph.library import resolve_graph
-    from evonorm.proxy.training import search_dataset, with_dataset
+    from evonorm.proxy.api import start
+    from evonorm.proxy.training import search_dataset
     from evonorm.proxy.presets import get_preset
     from evonorm.proxy.objective import evaluate_candidate
 
     torch.set_num_threads(1)
-    cfg = with_dataset(get_preset(preset))
+    cfg = start(get_preset(preset))[0]
     if not full:  # the same pipeline (pre-checks, stability, staged training), shortened; no
         # quality bar, so that every layer the pre-checks pass trains to the end
         cfg = configured(cfg, n_train=500, stability_steps=3, quality_factor=0.0,
-                          train={**proxy_config(cfg).train, "steps": 8, "lr_warmup": 2},
+                          train={**stored_task(cfg).train, "steps": 8, "lr_warmup": 2},
                           stages=tuple(s for s in (4,) if cfg.hurdles.stage_steps))
     rng = random.Random(0)
     graphs = [resolve_graph(g).to_json() for g in cfg.evolution.seed_layers][:candidates]
@@ -361,7 +362,7 @@ def objective_overhead(preset: str, candidates: int, rounds: int, full: bool) ->
         graphs.append(g.to_json())
     payloads = [{"graph": g, "config": cfg.to_dict(), "hurdles": [None] * len(cfg.hurdles.stage_steps)}
                 for g in graphs]
-    search_dataset(cfg)  # loaded once, outside the timings (cached per process)
+    search_dataset(ProxyTask.of_run(cfg))  # loaded once, outside the timings (cached per process)
     paths = {"before": _evaluate_before_objectives, "objective": evaluate_candidate}
     spent = {name: 0.0 for name in paths}
     pair_ratios = []  # per candidate and round: before's seconds / objective's (load drifts)

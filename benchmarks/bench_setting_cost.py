@@ -39,13 +39,14 @@ def _rounds(layer: str, settings: list[str], rounds: int) -> dict[str, list[floa
     from evonorm.graph.cpp import load_kernel
     from evonorm.measure.calibrate import Job, measure
     from evonorm.measure.fidelity import load_panel
+    from evonorm.proxy.config import ProxyTask
     from evonorm.proxy.training import search_dataset
     from experiments.proxy_fidelity import setting_config
 
     torch.set_num_threads(1)
     cfgs = {name: setting_config(name) for name in settings}
     for cfg in cfgs.values():  # the process's one-off costs, untimed: data, the kernel
-        search_dataset(cfg)
+        search_dataset(ProxyTask.of_run(cfg))
     load_kernel()
     graph = {x.name: x.graph for x in load_panel(PANEL)[1]}[layer]
     job = Job("panel", layer, 0, graph or {})  # the chart's job for this layer at seed 0

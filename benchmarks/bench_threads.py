@@ -34,7 +34,7 @@ from typing import Iterator
 import torch
 
 from bench_candidate import demo_dataset, named_graphs
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import ProxyTask, stored_task
 from evonorm.proxy.presets import PRESETS
 
 CONDITIONS = ("idle", "loaded")
@@ -109,7 +109,6 @@ def load(condition: str, procs: int) -> Iterator[None]:
 def measure(args) -> tuple[dict[tuple[str, str, int], list[float]], dict[str, list[float]], str]:
     """Wall seconds per block, keyed by (condition, arch, threads); the 1-minute load average when
     each condition started, per condition; the dataset's name."""
-    from evonorm.proxy.training import train_config
     from evonorm.train import Run
 
     cfg = PRESETS["demo"]
@@ -117,7 +116,7 @@ def measure(args) -> tuple[dict[tuple[str, str, int], list[float]], dict[str, li
     graph = named_graphs([args.layer])[f"{args.layer} graph"]
     layer = lambda c, **kw: graph.to_module(c, **kw)  # noqa: E731
     total = args.rounds * len(CONDITIONS) * len(args.threads) * (args.steps + 1) + 10
-    runs = {arch: Run(layer, ds, train_config(cfg, arch, steps=total, device="cpu")) for arch in args.archs}
+    runs = {arch: Run(layer, ds, ProxyTask.of_run(cfg).training[arch].replace(steps=total, device="cpu", restarts=())) for arch in args.archs}
     for arch, run in runs.items():  # warm-up, untimed: allocation, the kernel's load
         for t in args.threads:
             torch.set_num_threads(t)
@@ -149,7 +148,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts; the first is the reference")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=8, help="timed steps per thread count, condition and round")
-    p.add_argument("--archs", nargs="+", default=list(proxy_config(PRESETS["demo"]).archs),
+    p.add_argument("--archs", nargs="+", default=list(stored_task(PRESETS["demo"]).archs),
                    help="default: the demo's anchor architectures")
     p.add_argument("--layer", default="GN-ReLU", help="GN-ReLU, LN-ReLU, IN-ReLU (the demo's seed layers) or a named graph")
     p.add_argument("--load-procs", type=int, default=max(1, (os.cpu_count() or 2) - 1),

@@ -24,6 +24,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from bench_candidate import demo_dataset, named_graphs
 from evonorm.proxy.presets import PRESETS
+from evonorm.proxy.config import ProxyTask
 
 LAYERS = {"GN-ReLU graph": lambda: named_graphs(["GN-ReLU"])["GN-ReLU graph"],  # the demo's first seed layer
           "scratch-winner graph": lambda: named_graphs(["scratch-winner"])["scratch-winner graph"],  # a found one
@@ -86,14 +87,13 @@ def main() -> int:
     p.add_argument("--json", help="also write the rows to this file")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    from evonorm.proxy.training import train_config
 
     cfg = PRESETS["demo"]
     ds, ds_name = demo_dataset(cfg)
     rows = []
     for arch in args.archs:
         for name in args.layers:
-            r = profile_run(LAYERS[name](), ds, train_config(cfg, arch, steps=900), args.warm, args.steps)
+            r = profile_run(LAYERS[name](), ds, ProxyTask.of_run(cfg).training[arch].replace(steps=900, restarts=()), args.warm, args.steps)
             rows.append(dict(arch=arch, layer=name, dataset=ds_name, **r))
             print(f"  {arch} {name}: {r['step_ms']:.1f} ms/step", file=sys.stderr, flush=True)
     cats = [c for c, _ in CATEGORIES] + ["Python + dispatch"]

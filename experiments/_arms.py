@@ -22,12 +22,12 @@ from experiments._common import log
 def run_config(preset: str, algorithm: str, seed: int, budget_seconds: float, settings: dict | None = None):
     """One arm's search: the preset with `settings` (the same for every arm, by keyword of
     `get_preset`, a data seed already resolved), one worker of one thread."""
-    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.api import start
     from evonorm.proxy.presets import get_preset
 
-    return with_dataset(get_preset(preset, **(settings or {}), algorithm=algorithm, seed=seed,
+    return start(get_preset(preset, **(settings or {}), algorithm=algorithm, seed=seed,
                       budget=100_000, budget_seconds=budget_seconds, workers=1, threads=1,
-                      executor="local"))
+                      executor="local"))[0]
 
 
 def run_to_budget(run: Path, cfg) -> None:
@@ -45,7 +45,7 @@ def run_to_budget(run: Path, cfg) -> None:
         if (run / "store.sqlite").is_file():
             with Store(run, readonly=True) as st:
                 stored = SearchConfig.from_dict(st.config())
-        objective = ProxyObjective(cfg)
+        objective = ProxyObjective.for_run(cfg)
         if stored != cfg:
             init_run(run, cfg, objective, force=True)
         tally = run_search(run, objective=objective, progress=False).tally
@@ -148,6 +148,7 @@ def read_run(run: Path, budget_seconds: float):
     """(config, status, chance accuracy, candidates finished within the budget) of one run; None before
     its store exists."""
     from evonorm.search.config import SearchConfig
+    from evonorm.proxy.config import ProxyTask
     from evonorm.proxy.training import search_dataset
     from evonorm.search.store import Store
 
@@ -157,7 +158,7 @@ def read_run(run: Path, budget_seconds: float):
         cfg = SearchConfig.from_dict(st.config())
         cands = st.candidates()
         status = st.get_meta("status")
-    return cfg, status, 1.0 / search_dataset(cfg).num_classes, within_budget(cands, budget_seconds)
+    return cfg, status, 1.0 / search_dataset(ProxyTask.of_run(cfg)).num_classes, within_budget(cands, budget_seconds)
 
 
 def progress_line(run: Path, arm: str, budget_seconds: float) -> str:

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from experiments._common import command_line, HelpFormatter, log, out_dir
-from evonorm.proxy.config import configured
+from evonorm.proxy.config import ProxyTask, configured
 
 SEED_BASE = 2000  # training seeds: apart from the search's (cfg.seed) and retrain's (1000 + ...)
 
@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     from evonorm.graph import Graph
     from evonorm.graph.library import resolve_graph
     from evonorm.layers import list_norm_acts
-    from evonorm.proxy.training import search_dataset, with_dataset
+    from evonorm.proxy.api import start
+    from evonorm.proxy.training import search_dataset
     from evonorm.proxy.presets import PRESETS
     from evonorm.measure.retrain import pending, train_layers
 
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     d = out_dir("confirm_layer", args.out)
     labels = ["layer", *args.against]
     seeds = [SEED_BASE + i for i in range(args.seeds)]
-    cfgs = {ds: with_dataset(configured(PRESETS[args.preset], data_seed=ds)) for ds in args.data_seeds}
+    cfgs = {ds: start(configured(PRESETS[args.preset], data_seed=ds))[0] for ds in args.data_seeds}
     if not args.analyze_only:
         jobs = [(cfgs[ds], (label, "found" if label == "layer" else "reference",
                             spec if label == "layer" else label, None), rows_file(d, ds, label))
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         for cfg, layer, path in jobs:  # the package's ledger: resumable, on `workers` workers of one thread
             train_layers(cfg.replace(execution=cfg.execution.replace(workers=args.workers, threads=1)), [layer],
                          seeds, path, log=log, rerank=args.setting == "rerank")
-    chance = 1.0 / search_dataset(cfgs[args.data_seeds[0]]).num_classes
+    chance = 1.0 / search_dataset(ProxyTask.of_run(cfgs[args.data_seeds[0]])).num_classes
     out = analyze(d, labels, args.data_seeds, seeds, chance, args.primary)
     out.update(graph=spec, layer=text, preset=args.preset, setting=args.setting, command=command_line())
     (d / "confirm.json").write_text(json.dumps(out, indent=1) + "\n")

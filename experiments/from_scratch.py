@@ -98,12 +98,12 @@ def arm_config(arm: str, seed: int, budget_seconds: float, exp: Experiment = FIR
     """One arm's search at `seed`: the experiment's preset as shipped but for the arm's changes,
     one worker of one torch thread."""
     from evonorm.proxy.presets import get_preset
-    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.api import start
 
     algorithm, changes = exp.arms[arm]
-    return with_dataset(get_preset(exp.preset, **changes, algorithm=algorithm, seed=seed,
+    return start(get_preset(exp.preset, **changes, algorithm=algorithm, seed=seed,
                                    budget=100_000, budget_seconds=budget_seconds, workers=1,
-                                   threads=1, executor="local"))
+                                   threads=1, executor="local"))[0]
 
 
 def run_metrics(candidates, stages: int, chance: float, budget_seconds: float) -> dict:

@@ -97,7 +97,9 @@ def compute_features(cands: list[dict], cache: Path) -> dict[tuple[str, int], di
     from evonorm.graph import Graph
     from evonorm.proxy.features import signal_features
     from evonorm.proxy.presets import get_preset
-    from evonorm.proxy.training import search_dataset, with_dataset
+    from evonorm.proxy.api import start
+    from evonorm.proxy.config import ProxyTask
+    from evonorm.proxy.training import search_dataset
     from evonorm.search.features import layer_features
 
     torch.set_num_threads(1)
@@ -111,15 +113,15 @@ def compute_features(cands: list[dict], cache: Path) -> dict[tuple[str, int], di
     with cache.open("a") as f:
         for i, ((key, seed), graph) in enumerate(todo.items()):
             if seed not in cfgs:
-                cfgs[seed] = with_dataset(get_preset("scratch", seed=seed))
-                search_dataset(cfgs[seed])  # loaded once, outside the timings
+                cfgs[seed] = start(get_preset("scratch", seed=seed))[0]
+                search_dataset(ProxyTask.of_run(cfgs[seed]))  # loaded once, outside the timings
             t0 = time.perf_counter()
             try:
                 layer = layer_features(graph)
             except Exception:  # noqa: BLE001 - a layer that breaks on the probe
                 layer = None
             t1 = time.perf_counter()
-            signal = signal_features(Graph.from_json(graph), cfgs[seed])
+            signal = signal_features(Graph.from_json(graph), ProxyTask.of_run(cfgs[seed]))
             t2 = time.perf_counter()
             r = {"key": key, "seed": seed, "layer": layer, "signal": signal,
                  "layer_s": t1 - t0, "signal_s": t2 - t1}
@@ -232,7 +234,8 @@ def write_prior_file(cands, rows, rule, recall: float, command: str) -> dict:
     from evonorm import __version__
     from evonorm.proxy.presets import get_preset
     from evonorm.proxy.prior import PRIORS, Prior, setting, write_prior
-    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.api import start
+    from evonorm.proxy.config import ProxyTask
 
     keep = [i for i, (r, k) in enumerate(zip(rows, rule)) if k and r is not None]
     kept = [cands[i] for i in keep]
@@ -264,9 +267,9 @@ def write_prior_file(cands, rows, rule, recall: float, command: str) -> dict:
         "rows": len(prior_rows), "valid": sum(r["valid"] for r in prior_rows),
         "threshold_at_recall": {"recall": recall, "threshold": threshold},
         "layer_threshold_at_recall": {"recall": LOOSE_RECALL, "threshold": layer_threshold}}
-    cfg = with_dataset(get_preset("scratch2"))
+    cfg = start(get_preset("scratch2"))[0]
     path = PRIORS / f"scratch2-{cfg.evolution.space}.json"
-    write_prior(path, Prior(setting(cfg), prior_rows, provenance))
+    write_prior(path, Prior(setting(ProxyTask.of_run(cfg), cfg.evolution.space), prior_rows, provenance))
     print(f"prior: {len(prior_rows)} rows ({provenance['valid']} valid) -> {path}; threshold at "
           f"recall {recall}: {threshold:.4f}; the layer rung's at {LOOSE_RECALL}: "
           f"{layer_threshold:.4f}", file=sys.stderr)

@@ -169,6 +169,7 @@ def measure_setting(name: str, panel_path: Path, workers: int, runs_root: Path,
     """Every panel layer at `seeds` under one setting (resumable); its fidelity entry."""
     from evonorm.measure.calibrate import (calibration_jobs, calibration_setup, load_runs,
                                          panel_cost, prepare_out, proxy_scores, run_jobs)
+    from evonorm.proxy.config import ProxyTask
     from evonorm.measure.fidelity import load_panel
     from evonorm.proxy.training import search_dataset
 
@@ -183,7 +184,7 @@ def measure_setting(name: str, panel_path: Path, workers: int, runs_root: Path,
              on_done=lambda r, i, n: log(f"{name} [{i}/{n}] {r.name} seed {r.seed}: {r.status} "
                                          f"fitness {r.fitness} ({r.seconds:.0f} s)"))
     records = [r for r in load_runs(out) if r.kind == "panel" and r.seed in seeds]
-    return _entry(name, seeds, SETTINGS[name], proxy_scores(records, 1.0 / search_dataset(cfg).num_classes),
+    return _entry(name, seeds, SETTINGS[name], proxy_scores(records, 1.0 / search_dataset(ProxyTask.of_run(cfg)).num_classes),
                   panel_cost(records), records, layers, panel_path, preset)
 
 
@@ -213,36 +214,36 @@ def entry_key(preset: str, name: str, seeds: tuple[int, ...]) -> str:
 def setting_config(name: str, workers: int = 1, preset: str = "demo", dataset: str = "fashion_mnist"):
     """The search config of a setting of SETTINGS: the preset with the setting's changes."""
     from evonorm.proxy.presets import get_preset
-    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.api import start
 
-    return with_dataset(get_preset(preset, workers=workers, threads=1, dataset=dataset,
-                                   **SETTINGS[name]))
+    return start(get_preset(preset, workers=workers, threads=1, dataset=dataset,
+                                   **SETTINGS[name]))[0]
 
 
 def measure_derived(name: str, panel_path: Path, runs_root: Path, seeds: tuple[int, ...] = SEEDS,
                     *, preset: str = "demo", dataset: str = "fashion_mnist") -> dict:
     """A DERIVED scoring of its setting's runs at `seeds` (which must be there); its fidelity entry."""
     from evonorm.measure.calibrate import load_runs
-    from evonorm.proxy.config import proxy_config
+    from evonorm.proxy.config import ProxyTask, stored_task
     from evonorm.measure.fidelity import load_panel
-    from evonorm.proxy.training import search_dataset, train_config
+    from evonorm.proxy.training import search_dataset
 
     base, rule = DERIVED[name]
     data, layers = load_panel(panel_path)
     cfg = setting_config(base, preset=preset, dataset=dataset)
-    task = proxy_config(cfg)
+    task = stored_task(cfg)
     records = [r for r in load_runs(runs_root / base) if r.kind == "panel" and r.seed in seeds]
     if {r.seed for r in records} != set(seeds):
         raise SystemExit(f"{name}: the runs of {base} at seeds {list(seeds)} are not all in "
                          f"{runs_root / base}; measure them first (--only {base})")
-    end = train_config(cfg, task.archs[0]).steps
+    end = ProxyTask.of_run(cfg).training[task.archs[0]].steps
     first = cfg.hurdles.stage_steps[0] if cfg.hurdles.stage_steps else end
     share = (task.train_runs * first) / (task.train_runs * end
                                           + (task.final_runs - task.train_runs) * end)
     ref = data["reference"].get("setting", {})
-    ahead_panel = (math.log(ref["steps"] * ref["batch_size"] / (end * proxy_config(cfg).train["batch_size"]))
+    ahead_panel = (math.log(ref["steps"] * ref["batch_size"] / (end * stored_task(cfg).train["batch_size"]))
                    / math.log(end / first)) if first < end else 0.0
-    chance = 1.0 / search_dataset(cfg).num_classes
+    chance = 1.0 / search_dataset(ProxyTask.of_run(cfg)).num_classes
     proxy: dict[str, dict[int, float]] = {}
     costs = []
     for r in records:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from experiments._common import HelpFormatter, log, map_jobs, out_dir, save_png, write_table
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import ProxyTask, stored_task
 
 ARCHS = ["resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar"]
 REFERENCES = ["bn_relu", "evonorm_b0", "evonorm_s0"]
@@ -32,17 +32,16 @@ REFERENCES = ["bn_relu", "evonorm_b0", "evonorm_s0"]
 
 def cfg_schedule(cfg) -> str:
     """The quality run's lr schedule: the search's ("constant") unless --schedule said otherwise."""
-    return proxy_config(cfg).train.get("schedule", "constant")
+    return stored_task(cfg).train.get("schedule", "constant")
 
 
 def quality_accuracy(norm_act, ds, cfg, arch: str) -> tuple[float | None, str]:
     """The search's quality test on one architecture: (accuracy or None, outcome); never raises."""
-    from evonorm.proxy.training import quality_config
     from evonorm.proxy.rejection import quality
 
     try:
-        rej, accs = quality(norm_act, ds, [arch], lambda a: quality_config(cfg, a, cfg_schedule(cfg)),
-                            factor=proxy_config(cfg).quality_factor)
+        rej, accs = quality(norm_act, ds, [arch], lambda a: ProxyTask.of_run(cfg).quality_training(a, cfg_schedule(cfg)),
+                            factor=stored_task(cfg).quality_factor)
     except Exception as err:  # a random layer may fail to compile or run
         return None, f"error: {type(err).__name__}"
     if arch not in accs:
@@ -79,7 +78,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from evonorm.data import default_dataset_name
     from evonorm.graph import random_graph
-    from evonorm.proxy.training import quality_config
     from evonorm.proxy.presets import get_preset
 
     name = args.dataset or default_dataset_name()
@@ -99,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue  # a line cut by a crash
             done[r["name"]] = r
     settings = {**vars(args), "dataset": name,
-                "quality_train": dataclasses.asdict(quality_config(cfg, args.archs[0], cfg_schedule(cfg))),
+                "quality_train": dataclasses.asdict(ProxyTask.of_run(cfg).quality_training(args.archs[0], cfg_schedule(cfg))),
                 "search_config": cfg.to_dict()}
     log(f"{name}; {len(done)} records kept from an earlier run; {args.workers} worker(s)")
 
@@ -139,12 +137,12 @@ def evaluate_layer(job) -> dict:
     torch.set_num_threads(1)
     label, graph, raw = job
     cfg = SearchConfig.from_dict(raw)
-    ds = search_dataset(cfg)
+    ds = search_dataset(ProxyTask.of_run(cfg))
     g = Graph.from_json(graph) if graph is not None else None
     rec = {"name": label, "graph": graph, "formula": g.to_text() if g is not None else label,
            "key": g.key() if g is not None else None, "accuracies": {}, "outcomes": {}}
     ts = time.time()
-    for a in proxy_config(cfg).archs:
+    for a in stored_task(cfg).archs:
         acc, outcome = quality_accuracy(g if g is not None else label, ds, cfg, a)
         rec["accuracies"][a] = acc
         rec["outcomes"][a] = outcome

@@ -40,7 +40,7 @@ from evonorm.search.store import Store
 from evonorm.search.surrogate import Prescreen, Surrogate
 from evonorm.search.surrogate import label as candidate_label
 from evonorm.stats import spearman
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import stored_task
 from experiments._common import command_line, HelpFormatter
 
 OUT = Path("results/prescreen")
@@ -63,7 +63,7 @@ def labelled(run: Path, drop: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
         cfg = st.search_config()
         cands = st.candidates()
         status = st.get_meta("status")
-    screen = Prescreen(cfg, ProxyObjective(cfg).prescreen_features)
+    screen = Prescreen(cfg, ProxyObjective.for_run(cfg).prescreen_features)
     rows, degenerate = [], 0
     # what the search's surrogate learns from, labelled as it labels them
     evaluated = [(c, t) for c, t in ((c, candidate_label(c)) for c in cands) if t is not None]
@@ -79,7 +79,7 @@ def labelled(run: Path, drop: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
     counts = {"candidates": len(cands), "status": status, "evaluated": len(evaluated),
               "degenerate": degenerate, "kept": len(rows),
               "valid": sum(r["valid"] for r in rows), "stable": sum(r["stable"] for r in rows),
-              "preset": cfg.preset, "space": cfg.evolution.space, "dataset": proxy_config(cfg).dataset}
+              "preset": cfg.preset, "space": cfg.evolution.space, "dataset": stored_task(cfg).dataset}
     return rows, counts
 
 

@@ -3,7 +3,7 @@
 import os
 
 from evonorm.search.config import SearchConfig
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import stored_task
 
 
 def fake_measure(payload: dict) -> dict:
@@ -11,8 +11,8 @@ def fake_measure(payload: dict) -> dict:
     the config's n_train is the marker -9 and the graph is the second random one."""
     job = payload["job"]
     cfg = SearchConfig.from_dict(payload["config"])
-    archs = proxy_config(cfg).archs
-    if proxy_config(cfg).n_train == -9 and job["name"] == "random1":
+    archs = stored_task(cfg).archs
+    if stored_task(cfg).n_train == -9 and job["name"] == "random1":
         os._exit(3)
     rec = {"kind": job["kind"], "name": job["name"], "seed": job["seed"], "graph": job["graph"],
            "quality": {}, "quality_pass": {}, "accuracies": {}, "fitness": None, "seconds": 0.01}

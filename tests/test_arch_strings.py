@@ -17,7 +17,7 @@ from torch import nn
 from _timm import load_timm
 from evonorm.models import build_model, check_arch
 from evonorm.search.driver import init_run
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import ProxyTask, stored_task
 from evonorm.proxy.presets import get_preset
 from evonorm.train import TrainConfig
 from test_cli_fuzz import check_refused
@@ -169,11 +169,9 @@ def test_train_config_takes_external_names_without_importing(user_modules):
         TrainConfig(arch="archmods:build", width=0.5)
     with pytest.raises(ValueError, match="unknown architecture"):
         TrainConfig(arch="not an arch")
-    from evonorm.proxy.training import train_config
-
-    search = get_preset("tiny", archs=("archmods:build", "resnet50_cifar"))
-    assert train_config(search, "archmods:build").width is None  # the preset's width: built-ins only
-    assert train_config(search, "resnet50_cifar").width == 0.0625
+    search = ProxyTask.of_run(get_preset("tiny", archs=("archmods:build", "resnet50_cifar")))
+    assert search.training["archmods:build"].width is None  # the preset's width: built-ins only
+    assert search.training["resnet50_cifar"].width == 0.0625
 
 
 def _npz(ws: Path, n=500) -> Path:
@@ -238,7 +236,7 @@ def test_a_run_folder_never_makes_a_command_import_its_code(user_modules, capsys
     run = user_modules / "run"
     init_run(run, get_preset("tiny", archs=("archplanted:build", "resnet50_cifar")))
     with Store(run) as store:
-        assert proxy_config(store.search_config()).archs[0] == "archplanted:build"
+        assert stored_task(store.search_config()).archs[0] == "archplanted:build"
     for argv in (["resume", str(run)], ["rerank", str(run)], ["retrain", str(run), "--seeds", "2"],
                  ["resume", str(run), "--arch", "archmods:build"]):
         assert main(argv) == 2

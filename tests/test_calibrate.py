@@ -13,7 +13,7 @@ from evonorm.measure.calibrate import (RUNS_NAME, RunRecord, format_summary, loa
                                       prepare_out, run_jobs, summarize)
 from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.proxy.presets import get_preset
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import ProxyTask, configured, stored_task
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")
 ARCHS = ["a1", "a2"]
@@ -87,7 +87,7 @@ def test_run_jobs_saves_each_run_and_resumes(tmp_path):
     assert died.status == "failed" and "died" in died.reason
     assert len(load_runs(tmp_path / "c")) == 9
     assert run_jobs(jobs, cfg, tmp_path / "c", workers=2, timeout=60, fn=fake_measure) == []
-    s = summarize(load_runs(tmp_path / "c"), list(proxy_config(cfg).archs))
+    s = summarize(load_runs(tmp_path / "c"), list(stored_task(cfg).archs))
     assert s.all_pass and s.random_rejected == {"stability": 2, "worker died (exit code 3)": 1}
     # another setup in the same folder is refused
     with pytest.raises(ValueError, match="other settings"):
@@ -167,7 +167,7 @@ def _same_folder(stored: dict, setup: dict) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.fashion_mnist
-@pytest.mark.parametrize("arch", proxy_config(get_preset("demo")).archs)
+@pytest.mark.parametrize("arch", stored_task(get_preset("demo")).archs)
 @pytest.mark.parametrize("name", ["bn_relu", "gn_relu", "evonorm_s0"])
 def test_demo_references_pass_the_quality_test_on_fashion_mnist(name, arch):
     """The calibrated `demo` preset's quality test (what a search runs: its first training
@@ -184,11 +184,11 @@ def test_demo_references_pass_the_quality_test_on_fashion_mnist(name, arch):
     torch.set_num_threads(1)  # as in a 2-worker search on 2 cores: the calibration's numbers
     assert sorted(reference_graphs("s")) == sorted(["bn_relu", "gn_relu", "evonorm_s0"])
     cfg = get_preset("demo", dataset="fashion_mnist")
-    ds = search_dataset(cfg)
-    assert len(ds.test_y) == 1000 and cfg.hurdles.stage_steps and proxy_config(cfg).quality_steps == 0
-    assert proxy_config(cfg).train_runs == 1 and cfg.hurdles.stage_steps == (150,)
+    ds = search_dataset(ProxyTask.of_run(cfg))
+    assert len(ds.test_y) == 1000 and cfg.hurdles.stage_steps and stored_task(cfg).quality_steps == 0
+    assert stored_task(cfg).train_runs == 1 and cfg.hurdles.stage_steps == (150,)
     # a hurdle no layer clears stops each after the first stage, as the quality test does
-    res = train_stages(Graph.from_json(reference_graphs("s")[name]), ds, configured(cfg, archs=(arch,)),
+    res = train_stages(Graph.from_json(reference_graphs("s")[name]), ds, ProxyTask.of_run(configured(cfg, archs=(arch,))),
                        hurdles=[1.01])
     assert res.status == "valid" and res.stage == 1, (res.reason, res.scores)
 
@@ -204,12 +204,12 @@ def test_staged_calibration_trains_random_layers_past_the_bar():
     graph = NAMED_GRAPHS["evonorm_s0"].to_json()
     rec = RunRecord(**measure({"job": {"kind": "random", "name": "random0", "seed": 0,
                                        "graph": graph}, "config": cfg.to_dict()}))
-    assert rec.status == "rejected" and rec.reason == f"quality:{proxy_config(cfg).archs[0]}"
-    assert rec.fitness is not None and set(rec.accuracies) == set(proxy_config(cfg).archs)
-    assert rec.quality_pass == {a: False for a in proxy_config(cfg).archs}
+    assert rec.status == "rejected" and rec.reason == f"quality:{stored_task(cfg).archs[0]}"
+    assert rec.fitness is not None and set(rec.accuracies) == set(stored_task(cfg).archs)
+    assert rec.quality_pass == {a: False for a in stored_task(cfg).archs}
     ref = RunRecord(**measure({"job": {"kind": "reference", "name": "s0", "seed": 0,
                                        "graph": graph}, "config": cfg.to_dict()}))
-    s = summarize([rec, ref], list(proxy_config(cfg).archs))
+    s = summarize([rec, ref], list(stored_task(cfg).archs))
     assert s.random_valid == [] and s.random_trained == [rec.fitness]
     assert s.margin is None and s.margin_trained == pytest.approx(ref.fitness - rec.fitness)
 

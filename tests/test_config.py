@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from evonorm.proxy.config import ProxyConfig, configured, measured, proxy_config
+from evonorm.proxy.config import ProxyConfig, configured, measured, stored_task
 from evonorm.proxy.presets import PRESETS, get_preset
 from evonorm.search.config import KEYWORDS, PARTS, Evolution, Hurdles, SearchConfig, with_settings
 
@@ -28,7 +28,7 @@ def test_a_stored_config_reads_back_nested_and_nothing_else():
 def test_each_keyword_names_one_field_and_is_read_through_its_part():
     cfg = get_preset("tiny", budget=9, stage_steps=(2,), quality_steps=0, workers=1, archs=("a1",))
     assert (cfg.evolution.budget, cfg.hurdles.stage_steps, cfg.execution.workers) == (9, (2,), 1)
-    assert proxy_config(cfg).archs == ("a1",) and cfg.scores == ("a1",)
+    assert stored_task(cfg).archs == ("a1",) and cfg.scores == ("a1",)
     assert not hasattr(cfg, "budget") and not hasattr(cfg, "archs")  # one spelling: the part's
     task_fields = {f.name for f in dataclasses.fields(ProxyConfig)}
     assert not task_fields & set(KEYWORDS)  # no keyword is both the engine's and the task's
@@ -46,8 +46,8 @@ def test_each_keyword_names_one_field_and_is_read_through_its_part():
     with pytest.raises(ValueError, match="budget must be >= 1"):
         SearchConfig(evolution=Evolution(budget=0))
     # an explicit None is a value (the preset's n_train unset); get_preset's None: not given
-    assert proxy_config(configured(PRESETS["tiny"], n_train=None)).n_train is None
-    assert proxy_config(get_preset("tiny", n_train=None)).n_train == 320
+    assert stored_task(configured(PRESETS["tiny"], n_train=None)).n_train is None
+    assert stored_task(get_preset("tiny", n_train=None)).n_train == 320
 
 
 def test_presets_hold_their_settings():
@@ -55,21 +55,21 @@ def test_presets_hold_their_settings():
     # one run of 900 steps, staged at 150, ranks layers as long training does
     assert demo.evolution.seed_layers and demo.hurdles == Hurdles(stage_steps=(150,), hurdle_min=4)
     assert demo.execution.timeout == 1800.0 and demo.evolution.budget == 75
-    task = proxy_config(demo)
+    task = stored_task(demo)
     assert task.train["steps"] == 900 and task.train_runs == 1 and task.final_runs == 1
     assert (task.n_train, task.holdout, task.data_seed) == (4000, 0.25, 0)
     # `demo-b` keeps the training it was calibrated at; `scratch` trains as `demo` does, its
     # quality test at 75 steps as `demo-b`'s
     for name in ("scratch", "demo-b"):
         assert PRESETS[name].hurdles.stage_steps == (75,), name
-    assert proxy_config(PRESETS["demo-b"]).train["steps"] == 150
+    assert stored_task(PRESETS["demo-b"]).train["steps"] == 150
     assert PRESETS["scratch"].task == PRESETS["demo"].task
     assert not PRESETS["scratch"].evolution.seed_layers and PRESETS["scratch"].evolution.prescreen
     # `scratch2` is `scratch` with the ladder: the same proxy, the network rung's features, and
     # evolution that neither repeats a known function nor loses a niche's best layer
     s1, s2 = PRESETS["scratch"], PRESETS["scratch2"]
     assert {**s2.task, "prescreen_features": "full"} == s1.task
-    assert proxy_config(s2).prescreen_features == "signal" and s2.hurdles == s1.hurdles
+    assert stored_task(s2).prescreen_features == "signal" and s2.hurdles == s1.hurdles
     assert s2.evolution.fresh_tries > 0 and s2.evolution.niches and s2.evolution.prescreen
     e1 = s1.evolution
     assert s2.evolution.replace(fresh_tries=0, niches=False, prescreen_threshold=e1.prescreen_threshold,

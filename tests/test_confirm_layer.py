@@ -9,7 +9,7 @@ from _scripts import load_script
 
 from evonorm.measure.retrain import pending
 from evonorm.stats import paired_sign_flip_greater
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import ProxyTask, configured, stored_task
 
 cl = load_script("confirm_layer")
 analyze, main = cl.analyze, cl.main
@@ -76,7 +76,8 @@ def test_train_layers_in_the_rerank_setting_uses_its_data_and_steps(tmp_path, mo
     from _ledger_fakes import calls, fake_train
 
     from evonorm.measure.ledger import DataSplit, load_split
-    from evonorm.proxy.training import search_dataset, with_dataset
+    from evonorm.proxy.api import start
+    from evonorm.proxy.training import search_dataset
     from evonorm.proxy.presets import PRESETS
     from evonorm.measure.rerank import rerank_dataset
     from evonorm.measure.retrain import train_layers
@@ -88,12 +89,12 @@ def test_train_layers_in_the_rerank_setting_uses_its_data_and_steps(tmp_path, mo
         data = load_split(DataSplit(**job["data"]))
         return [(len(data.train_y), len(data.test_y), t["steps"], t["seed"]) for t in job["train"]]
 
-    cfg = with_dataset(configured(PRESETS["tiny"], archs=("resnet50_cifar",), data_seed=3))
+    cfg = start(configured(PRESETS["tiny"], archs=("resnet50_cifar",), data_seed=3))[0]
     rows = train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "r.jsonl", log=lambda s: None,
                         rerank=True, fn=fake_train)
-    rd, sd = rerank_dataset(cfg), search_dataset(cfg)
-    assert seen(0) == [(len(rd.train_y), len(rd.test_y), proxy_config(cfg).rerank_train["steps"], 7)]
+    rd, sd = rerank_dataset(ProxyTask.of_run(cfg)), search_dataset(ProxyTask.of_run(cfg))
+    assert seen(0) == [(len(rd.train_y), len(rd.test_y), stored_task(cfg).rerank_train["steps"], 7)]
     assert rows[0].fitness == 0.5
-    assert len(rd.test_y) > len(sd.test_y) and proxy_config(cfg).rerank_train["steps"] != proxy_config(cfg).train["steps"]
+    assert len(rd.test_y) > len(sd.test_y) and stored_task(cfg).rerank_train["steps"] != stored_task(cfg).train["steps"]
     train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "s.jsonl", log=lambda s: None, fn=fake_train)
-    assert seen(1) == [(len(sd.train_y), len(sd.test_y), proxy_config(cfg).train["steps"], 7)]
+    assert seen(1) == [(len(sd.train_y), len(sd.test_y), stored_task(cfg).train["steps"], 7)]

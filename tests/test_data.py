@@ -9,7 +9,7 @@ import torch
 from evonorm.data import (Dataset, crop_size, default_dataset_name, eval_batches, holdout_split,
                           load_dataset, normalize, random_crop_flip, read_idx, subset,
                           synthetic_dataset, train_batches)
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import ProxyTask, configured
 
 
 def write_cifar10(root, n_per_file=4, seed=0):
@@ -188,6 +188,7 @@ def test_default_dataset_is_looked_for_in_the_given_data_root(tmp_path, monkeypa
     write_fashion(root / "fashion-mnist")
     assert default_dataset_name(fallback=True) == "synthetic"
     assert default_dataset_name(root, fallback=False) == "fashion_mnist"
-    assert proxy_config(with_dataset(configured(PRESETS["demo"], data_root=str(root)))).dataset == "fashion_mnist"
+    named = with_dataset(ProxyTask.of_run(configured(PRESETS["demo"], data_root=str(root))))
+    assert named.settings.dataset == "fashion_mnist"
     with pytest.raises(FileNotFoundError, match=f"not in --data-root {tmp_path / 'absent'}"):
-        with_dataset(configured(PRESETS["demo"], data_root=str(tmp_path / "absent")))
+        with_dataset(ProxyTask.of_run(configured(PRESETS["demo"], data_root=str(tmp_path / "absent"))))

@@ -9,9 +9,9 @@ import torch
 from evonorm.cli import main
 from evonorm.commands._common import check_device
 from evonorm.data import synthetic_dataset, to_device, train_batches
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import ProxyTask, stored_task
 from evonorm.search.config import SearchConfig
-from evonorm.proxy.training import quality_config, search_dataset, train_config
+from evonorm.proxy.training import search_dataset
 from evonorm.search.executors import make_executor
 from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
@@ -88,17 +88,18 @@ def test_device_round_trips_through_the_store_and_old_configs_load_as_cpu(tmp_pa
 
 def test_every_training_run_goes_to_the_configs_device():
     cfg = get_preset("tiny", device="cuda:1")  # only the settings: nothing runs here
-    arch = proxy_config(cfg).archs[0]
-    assert train_config(cfg, arch).device == "cuda:1"
-    assert train_config(cfg, arch, proxy_config(cfg).rerank_training).device == "cuda:1"
-    assert quality_config(cfg, arch).device == "cuda:1"
+    arch = stored_task(cfg).archs[0]
+    task = ProxyTask.of_run(cfg)
+    assert task.training[arch].device == "cuda:1"
+    assert task.rerank_training[arch].device == "cuda:1"
+    assert task.quality_training(arch).device == "cuda:1"
 
 
 def test_a_dataset_already_on_the_device_is_not_copied():
     ds = synthetic_dataset(64, 16)
     assert to_device(ds, "cpu") is ds
     cfg = get_preset("tiny")
-    assert search_dataset(cfg).train_x.device.type == "cpu"
+    assert search_dataset(ProxyTask.of_run(cfg)).train_x.device.type == "cpu"
 
 
 class FakeRay:
@@ -189,7 +190,7 @@ def test_batches_and_training_on_data_already_on_the_gpu():
     res = train("evonorm_s0", gpu, train_preset("tiny", steps=3, width=0.0625, device="cuda"))
     assert res.status == "ok" and 0.0 <= res.accuracy <= 1.0
     assert stability("evonorm_s0", gpu, arch="resnet50_cifar", width=0.0625, steps=2) is None
-    assert search_dataset(get_preset("tiny", device="cuda")).train_x.device.type == "cuda"
+    assert search_dataset(ProxyTask.of_run(get_preset("tiny", device="cuda"))).train_x.device.type == "cuda"
 
 
 def test_resume_keeps_the_stored_device_unless_told(tmp_path, capsys):

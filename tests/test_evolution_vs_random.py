@@ -8,7 +8,7 @@ import pytest
 from _scripts import load_script
 
 from evonorm.search.candidates import Candidate
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import ProxyTask, configured, stored_task
 
 evr, arms = load_script("evolution_vs_random"), load_script("_arms")
 fresh_seeds, main, summarize = evr.fresh_seeds, evr.main, evr.summarize
@@ -77,19 +77,18 @@ def test_both_arms_share_everything_but_the_algorithm():
 
 @pytest.mark.fashion_mnist
 def test_overrides_reach_both_arms_and_progress_reads_a_run(tmp_path):
-    from evonorm.proxy.config import split_seed
     from evonorm.search.driver import init_run
 
     evo, rnd = (run_config("demo", a, 0, 900.0, {"final_train_runs": 4}) for a in ("evolution", "random"))
-    assert proxy_config(evo).final_train_runs == proxy_config(rnd).final_train_runs == 4
+    assert stored_task(evo).final_train_runs == stored_task(rnd).final_train_runs == 4
     # demo puts every search seed on split 0; `--data-seed seed` gives each its own, as before
-    assert proxy_config(evo).data_seed == 0 and split_seed(evo) == 0
+    assert stored_task(evo).data_seed == 0 and ProxyTask.of_run(evo).split_seed == 0
     p = argparse.ArgumentParser()
     evr.add_search_flags(p)
     flags = p.parse_args(["--data-seed", "seed", "--final-train-runs", "4"])
     assert evr.search_settings(flags) == {"data_seed": "seed", "final_train_runs": 4}
     own = run_config("demo", "random", 3, 900.0, evr.search_settings(flags, 3))
-    assert proxy_config(own).data_seed == split_seed(own) == 3 and proxy_config(own).final_train_runs == 4
+    assert stored_task(own).data_seed == ProxyTask.of_run(own).split_seed == 3 and stored_task(own).final_train_runs == 4
     assert progress_line(tmp_path / "absent", "random", 900.0) == "random starting"
     init_run(tmp_path / "run", evo)
     assert progress_line(tmp_path / "run", "evolution", 900.0) == "evolution 0 candidates, 0/900 worker-s, best -"
@@ -104,7 +103,7 @@ def _tiny_run(path, algorithm: str, seed_layer: str):
     cfg = configured(PRESETS["tiny"], algorithm=algorithm, budget=1, seed_layers=(PRESETS["demo"].evolution.seed_layers[
         {"group": 0, "layer": 1}[seed_layer]],))
     init_run(path, cfg)
-    run_search(path, objective=ProxyObjective(cfg), progress=False)
+    run_search(path, objective=ProxyObjective.for_run(cfg), progress=False)
 
 
 @pytest.mark.slow

@@ -266,7 +266,7 @@ def test_no_run_is_left_running_after_an_early_failure(run):
     with Store(run, readonly=True) as s:
         assert s.get_meta("status") == "created"  # not "running" before any worker exists
     with pytest.raises(RuntimeError, match="executor broke"):
-        run_search(run, objective=ProxyObjective(get_preset("tiny")), executor=_BrokenExecutor(),
+        run_search(run, objective=ProxyObjective.for_run(get_preset("tiny")), executor=_BrokenExecutor(),
                    progress=False)
     with Store(run, readonly=True) as s:
         assert s.get_meta("status") == "stopped"

@@ -56,7 +56,7 @@ def test_the_seed_layer_noise_searches_start_the_built_in_tasks_search(tmp_path,
 
 def test_the_seed_layer_noise_flags_reach_each_search_with_its_own_data_seed(tmp_path, monkeypatch):
     import evonorm.proxy
-    from evonorm.proxy.config import proxy_config
+    from evonorm.proxy.config import stored_task
 
     seed_layer_noise = load_script("seed_layer_noise")
     calls = []
@@ -64,5 +64,5 @@ def test_the_seed_layer_noise_flags_reach_each_search_with_its_own_data_seed(tmp
     with pytest.raises(_Started):
         seed_layer_noise.main(["--seeds", "3", "--data-seed", "seed", "--final-train-runs", "2",
                                "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
-    assert calls[0].seed == 3 and proxy_config(calls[0]).data_seed == 3
-    assert proxy_config(calls[0]).final_train_runs == 2
+    assert calls[0].seed == 3 and stored_task(calls[0]).data_seed == 3
+    assert stored_task(calls[0]).final_train_runs == 2

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from evonorm.data import NPZ_TEST_FRACTION, load_dataset, load_npz
 from evonorm.proxy.presets import get_preset
 from test_cli_fuzz import check_refused
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import ProxyTask, configured, stored_task
 
 
 def _images(n=40, shape=(8, 8), classes=4, dtype=np.uint8, seed=0):
@@ -69,21 +69,22 @@ def test_float_images_keep_their_scale(tmp_path):
 
 
 def test_the_run_reads_the_file_it_started_with(tmp_path, monkeypatch):
-    from evonorm.proxy.training import search_dataset, with_dataset
+    from evonorm.proxy.api import start
+    from evonorm.proxy.training import search_dataset
 
     x, y = _images(n=60)
     path = _save(tmp_path / "d.npz", x=x, y=y)
     monkeypatch.chdir(tmp_path)
-    cfg = with_dataset(configured(get_preset("tiny", dataset="d.npz"), n_train=None))
-    assert proxy_config(cfg).dataset == str(path) and len(proxy_config(cfg).data_sha256) == 64
-    assert search_dataset(cfg).num_classes == 4
+    cfg = start(configured(get_preset("tiny", dataset="d.npz"), n_train=None))[0]
+    assert stored_task(cfg).dataset == str(path) and len(stored_task(cfg).data_sha256) == 64
+    assert search_dataset(ProxyTask.of_run(cfg)).num_classes == 4
     x[0, 0, 0] ^= 1
     _save(path, x=x, y=y)
     with pytest.raises(ValueError, match="not the file the run started with"):
-        load_dataset(proxy_config(cfg).dataset, sha256=proxy_config(cfg).data_sha256)
+        load_dataset(stored_task(cfg).dataset, sha256=stored_task(cfg).data_sha256)
     path.unlink()
     with pytest.raises(ValueError, match="no such data file"):
-        load_dataset(proxy_config(cfg).dataset, sha256=proxy_config(cfg).data_sha256)
+        load_dataset(stored_task(cfg).dataset, sha256=stored_task(cfg).data_sha256)
 
 
 # ------------------------------------------------------------------------------ bad files
@@ -239,6 +240,7 @@ def test_the_report_takes_the_class_count_the_run_stored():
 
 def test_resume_and_rerank_read_the_runs_file_or_stop_in_one_line(tmp_path, monkeypatch, capsys):
     from evonorm.cli import main
+    from evonorm.proxy.config import with_task
     from evonorm.proxy.training import with_dataset
     from evonorm.search.driver import init_run
     from evonorm.search.store import Store
@@ -247,10 +249,11 @@ def test_resume_and_rerank_read_the_runs_file_or_stop_in_one_line(tmp_path, monk
     x, y = _images(n=500)
     _save(tmp_path / "mine.npz", x=x, y=y)
     run = tmp_path / "run"
-    init_run(run, with_dataset(get_preset("tiny", dataset="mine.npz")))  # named as a run starts
+    tiny = get_preset("tiny", dataset="mine.npz")  # named as a run starts, its data not loaded
+    init_run(run, with_task(tiny, with_dataset(ProxyTask.of_run(tiny)).settings))
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
-    assert proxy_config(cfg).dataset == str(tmp_path / "mine.npz") and proxy_config(cfg).data_sha256
+    assert stored_task(cfg).dataset == str(tmp_path / "mine.npz") and stored_task(cfg).data_sha256
 
     def refused(argv, words):
         assert main(argv) == 2
@@ -267,7 +270,7 @@ def test_resume_and_rerank_read_the_runs_file_or_stop_in_one_line(tmp_path, monk
     assert "no valid candidate" in capsys.readouterr().err
     assert main(["resume", str(run), "--data", "moved.npz", "--workers", "1", "--quiet"]) == 0
     with Store(run, readonly=True) as store:  # the run now names the file where it is
-        assert proxy_config(store.search_config()).dataset == str(tmp_path / "moved.npz")
+        assert stored_task(store.search_config()).dataset == str(tmp_path / "moved.npz")
         assert store.get_meta("dataset")["name"] == str(tmp_path / "moved.npz")
         assert store.num_candidates() == 6
     capsys.readouterr()

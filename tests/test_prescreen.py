@@ -14,12 +14,19 @@ from evonorm.search.config import Evolution, SearchConfig
 from evonorm.search.evolution import Proposal
 from evonorm.search.features import layer_features
 from evonorm.proxy.presets import PRESETS
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import ProxyTask, configured, stored_task
 from evonorm.search.store import SCHEMA_VERSION, Store
 from evonorm.search.surrogate import Prediction, Prescreen, Surrogate
 import _objectives
 
 CONSTANT = {"nodes": [["add", 1, 1]]}  # zero + zero
+
+
+def _prior_for(cfg, folder=None):
+    """The prior that applies to a run of `cfg` (`prior_for` takes its task and engine facts)."""
+    from evonorm.proxy.prior import prior_for
+
+    return prior_for(ProxyTask.of_run(cfg), cfg.evolution.space, cfg.preset, folder)
 
 
 def test_engine_features_are_deterministic_and_none_for_a_degenerate_layer():
@@ -50,10 +57,10 @@ def test_task_features_are_the_proxy_objectives_and_deterministic():
     cfg = PRESETS["tiny"]
     g = resolve_graph("evonorm_s0")
     # handed over by the task's objective, never looked up by the engine
-    a = ProxyObjective(cfg).prescreen_features(g)
-    assert a == task_features(g, cfg)
-    assert a == task_features(g, cfg)
-    for arch in proxy_config(cfg).archs:
+    a = ProxyObjective.for_run(cfg).prescreen_features(g)
+    assert a == task_features(g, ProxyTask.of_run(cfg))
+    assert a == task_features(g, ProxyTask.of_run(cfg))
+    for arch in stored_task(cfg).archs:
         assert a[f"{arch}_error"] == 0.0 and a[f"{arch}_fisher_trace"] is not None
         assert a[f"{arch}_grad_first"] is not None
         # EvoNorm-S0 lets a few optimiser steps bring one batch's loss down
@@ -68,11 +75,11 @@ def test_signal_features_read_the_network_at_initialisation():
     from evonorm.proxy.features import signal_features
 
     cfg = PRESETS["tiny"]
-    s0 = signal_features(resolve_graph("evonorm_s0"), cfg)
-    assert s0 == signal_features(resolve_graph("evonorm_s0"), cfg)  # deterministic
+    s0 = signal_features(resolve_graph("evonorm_s0"), ProxyTask.of_run(cfg))
+    assert s0 == signal_features(resolve_graph("evonorm_s0"), ProxyTask.of_run(cfg))  # deterministic
     assert s0["error"] == 0.0 and s0["finite"] == 1.0 and s0["loss"] is not None
     assert s0["logit_spread"] > 0.05 and abs(s0["scale_slope"]) < 1
-    square = signal_features(Graph.from_json({"nodes": [["square", 0], ["square", 4]]}), cfg)
+    square = signal_features(Graph.from_json({"nodes": [["square", 0], ["square", 4]]}), ProxyTask.of_run(cfg))
     assert square["finite"] == 0.0 or square["scale_slope"] > 5 + abs(s0["scale_slope"])
 
 
@@ -317,7 +324,7 @@ def _proxy_run(run, **overrides):
 
 def test_a_prior_built_from_runs_applies_to_their_setting_only(tmp_path, monkeypatch):
     from evonorm.proxy.presets import get_preset
-    from evonorm.proxy.prior import build_prior, prior_for, read_prior
+    from evonorm.proxy.prior import build_prior, read_prior
     from evonorm.files import write_atomic
 
     a = _proxy_run(tmp_path / "a")
@@ -338,9 +345,9 @@ def test_a_prior_built_from_runs_applies_to_their_setting_only(tmp_path, monkeyp
     folder.mkdir()
     write_atomic(folder / "tiny.json", json.dumps(prior.to_dict()).encode())
     assert read_prior(folder / "tiny.json") == prior
-    assert prior_for(cfg, folder).rows == prior.rows
-    assert prior_for(configured(cfg, n_train=123), folder) is None  # another setting: not this prior
-    assert prior_for(get_preset("demo"), folder) is None
+    assert _prior_for(cfg, folder).rows == prior.rows
+    assert _prior_for(configured(cfg, n_train=123), folder) is None  # another setting: not this prior
+    assert _prior_for(get_preset("demo"), folder) is None
     other = _proxy_run(tmp_path / "c", n_train=123, budget=2)
     # runs of two settings are refused before any feature is computed (hours for long searches)
     monkeypatch.setattr("evonorm.proxy.prior.labelled_rows", lambda *a: pytest.fail("computed"))
@@ -365,7 +372,7 @@ def test_a_damaged_prior_file_is_refused_in_one_line(tmp_path, text, problem):
 def test_every_shipped_prior_holds_for_its_preset_as_it_ships():
     """A prior built under an earlier version of a preset would never be found (its setting is
     not the preset's any more) and would ship dead weight: each file must match its preset."""
-    from evonorm.proxy.config import proxy_config
+    from evonorm.proxy.config import stored_task
     from evonorm.proxy.presets import get_preset
     from evonorm.proxy.prior import PRIORS, read_prior, setting
 
@@ -374,9 +381,9 @@ def test_every_shipped_prior_holds_for_its_preset_as_it_ships():
     for path in files:
         preset, space = path.stem.rsplit("-", 1)
         cfg = get_preset(preset, space=space)
-        cfg = configured(cfg, dataset=proxy_config(cfg).dataset or "fashion_mnist")  # as a run names it
+        cfg = configured(cfg, dataset=stored_task(cfg).dataset or "fashion_mnist")  # as a run names it
         prior = read_prior(path)
-        assert prior.setting == setting(cfg), path.name
+        assert prior.setting == setting(ProxyTask.of_run(cfg), space), path.name
         assert {r["run"] for r in prior.provenance["runs"]} and prior.provenance["valid"] > 0
 
 
@@ -384,16 +391,16 @@ def test_a_bad_prior_is_skipped_in_one_line_and_a_prior_serves_its_own_space_onl
     import shutil
 
     from evonorm.proxy.presets import get_preset
-    from evonorm.proxy.prior import PRIORS, prior_for
-    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.prior import PRIORS
+    from evonorm.proxy.api import start
 
     shutil.copy(PRIORS / "demo-s.json", tmp_path / "demo-s.json")
     (tmp_path / "a-bad.json").write_text('{"format": 2}')
-    demo = with_dataset(get_preset("demo"))
-    assert prior_for(demo, tmp_path) is not None
+    demo = start(get_preset("demo"))[0]
+    assert _prior_for(demo, tmp_path) is not None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "skipped the prescreen prior" in err[0] and "a-bad.json" in err[0]
-    assert prior_for(with_dataset(get_preset("demo", space="b")), tmp_path) is None  # S only
+    assert _prior_for(start(get_preset("demo", space="b"))[0], tmp_path) is None  # S only
 
 
 @pytest.mark.extras
@@ -422,7 +429,7 @@ def test_a_fifo_link_or_folder_among_the_priors_is_skipped_naming_what_it_is(tmp
     {"fifo": lambda p: os.mkfifo(p), "link": lambda p: p.symlink_to(tmp_path / "elsewhere.json"),
      "folder": lambda p: p.mkdir()}[kind](priors / "a.json")
     monkeypatch.setattr("evonorm.proxy.prior.PRIORS", priors)
-    assert ProxyObjective(get_preset("tiny", prescreen=True)).prescreen_prior() is None
+    assert ProxyObjective.for_run(get_preset("tiny", prescreen=True)).prescreen_prior() is None
     warned = capsys.readouterr().err.strip().splitlines()
     cause = "is a symbolic link" if kind == "link" else "is not a regular file"
     assert len(warned) == 1 and "skipped the prescreen prior" in warned[0] and cause in warned[0], warned
@@ -462,20 +469,19 @@ def test_the_scratch2_prior_applies_from_the_first_candidate_and_is_ignored_in_o
     from evonorm.proxy import features
     from evonorm.proxy.objective import ProxyObjective
     from evonorm.proxy.presets import get_preset
-    from evonorm.proxy.prior import prior_for
-    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.api import start
 
-    cfg = with_dataset(get_preset("scratch2"))
-    prior = prior_for(cfg)
+    cfg = start(get_preset("scratch2"))[0]
+    prior = _prior_for(cfg)
     assert prior is not None and prior.provenance["valid"] > 100
-    assert ProxyObjective(cfg).prescreen_prior() == prior.rows
+    assert ProxyObjective.for_run(cfg).prescreen_prior() == prior.rows
     assert all(k.startswith(("graph_", "probe_", "task_signal_")) for k in prior.rows[0]["features"])
     assert capsys.readouterr().err == ""
-    assert prior_for(with_dataset(get_preset("scratch2", space="b"))) is None
+    assert _prior_for(start(get_preset("scratch2", space="b"))[0]) is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "scratch2-s.json" in err[0] and "space" in err[0] and "ignored" in err[0]
     monkeypatch.setattr(features, "SIGNAL_VERSION", features.SIGNAL_VERSION + 1)
-    assert prior_for(cfg) is None
+    assert _prior_for(cfg) is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "features" in err[0] and "space" not in err[0]
 

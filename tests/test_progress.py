@@ -201,7 +201,7 @@ def test_the_proxy_task_names_its_phases_and_reports_its_stages(tmp_path):
     from evonorm.graph.library import NAMED_GRAPHS
     from evonorm.proxy.objective import ProxyObjective
     from evonorm.proxy.presets import get_preset
-    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.api import start
     from evonorm.search.objective import Trial, TrialProgress
 
     seen = []
@@ -211,10 +211,10 @@ def test_the_proxy_task_names_its_phases_and_reports_its_stages(tmp_path):
             super().tell()
             seen.append(TrialProgress.read(self.progress_file).describe(2))
 
-    cfg = with_dataset(get_preset("tiny", stage_steps=(2,), quality_steps=0, workers=1))
+    cfg = start(get_preset("tiny", stage_steps=(2,), quality_steps=0, workers=1))[0]
     g = NAMED_GRAPHS["evonorm_s0"]
     trial = Watched(g, progress_file=str(tmp_path / "p.json"))
-    ProxyObjective(cfg)(g.to_module, trial)
+    ProxyObjective.for_run(cfg)(g.to_module, trial)
     assert seen[:2] == ["stability test", "quality test"]  # staged: the first stage is the test
     assert "stage 2/2 (step 2)" in seen
 
@@ -288,7 +288,7 @@ def test_the_proxy_task_says_every_training_step_and_its_architecture():
     from evonorm.graph.library import NAMED_GRAPHS
     from evonorm.proxy.objective import ProxyObjective
     from evonorm.proxy.presets import get_preset
-    from evonorm.proxy.training import with_dataset
+    from evonorm.proxy.api import start
     from evonorm.search.objective import Trial
 
     steps = []
@@ -297,10 +297,10 @@ def test_the_proxy_task_says_every_training_step_and_its_architecture():
         def training_step(self, step, of=None):
             steps.append((of, step))
 
-    cfg = with_dataset(get_preset("tiny", stage_steps=(2,), quality_steps=0, workers=1,
-                                  archs=("resnet50_cifar",)))
+    cfg = start(get_preset("tiny", stage_steps=(2,), quality_steps=0, workers=1,
+                           archs=("resnet50_cifar",)))[0]
     g = NAMED_GRAPHS["evonorm_s0"]
-    ProxyObjective(cfg)(g.to_module, Watched(g))
+    ProxyObjective.for_run(cfg)(g.to_module, Watched(g))
     assert steps[:3] == [("resnet50_cifar", 1), ("resnet50_cifar", 2), ("resnet50_cifar", 3)]
     # every step, the stages one training (the stage at step 2 goes on from there)
     assert [s for _, s in steps] == list(range(1, len(steps) + 1)) and len(steps) > 2, steps

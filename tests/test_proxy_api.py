@@ -10,7 +10,7 @@ from evonorm.proxy.objective import ProxyObjective
 from evonorm.search import Trial, load, resume, search
 from evonorm.proxy.presets import get_preset
 from evonorm.search.store import Store
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import stored_task
 
 
 def test_engine_without_an_objective_names_where_the_builtin_task_is(tmp_path):
@@ -24,7 +24,7 @@ def test_trial_carries_no_run_config():
 
 
 def test_proxy_objective_travels_to_workers_by_value():
-    obj = ProxyObjective(get_preset("tiny"))
+    obj = ProxyObjective.for_run(get_preset("tiny"))
     assert pickle.loads(pickle.dumps(obj)) == obj
 
 
@@ -36,8 +36,8 @@ def test_proxy_search_then_resume_and_load(tmp_path):
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
         first = store.candidates()[0]
-    assert cfg.objective is None and proxy_config(cfg).dataset == "synthetic"
-    assert first.origin == "seed" and set(first.scores) <= set(proxy_config(cfg).archs)
+    assert cfg.objective is None and stored_task(cfg).dataset == "synthetic"
+    assert first.origin == "seed" and set(first.scores) <= set(stored_task(cfg).archs)
     with pytest.raises(ValueError, match=r"evonorm\.proxy\.resume"):
         resume(run)  # the engine does not know the built-in task
     again = proxy.resume(run, progress=False)  # budget spent: opens and finishes
@@ -118,7 +118,7 @@ def test_the_tasks_rejection_is_its_own_setting_not_an_algorithm(tmp_path):
                  rejection=False, prechecks=False)
     with Store(run, readonly=True) as store:
         cands, cfg = store.candidates(), store.search_config()
-    assert proxy_config(cfg).rejection is False
+    assert stored_task(cfg).rejection is False
     assert {c.reason for c in cands if c.status != "valid"} <= {"nonfinite"}, [
         (c.status, c.reason) for c in cands]
     assert len(cands) == 3 and any(c.status == "valid" for c in cands)

@@ -111,7 +111,7 @@ def test_existing_cluster_gets_package_and_data(ray_head, tmp_path):
 
     cfg = get_preset("tiny", executor="ray", workers=2, budget=2, address=ray_head, seed_layers=("evonorm_s0",))
     init_run(tmp_path / "run", cfg)
-    res = run_search(tmp_path / "run", objective=ProxyObjective(cfg), progress=False)
+    res = run_search(tmp_path / "run", objective=ProxyObjective.for_run(cfg), progress=False)
     assert res.complete and res.done == 2
     with Store(tmp_path / "run", readonly=True) as store:
         assert all(c.status in ("valid", "rejected") and c.worker for c in store.candidates())

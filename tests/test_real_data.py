@@ -9,7 +9,7 @@ import evonorm.datafiles
 from evonorm.cli import main
 from evonorm.proxy import presets
 from evonorm.search.store import Store
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import configured, stored_task
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monke
         assert s.get_meta("dataset") == {"name": "synthetic", "train": 150, "held_out": 50,
                                          "classes": 10, "image_size": 32}
         assert s.get_meta("device") == {"type": "cpu", "workers": 1, "executor": "local"}
-        assert proxy_config(s.search_config()).dataset == "synthetic"
+        assert stored_task(s.search_config()).dataset == "synthetic"
     # the end-of-search table and the report page name them under their first sentence
     setup = "preset demo, dataset synthetic (150 train / 50 held-out images), device cpu, 1 local worker(s)"
     # after the verdict and the proxy's rank fidelity

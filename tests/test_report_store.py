@@ -12,7 +12,7 @@ pytest.importorskip("matplotlib", reason="reports need the optional `plots` extr
 
 from evonorm.cli import main as cli_main  # noqa: E402
 from evonorm.report import load_run, write_report  # noqa: E402
-from evonorm.proxy.config import proxy_config  # noqa: E402
+from evonorm.proxy.config import stored_task  # noqa: E402
 from evonorm.search.evaluation import Evaluation  # noqa: E402
 from evonorm.search.store import PendingProposal, Store  # noqa: E402
 
@@ -126,7 +126,7 @@ def test_tiny_real_search_report(tmp_path):
 
     run = tmp_path / "tiny"
     init_run(run, get_preset("tiny", workers=1, executor="local"))
-    run_search(run, objective=ProxyObjective(get_preset("tiny", workers=1)), progress=False)
+    run_search(run, objective=ProxyObjective.for_run(get_preset("tiny", workers=1)), progress=False)
     page = write_report([run]).read_text()
     data = load_run(run)
     assert len(data.candidates) == data.part("evolution")["budget"] and len(images(page)) == 5
@@ -143,7 +143,7 @@ def test_references_are_trained_once_with_the_runs_settings(tmp_path, capsys):
     init_run(run, get_preset("tiny"))
     assert cli_main(["retrain", str(run), "--seeds", "0", "--references", "gn_relu"]) == 0
     refs = json.loads((run / "references.json").read_text())
-    assert set(refs) == {"gn_relu"} and set(refs["gn_relu"]) == set(proxy_config(get_preset("tiny")).archs)
+    assert set(refs) == {"gn_relu"} and set(refs["gn_relu"]) == set(stored_task(get_preset("tiny")).archs)
     assert "references [1/1] gn_relu: " in capsys.readouterr().out  # trained: a line when done
     assert cli_main(["report", str(run)]) == 0
     assert "gn_relu" in (run / "report.html").read_text()

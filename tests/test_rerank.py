@@ -19,7 +19,7 @@ from evonorm.proxy.presets import get_preset
 from evonorm.measure.ledger import Row, add_row, outside_holdout
 from evonorm.measure.rerank import RERANK_FILE, prepare, read_reranks, rerank, rerank_dataset, reranked_ids
 from evonorm.search.store import Store
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import ProxyTask, configured, stored_task
 
 TESTS = Path(__file__).parent
 
@@ -71,27 +71,27 @@ def test_rerank_trains_on_everything_but_the_searchs_held_out_images(n_train, ho
 
 def test_rerank_dataset_against_the_real_search_dataset():
     cfg = configured(get_preset("tiny", holdout=0.2, seed=1), n_train=None)  # synthetic, generated whole
-    held = {bytes(x.flatten().tolist()) for x in search_dataset(cfg).test_x}
-    data = rerank_dataset(cfg)
+    held = {bytes(x.flatten().tolist()) for x in search_dataset(ProxyTask.of_run(cfg)).test_x}
+    data = rerank_dataset(ProxyTask.of_run(cfg))
     trained = {bytes(x.flatten().tolist()) for x in data.train_x}
-    assert len(held) == len(search_dataset(cfg).test_y) and not held & trained
-    assert len(data.train_y) == len(search_dataset(cfg).train_y)  # the search's train part only
+    assert len(held) == len(search_dataset(ProxyTask.of_run(cfg)).test_y) and not held & trained
+    assert len(data.train_y) == len(search_dataset(ProxyTask.of_run(cfg)).train_y)  # the search's train part only
     assert torch.equal(data.test_x, load_dataset("synthetic", seed=1).test_x)
 
 
 def test_data_seed_fixes_the_split_across_search_seeds():
     def held(cfg):
-        return {bytes(x.flatten().tolist()) for x in search_dataset(cfg).test_x}
+        return {bytes(x.flatten().tolist()) for x in search_dataset(ProxyTask.of_run(cfg)).test_x}
 
     base = configured(get_preset("tiny", holdout=0.2), n_train=None)
     assert held(base.replace(seed=1)) != held(base.replace(seed=2))  # None: the split follows seed
     fixed = configured(base, data_seed=5)
     assert held(fixed.replace(seed=1)) == held(fixed.replace(seed=2)) == held(base.replace(seed=5))
-    assert torch.equal(rerank_dataset(fixed.replace(seed=1)).train_x,
-                       rerank_dataset(base.replace(seed=5)).train_x)
+    assert torch.equal(rerank_dataset(ProxyTask.of_run(fixed.replace(seed=1))).train_x,
+                       rerank_dataset(ProxyTask.of_run(base.replace(seed=5))).train_x)
     stored = base.to_dict()
     del stored["task"]["data_seed"]  # runs stored before it
-    assert proxy_config(SearchConfig.from_dict(stored)).data_seed is None
+    assert stored_task(SearchConfig.from_dict(stored)).data_seed is None
 
 
 def test_a_setting_not_larger_than_the_searchs_is_refused_unless_allowed():
@@ -126,7 +126,7 @@ def make_run(run: Path, cfg: SearchConfig) -> list[int]:
             store.add_proposal(g, None, "random", [3, [i], None])
             prop = store.pending_proposals()[0]
             key, fp = layer_identity(g)
-            accs = {a: 0.4 - 0.1 * i for a in proxy_config(cfg).archs}
+            accs = {a: 0.4 - 0.1 * i for a in stored_task(cfg).archs}
             ids_.append(store.add_candidate(prop, Evaluation.valid(accs), key=key,
                                             fingerprint=fp).id)
     return ids_
@@ -220,7 +220,7 @@ def test_a_search_started_over_drops_the_records_of_the_one_it_replaces(tmp_path
     add_rerank(tmp_path / "run", rerank_row(cids[0], "p", "s", {"a": 0.5}, 0.5, "ok", None, 0.4, 1.0, 1.0))
     (tmp_path / "run" / RETRAIN_FILE).write_text("{}\n")
     (tmp_path / "run" / "notes.txt").write_text("mine")
-    init_run(tmp_path / "run", cfg, ProxyObjective(cfg), force=True)  # they named the old search's candidates
+    init_run(tmp_path / "run", cfg, ProxyObjective.for_run(cfg), force=True)  # they named the old search's candidates
     assert read_reranks(tmp_path / "run") == [] and not (tmp_path / "run" / RETRAIN_FILE).exists()
     assert (tmp_path / "run" / "notes.txt").read_text() == "mine"
     with Store(tmp_path / "run", readonly=True) as store:

@@ -24,7 +24,7 @@ from evonorm.measure.ledger import LEDGER_VERSION, Row, read_ledger as load_rows
 from evonorm.search.store import PendingProposal, Store
 
 from test_hardening import assert_refused, cli, snapshot
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import ProxyTask, stored_task
 
 GRAPH = NAMED_GRAPHS["evonorm_s0"].to_json()
 
@@ -38,7 +38,7 @@ def _run(tmp_path: Path) -> Path:
     with Store(run) as s:
         for i, status in enumerate(("valid", "rejected")):
             idx = s.add_proposal(GRAPH, None, "random", rng.getstate())
-            accs = {a: 0.3 for a in proxy_config(cfg).archs}
+            accs = {a: 0.3 for a in stored_task(cfg).archs}
             ev = (Evaluation.valid(accs) if status == "valid"
                   else Evaluation("rejected", "precheck:constant"))
             s.add_candidate(PendingProposal(idx, GRAPH, None, "random", time.time()), ev, key=f"k{i}",
@@ -373,5 +373,6 @@ def test_a_sparse_prior_of_gigabytes_is_skipped_before_it_is_read(tmp_path, caps
     (tmp_path / "a.json").touch()
     with open(tmp_path / "a.json", "wb") as f:
         f.truncate(2 << 30)
-    assert prior_for(get_preset("tiny"), tmp_path) is None
+    tiny = get_preset("tiny")
+    assert prior_for(ProxyTask.of_run(tiny), tiny.evolution.space, tiny.preset, tmp_path) is None
     assert "bytes, more than" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import pytest
 from evonorm.cli import main
 from evonorm.measure.rerank import read_reranks
 from evonorm.search.store import Store
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import configured, stored_task
 
 
 EVONORM = str(Path(sys.executable).parent / "evonorm")  # the installed console script
@@ -53,7 +53,7 @@ def test_search_resume_rerank_tiny(tmp_path, capsys):
         cands = s.candidates()
         assert len(cands) == 4 and s.get_meta("status") == "complete"
         cfg = s.search_config()
-        assert proxy_config(cfg).data_seed == 3 and cfg.seed == 0 and proxy_config(cfg).final_train_runs == 2
+        assert stored_task(cfg).data_seed == 3 and cfg.seed == 0 and stored_task(cfg).final_train_runs == 2
         by_proposal = sorted(cands, key=lambda c: c.proposal)
         assert [c.origin for c in by_proposal] == ["seed", "seed", "random", "random"]
         s0 = next(c for c in cands if c.origin == "seed" and c.status == "valid")
@@ -117,7 +117,7 @@ def test_a_run_off_its_presets_settings_is_not_lent_the_presets_numbers():
     from evonorm.proxy.presets import PRESETS, calibration_note, fidelity_note, get_preset, unmeasured
 
     for name, cfg in PRESETS.items():  # every preset, as a run stores it, is what was measured
-        stored = configured(cfg, dataset=proxy_config(cfg).dataset or "fashion_mnist", workers=1,
+        stored = configured(cfg, dataset=stored_task(cfg).dataset or "fashion_mnist", workers=1,
                             budget=3, seed=7)
         assert unmeasured(name, stored.to_dict()) == []
     off = get_preset("demo", train_runs=2, final_train_runs=4, dataset="fashion_mnist").to_dict()
@@ -173,9 +173,9 @@ def test_the_task_hands_the_engine_its_presets_measured_cost_at_the_presets_sett
     data = json.loads((Path(presets.__file__).parent / "measured.json").read_text())
     demo = next(e for e in data["cost"] if e["preset"] == "demo")["numbers"]["seconds_per_candidate"]
     at = presets.get_preset("demo", dataset="fashion_mnist", budget=8, workers=1)
-    cost = ProxyObjective(at).expected_cost()
+    cost = ProxyObjective.for_run(at).expected_cost()
     assert cost.seconds == demo and cost.source == "demo's measured cost"
     off = presets.get_preset("demo", dataset="fashion_mnist", n_train=500)
-    assert ProxyObjective(off).expected_cost() is None  # not what was measured
+    assert ProxyObjective.for_run(off).expected_cost() is None  # not what was measured
     paper = presets.get_preset("paper-s")
-    assert ProxyObjective(paper).expected_cost() is None  # not measured
+    assert ProxyObjective.for_run(paper).expected_cost() is None  # not measured

@@ -13,7 +13,7 @@ from evonorm.search.driver import init_run, run_search  # noqa: E402
 from evonorm.search.executors import DIED, ERROR, OK, TIMEOUT, RayExecutor  # noqa: E402
 from evonorm.proxy.presets import get_preset  # noqa: E402
 from evonorm.search.store import Store  # noqa: E402
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import stored_task
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +57,11 @@ def test_ray_worker_raise_die_hang(local_ray):
 def test_ray_tiny_search(local_ray, tmp_path):
     cfg = get_preset("tiny", executor="ray", workers=2, budget=4, seed_layers=("evonorm_s0",))
     init_run(tmp_path, cfg)
-    res = run_search(tmp_path, objective=ProxyObjective(cfg), progress=False)
+    res = run_search(tmp_path, objective=ProxyObjective.for_run(cfg), progress=False)
     assert res.complete and res.done == 4
     with Store(tmp_path, readonly=True) as s:
         cands = s.candidates()
     assert sorted(c.proposal for c in cands) == [0, 1, 2, 3]
     seed = next(c for c in cands if c.origin == "seed")
-    assert seed.status == "valid" and set(seed.scores) == set(proxy_config(cfg).archs)
+    assert seed.status == "valid" and set(seed.scores) == set(stored_task(cfg).archs)
     assert all(c.worker for c in cands if not c.cache_hit)

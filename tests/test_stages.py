@@ -9,11 +9,11 @@ from evonorm.graph.library import NAMED_GRAPHS
 from evonorm.search.candidates import top_layers
 from evonorm.search.driver import init_run, run_search
 from evonorm.search.evaluation import Evaluation
-from evonorm.proxy.training import search_dataset, train_config, train_stages
+from evonorm.proxy.training import search_dataset, train_stages
 from evonorm.search.evolution import AgingPopulation, Member
 from evonorm.search.store import Store
 from evonorm.train import Run, TrainConfig, lr_at, train
-from evonorm.proxy.config import configured, proxy_config
+from evonorm.proxy.config import ProxyTask, configured, stored_task
 
 
 def _staged_cfg(**kw):
@@ -78,25 +78,25 @@ def test_restarts_anneal_each_stage():
 
 def test_train_stages_hurdle_stops_and_quality_bar_rejects():
     cfg = _staged_cfg()
-    ds = search_dataset(cfg)
+    ds = search_dataset(ProxyTask.of_run(cfg))
     g = NAMED_GRAPHS["evonorm_s0"]
-    full = train_stages(g, ds, cfg)
+    full = train_stages(g, ds, ProxyTask.of_run(cfg))
     assert full.status == "valid" and full.stage == 2 and full.scores == full.stage_scores[-1]
-    arch = proxy_config(cfg).archs[0]  # a reference or re-training run is the candidates' full run
-    assert train(g, ds, train_config(cfg, arch)).accuracy == full.stage_scores[-1][arch]
-    stopped = train_stages(g, ds, cfg, hurdles=[1.01])  # no layer clears a hurdle above 100%
+    arch = stored_task(cfg).archs[0]  # a reference or re-training run is the candidates' full run
+    assert train(g, ds, ProxyTask.of_run(cfg).training[arch]).accuracy == full.stage_scores[-1][arch]
+    stopped = train_stages(g, ds, ProxyTask.of_run(cfg), hurdles=[1.01])  # no layer clears a hurdle above 100%
     assert stopped.status == "valid" and stopped.stage == 1
     assert stopped.stage_scores[0] == full.stage_scores[0]  # the same first stage either way
-    rejected = train_stages(g, ds, configured(cfg, quality_factor=20.0))  # bar: 200% accuracy
-    assert rejected.status == "rejected" and rejected.reason == f"quality:{proxy_config(cfg).archs[0]}"
-    assert list(rejected.scores) == [proxy_config(cfg).archs[0]]  # the other archs were not trained
+    rejected = train_stages(g, ds, ProxyTask.of_run(configured(cfg, quality_factor=20.0)))  # bar: 200% accuracy
+    assert rejected.status == "rejected" and rejected.reason == f"quality:{stored_task(cfg).archs[0]}"
+    assert list(rejected.scores) == [stored_task(cfg).archs[0]]  # the other archs were not trained
 
 
 def test_a_candidate_killed_after_a_stage_continues_from_its_checkpoint(tmp_path, monkeypatch):
     cfg = _staged_cfg()
-    ds = search_dataset(cfg)
+    ds = search_dataset(ProxyTask.of_run(cfg))
     g = NAMED_GRAPHS["evonorm_s0"]
-    whole = train_stages(g, ds, cfg)
+    whole = train_stages(g, ds, ProxyTask.of_run(cfg))
     ckpt = tmp_path / "stages" / "7.pt"
     real = Run.advance
     calls = []
@@ -109,13 +109,13 @@ def test_a_candidate_killed_after_a_stage_continues_from_its_checkpoint(tmp_path
 
     monkeypatch.setattr(Run, "advance", dies_in_stage_two)
     with pytest.raises(KeyboardInterrupt):
-        train_stages(g, ds, cfg, checkpoint=str(ckpt))
-    assert ckpt.is_file() and len(calls) == len(proxy_config(cfg).archs)
+        train_stages(g, ds, ProxyTask.of_run(cfg), checkpoint=str(ckpt))
+    assert ckpt.is_file() and len(calls) == len(stored_task(cfg).archs)
     monkeypatch.setattr(Run, "advance", lambda self, to_step=None, **kw: (
         calls.append(to_step), real(self, to_step, **kw))[1])
     calls.clear()
-    again = train_stages(g, ds, cfg, checkpoint=str(ckpt))
-    assert calls == [6] * len(proxy_config(cfg).archs)  # stage one was not trained again
+    again = train_stages(g, ds, ProxyTask.of_run(cfg), checkpoint=str(ckpt))
+    assert calls == [6] * len(stored_task(cfg).archs)  # stage one was not trained again
     assert again.stage_scores == whole.stage_scores and not ckpt.exists()
 
 
@@ -132,22 +132,22 @@ def test_config_checks_stages():
 
 def test_final_train_runs_add_runs_only_for_a_layer_that_reaches_the_end(monkeypatch):
     cfg = _staged_cfg(final_train_runs=2)
-    ds = search_dataset(cfg)
+    ds = search_dataset(ProxyTask.of_run(cfg))
     g = NAMED_GRAPHS["evonorm_s0"]
-    one = train_stages(g, ds, configured(cfg, final_train_runs=None))
-    arch = proxy_config(cfg).archs[0]
-    other = train(g, ds, train_config(cfg, arch, seed=cfg.seed + 100)).accuracy
+    one = train_stages(g, ds, ProxyTask.of_run(configured(cfg, final_train_runs=None)))
+    arch = stored_task(cfg).archs[0]
+    other = train(g, ds, ProxyTask.of_run(cfg).training[arch].replace(seed=cfg.seed + 100)).accuracy
     steps = []
     real = Run.advance
     monkeypatch.setattr(Run, "advance", lambda self, to_step=None, **kw: (
         steps.append((self.cfg.arch, self.cfg.seed, to_step)), real(self, to_step, **kw))[1])
-    more = train_stages(g, ds, cfg)
+    more = train_stages(g, ds, ProxyTask.of_run(cfg))
     assert more.stage_scores[0] == one.stage_scores[0]  # the first stage is scored on train_runs runs
     assert more.stage_scores[-1][arch] == pytest.approx((one.stage_scores[-1][arch] + other) / 2)
     assert more.scores == more.stage_scores[-1]
-    assert [s for s in steps if s[1] == cfg.seed + 100] == [(a, cfg.seed + 100, 6) for a in proxy_config(cfg).archs]
+    assert [s for s in steps if s[1] == cfg.seed + 100] == [(a, cfg.seed + 100, 6) for a in stored_task(cfg).archs]
     steps.clear()  # stopped by a hurdle: no extra run
-    stopped = train_stages(g, ds, cfg, hurdles=[1.0])
+    stopped = train_stages(g, ds, ProxyTask.of_run(cfg), hurdles=[1.0])
     assert len(stopped.stage_scores) == 1 and all(s[1] == cfg.seed for s in steps)
     with pytest.raises(ValueError, match="final_train_runs must be >= train_runs"):
         _staged_cfg(train_runs=2, final_train_runs=1)
@@ -156,25 +156,25 @@ def test_final_train_runs_add_runs_only_for_a_layer_that_reaches_the_end(monkeyp
 def test_train_runs_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(tmp_path,
                                                                                 monkeypatch):
     cfg = _staged_cfg(train_runs=2)
-    ds = search_dataset(cfg)
+    ds = search_dataset(ProxyTask.of_run(cfg))
     g = NAMED_GRAPHS["evonorm_s0"]
-    both = train_stages(g, ds, cfg)
-    one = train_stages(g, ds, configured(cfg, train_runs=1))
-    arch = proxy_config(cfg).archs[0]
-    other = train(g, ds, train_config(cfg, arch, seed=cfg.seed + 100)).accuracy
+    both = train_stages(g, ds, ProxyTask.of_run(cfg))
+    one = train_stages(g, ds, ProxyTask.of_run(configured(cfg, train_runs=1)))
+    arch = stored_task(cfg).archs[0]
+    other = train(g, ds, ProxyTask.of_run(cfg).training[arch].replace(seed=cfg.seed + 100)).accuracy
     assert both.stage_scores[-1][arch] == pytest.approx((one.stage_scores[-1][arch] + other) / 2)
     assert both.scores == both.stage_scores[-1] and len(both.stage_scores) == 2
     # the quality bar judges the mean: a bar above one seed's first stage but below the mean
     # rejects that seed alone and passes the pair (where the two seeds differ on `arch`)
-    firsts = {s: train_stages(g, ds, configured(cfg, seed=s, train_runs=1, archs=(arch,)))
+    firsts = {s: train_stages(g, ds, ProxyTask.of_run(configured(cfg, seed=s, train_runs=1, archs=(arch,))))
               .stage_scores[0][arch] for s in (cfg.seed, cfg.seed + 100)}
     low = min(firsts, key=firsts.get)
     mean = sum(firsts.values()) / 2
     assert both.stage_scores[0][arch] == pytest.approx(mean)
     if firsts[low] < mean:
         factor = (firsts[low] + mean) / 2 * ds.num_classes
-        alone = train_stages(g, ds, configured(cfg, seed=low, train_runs=1, quality_factor=factor))
-        pair = train_stages(g, ds, configured(cfg, quality_factor=factor))
+        alone = train_stages(g, ds, ProxyTask.of_run(configured(cfg, seed=low, train_runs=1, quality_factor=factor)))
+        pair = train_stages(g, ds, ProxyTask.of_run(configured(cfg, quality_factor=factor)))
         assert alone.status == "rejected" and pair.status == "valid"
     # killed in the second stage, it continues both seeds' runs from the checkpoint
     ckpt = tmp_path / "3.pt"
@@ -187,12 +187,12 @@ def test_train_runs_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(tm
 
     monkeypatch.setattr(Run, "advance", dies_in_stage_two)
     with pytest.raises(KeyboardInterrupt):
-        train_stages(g, ds, cfg, checkpoint=str(ckpt))
+        train_stages(g, ds, ProxyTask.of_run(cfg), checkpoint=str(ckpt))
     calls = []
     monkeypatch.setattr(Run, "advance", lambda self, to_step=None, **kw: (
         calls.append(to_step), real(self, to_step, **kw))[1])
-    again = train_stages(g, ds, cfg, checkpoint=str(ckpt))
-    assert calls == [6] * (2 * len(proxy_config(cfg).archs)) and again.stage_scores == both.stage_scores
+    again = train_stages(g, ds, ProxyTask.of_run(cfg), checkpoint=str(ckpt))
+    assert calls == [6] * (2 * len(stored_task(cfg).archs)) and again.stage_scores == both.stage_scores
 
 
 def test_tournament_compares_only_at_the_furthest_stage():
@@ -259,8 +259,8 @@ def test_search_flags_set_stages_and_budget_seconds():
     args = build_parser().parse_args(["--preset", "demo", "--stages", "50,100", "--budget-seconds",
                                       "30", "--out", "x"])
     cfg = config_from_args(args)
-    assert cfg.hurdles.stage_steps == (50, 100) and proxy_config(cfg).quality_steps == 0 and cfg.evolution.budget_seconds == 30.0
+    assert cfg.hurdles.stage_steps == (50, 100) and stored_task(cfg).quality_steps == 0 and cfg.evolution.budget_seconds == 30.0
     args = build_parser().parse_args(["--preset", "demo", "--stages", "none", "--out", "x"])
     unstaged = config_from_args(args)
-    task = proxy_config(unstaged)
+    task = stored_task(unstaged)
     assert unstaged.hurdles.stage_steps == () and task.quality_steps == 50 and task.train_runs == 1

@@ -153,8 +153,7 @@ def test_channels_last_matches_default(synthetic):
 def test_groups_reach_every_layer_with_group_statistics(synthetic):
     """A narrow proxy sets the group count (TrainConfig.groups); None keeps the layer's own 32."""
     from evonorm.graph.library import resolve_graph
-    from evonorm.proxy.training import train_config
-    from evonorm.proxy.config import configured, proxy_config
+    from evonorm.proxy.config import ProxyTask, configured, stored_task
     from evonorm.proxy.presets import get_preset as search_preset
     from evonorm.train import Run
 
@@ -170,10 +169,10 @@ def test_groups_reach_every_layer_with_group_statistics(synthetic):
     with pytest.raises(ValueError, match="groups"):
         TrainConfig(groups=0)
     demo = search_preset("demo")
-    assert train_config(demo, "resnet50_cifar").layer_kwargs() == {}  # the layers' own 32
+    assert ProxyTask.of_run(demo).training["resnet50_cifar"].layer_kwargs() == {}  # the layers' own 32
     # 32 groups x the proxy's width 1/16 would keep the paper's channels per group
-    two = configured(demo, train={**proxy_config(demo).train, "groups": 2})
-    assert train_config(two, "resnet50_cifar").layer_kwargs() == {"groups": 2}
+    two = configured(demo, train={**stored_task(demo).train, "groups": 2})
+    assert ProxyTask.of_run(two).training["resnet50_cifar"].layer_kwargs() == {"groups": 2}
 
 
 EVONORM = [sys.executable, "-c", "import sys; from evonorm.cli import main; sys.exit(main())"]

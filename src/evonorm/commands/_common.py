@@ -19,8 +19,6 @@ from evonorm.cli import CommandError
 from evonorm.files import DamagedFile, UnsafePath, check_folder
 from evonorm.report.text import summary_table
 from evonorm.search import store
-from evonorm.proxy.config import proxy_config
-from evonorm.proxy.training import train_config
 from evonorm.search.lock import RunLock, RunLocked
 
 LOCAL_WORKERS_PER_CORE = 4
@@ -237,14 +235,13 @@ def check_archs(archs) -> None:
             raise CommandError(str(err).splitlines()[0]) from None
 
 
-def probe_archs(cfg, ds) -> None:
-    """Build each external architecture of `cfg` once and run it on a training batch of `ds`, as a
-    candidate will be trained (ValueError in one line: `evonorm.models.probe_arch`)."""
+def probe_archs(task, ds) -> None:
+    """Build each external architecture of the run's task once and run it on a training batch of
+    `ds`, as a candidate will be trained (ValueError in one line: `evonorm.models.probe_arch`)."""
     from evonorm.models import is_builtin, probe_arch
 
-    for arch in proxy_config(cfg).archs:
+    for arch, tcfg in task.training.items():
         if not is_builtin(arch):
-            tcfg = train_config(cfg, arch)
             probe_arch(arch, num_classes=ds.num_classes, in_chans=ds.channels, batch=probe_batch(ds, tcfg),
                        **tcfg.layer_kwargs())
 

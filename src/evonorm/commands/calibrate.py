@@ -14,7 +14,6 @@ from evonorm.files import check_writable, write_atomic
 from evonorm.measure.calibrate import (calibration_jobs, calibration_setup, format_summary, load_runs,
                                      check_panel_layers, panel_cost, prepare_out, progress_line, proxy_scores, run_jobs,
                                      summarize)
-from evonorm.proxy.config import proxy_config
 from evonorm.measure.fidelity import format_fidelity, load_panel, rank_fidelity, write_proxy
 from evonorm.measure.panel import REFERENCE
 from evonorm.proxy.presets import PRESETS, get_preset
@@ -109,7 +108,7 @@ def main(argv: list[str]) -> int:
             raise CommandError(f"--panel {args.panel} cannot be written ({err.strerror or err}): "
                                "the rank fidelity goes into it after the training") from None
         panel = {layer.name: layer.graph for layer in layers}
-    cfg = check_setup(cfg)  # archs, trainer presets and data, in one line on failure
+    cfg, objective = check_setup(cfg)  # archs, trainer presets and data, in one line on failure
     out = args.out or Path("runs") / f"calibrate-{cfg.preset}-{cfg.evolution.space}"
     setup = calibration_setup(cfg, args.seeds, args.random, panel)
     try:
@@ -117,7 +116,7 @@ def main(argv: list[str]) -> int:
     except (ValueError, OSError) as err:
         raise CommandError(str(err)) from None
     jobs = calibration_jobs(cfg, args.seeds, args.random, panel)
-    task = proxy_config(cfg)
+    task = objective.task.settings
     print(f"calibrate: preset {cfg.preset}, space {cfg.evolution.space}, dataset {task.dataset}, archs "
           f"{', '.join(task.archs)}, {args.seeds} seed(s) x {len(jobs) - args.random} reference "
           f"run(s) + {args.random} random, {cfg.execution.num_workers} worker(s) -> {out}"
@@ -127,7 +126,7 @@ def main(argv: list[str]) -> int:
              on_done=lambda r, i, n: print(progress_line(r, i, n), file=sys.stderr, flush=True))
     keys = {j.key for j in jobs}
     records = [r for r in load_runs(out) if r.key in keys]
-    ds = search_dataset(cfg)  # cached
+    ds = search_dataset(objective.task)  # cached
     threshold = quality_threshold(ds.num_classes, task.quality_factor)
     table = format_summary(summarize(records, list(task.archs)), threshold, task.train_runs,
                            task.final_runs)

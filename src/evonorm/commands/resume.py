@@ -14,7 +14,7 @@ from evonorm.report.text import summary_table
 from evonorm.search.api import check_resume_objective, resume_run
 from evonorm.search.config import EXECUTORS, with_settings
 from evonorm.search.driver import stop_search, stopped_line, told_how_to_resume
-from evonorm.proxy.config import anchor_archs, proxy_config, with_task_settings
+from evonorm.proxy.config import ProxyTask, anchor_archs, stored_task, with_task_settings
 from evonorm.proxy.objective import ProxyObjective
 from evonorm.proxy.training import search_dataset
 from evonorm.search.store import Store
@@ -77,7 +77,7 @@ def _plan(args):
                      address=args.address, device=device)
         cfg, _ = with_settings(cfg, None, {k: v for k, v in given.items() if v is not None})
         if args.data is not None:  # the same file (its sha256 is checked when it is read)
-            task = proxy_config(cfg)
+            task = stored_task(cfg)
             if task.data_sha256 is None:
                 raise ValueError(f"--data gives a moved data file, and this run trained on "
                                  f"{task.dataset}, not a file of its own")
@@ -118,12 +118,12 @@ def _resume(args) -> int:
         return 0
     try:  # the built-in objective's data must still be there
         if objective is None:
-            search_dataset(cfg)
+            search_dataset(ProxyTask.of_run(cfg))
     except (ValueError, FileNotFoundError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
     with run_lock(args.run):
         cfg, done, pending = _plan(args)  # again: another driver may have run in between
-        scorer = objective or ProxyObjective(cfg)
+        scorer = objective or ProxyObjective.for_run(cfg)
         if not args.quiet:
             print(f"resume: {done}/{cfg.evolution.budget} candidates done, {pending} re-queued "
                   f"(in flight when it stopped), {cfg.execution.num_workers} "

@@ -15,7 +15,7 @@ from pathlib import Path
 from evonorm.cli import ArgumentParser, CommandError
 from evonorm.commands._common import (RUN_ARCH_HELP, check_run, check_run_archs, check_run_values, run_lock,
                                       write_errors)
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import anchor_archs
 from evonorm.proxy.training import require_builtin
 from evonorm.measure.references import DEFAULT_REFERENCES, train_references
 from evonorm.measure.retrain import retrain
@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
         require_builtin(cfg, "re-training")  # before the lock is taken
     except (ValueError, TypeError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
-    user_archs = check_run_archs(args.run, proxy_config(cfg).archs, args.arch)
+    user_archs = check_run_archs(args.run, anchor_archs(cfg), args.arch)
     if args.references is not None:
         from evonorm.models import resolve_norm_act
 

@@ -17,10 +17,10 @@ from evonorm.search.config import EXECUTORS, SPACES
 from evonorm.search.driver import (check_seed_layers, init_run, run_facts, run_search, stop_search,
                                    stopped_line, told_how_to_resume)
 from evonorm.search.progress import budget_text
-from evonorm.proxy.config import proxy_config
-from evonorm.proxy.objective import ProxyObjective
+from evonorm.proxy.api import start
+from evonorm.proxy.config import stored_task
 from evonorm.proxy.presets import PRESETS, calibration_note, get_preset
-from evonorm.proxy.training import check_training, search_dataset, with_dataset
+from evonorm.proxy.training import search_dataset
 from evonorm.search.evolution import ALGORITHMS, CRITERIA
 from evonorm.search.lock import LOCK_NAME
 from evonorm.search.objective import load_objective
@@ -180,27 +180,25 @@ def load_objective_arg(spec: str | None, ship: list[str] | None):
         raise CommandError(str(err).splitlines()[0]) from None
 
 
-def check_setup(cfg):
-    """Validate what a run needs before its folder is written: archs, trainer preset, data (the
-    built-in objective's; an own objective brings its own)."""
+def check_setup(cfg, objective=None) -> tuple:
+    """(the run's settings, its objective), validated before its folder is written: archs,
+    trainer preset, data (the built-in objective's, resolved here; an own objective, given,
+    brings its own)."""
     if cfg.objective:
         try:
             check_seed_layers(cfg)
         except ValueError as err:
             raise CommandError(str(err).splitlines()[0]) from None
-        return cfg
+        return cfg, objective
 
-    task = proxy_config(cfg)
-    check_archs(task.archs)
+    check_archs(stored_task(cfg).archs)
     try:
-        cfg = with_dataset(cfg)  # never a silent fall-back to the synthetic set
         check_seed_layers(cfg)
-        check_training(cfg)
-        ds = search_dataset(cfg)
-        probe_archs(cfg, ds)
+        cfg, objective = start(cfg)  # never a silent fall-back to the synthetic set
+        probe_archs(objective.task, search_dataset(objective.task))
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise CommandError(str(err).splitlines()[0]) from None
-    return cfg
+    return cfg, objective
 
 
 def main(argv: list[str]) -> int:
@@ -209,7 +207,7 @@ def main(argv: list[str]) -> int:
     if args.show < 0:
         raise CommandError("--show must be >= 0")
     try:
-        cfg, objective = _prepare(args)
+        cfg, scorer = _prepare(args)
     except KeyboardInterrupt:  # checking the data and the networks can take a while
         stop_search("search interrupted before its run was stored: run the same command again")
     run = args.out
@@ -217,7 +215,6 @@ def main(argv: list[str]) -> int:
         run.mkdir(parents=True, exist_ok=True)
     with run_lock(run):
         with write_errors(f"run folder {run}"):
-            scorer = objective or ProxyObjective(cfg)
             try:
                 init_run(run, cfg, scorer, force=args.force)
             except FileExistsError as err:
@@ -238,8 +235,8 @@ def main(argv: list[str]) -> int:
 
 
 def _prepare(args) -> tuple:
-    """(the run's settings, the objective or None) from the arguments, every check made before the
-    run folder is touched; CommandError on anything wrong."""
+    """(the run's settings, its objective: one's own or the built-in task's) from the arguments,
+    every check made before the run folder is touched; CommandError on anything wrong."""
     cfg = config_from_args(args)
     objective = load_objective_arg(args.objective, args.ship)
     if objective is not None:
@@ -264,7 +261,7 @@ def _prepare(args) -> tuple:
                            "(local workers all share the machine's GPU)")
     check_workers(cfg)
     check_run_folder(args.out, args.force)
-    return check_setup(cfg), objective
+    return check_setup(cfg, objective)
 
 
 def check_run_folder(run: Path, force: bool) -> None:
@@ -288,7 +285,7 @@ def start_lines(cfg, facts: dict, run: Path) -> list[str]:
         return [f"search: preset {cfg.preset}, space {evo.space}, {evo.algorithm}, objective "
                 f"{cfg.objective}, device {device['type']}, {budget_text(cfg)}, "
                 f"{_workers(ex)} -> {run}"]
-    data, task = facts["dataset"], proxy_config(cfg)
+    data, task = facts["dataset"], stored_task(cfg)
     runs = ""
     if task.final_runs > 1:  # e.g. " (2 training runs each, 4 at the last stage, scored by their mean)"
         last = f", {task.final_runs} at the last stage" if task.final_runs != task.train_runs else ""

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from evonorm.files import append_line, read_json, read_jsonl, write_atomic
-from evonorm.proxy.config import measured, proxy_config, with_task_settings
+from evonorm.proxy.config import ProxyTask, measured, with_task_settings
 from evonorm.search.config import SearchConfig
 from evonorm.stats import mean_std
-from evonorm.proxy.training import quality_config, search_dataset, train_stages
+from evonorm.proxy.training import search_dataset, train_stages
 from evonorm.search.executors import OK, LocalExecutor, run_tasks
 from evonorm.search.settings import norm_relu
 from evonorm.proxy.objective import evaluate_candidate
@@ -137,10 +137,10 @@ def measure(payload: dict) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     job = Job(**payload["job"])
     cfg = SearchConfig.from_dict(payload["config"]).replace(seed=job.seed)
-    task = proxy_config(cfg)
+    task = ProxyTask.of_run(cfg)
     rec = RunRecord(job.kind, job.name, job.seed, "rejected", None, graph=job.graph)
     if job.kind == "panel":
-        res = train_stages(job.graph or job.name, search_dataset(cfg), cfg, screen=False)
+        res = train_stages(job.graph or job.name, search_dataset(task), task, screen=False)
         rec.status, rec.reason = res.status, res.reason
         rec.accuracies, rec.fitness = dict(res.scores), res.fitness
         if res.status == "valid":
@@ -152,7 +152,7 @@ def measure(payload: dict) -> dict:
         rec.reason, rec.accuracies = res.reason, dict(res.scores)
         if res.status == "valid":
             rec.fitness = res.fitness
-            bar = quality_threshold(search_dataset(cfg).num_classes, task.quality_factor)
+            bar = quality_threshold(search_dataset(task).num_classes, task.settings.quality_factor)
             for arch, acc in res.stage_scores[0].items():
                 rec.quality[arch], rec.quality_pass[arch] = acc, acc >= bar
                 if acc < bar and rec.reason is None:
@@ -170,11 +170,11 @@ def measure(payload: dict) -> dict:
         rec.reason, rec.accuracies = res.reason, dict(res.scores)
         if res.status == "valid":
             rec.fitness = res.fitness
-        ds = search_dataset(cfg)
+        ds = search_dataset(task)
         graph = Graph.from_json(job.graph)
         for arch in task.archs:
-            rej, accs = quality(graph, ds, [arch], lambda a: quality_config(cfg, a),
-                                factor=task.quality_factor)
+            rej, accs = quality(graph, ds, [arch], task.quality_training,
+                                factor=task.settings.quality_factor)
             if arch in accs:
                 rec.quality[arch] = accs[arch]
             rec.quality_pass[arch] = rej is None

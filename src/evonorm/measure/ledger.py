@@ -19,9 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from evonorm.proxy.config import ProxyConfig, TrainSetting, split_seed
-from evonorm.proxy.training import train_config
-from evonorm.search.config import SearchConfig
+from evonorm.proxy.config import ProxyTask
 from evonorm.files import MAX_JSON_BYTES, DamagedFile, append_line, key_text, number_problem, read_jsonl, read_text
 from evonorm.search.config import Execution
 from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor, run_tasks
@@ -201,22 +199,26 @@ class Measurement:
                 "train": [asdict(replace(t, seed=job.seed)) for t in self.train]}
 
 
-def run_measurement(name: str, cfg: SearchConfig, task: ProxyConfig, setting: TrainSetting, split: str, *,
-                    unseen: bool = False, timeout: float | None = None) -> Measurement:
-    """A measurement of the run `cfg` (its task settings `task`, read where the measurement starts)
-    in one of its training settings, on the search's split or with `unseen` the rerank's, on the
-    run's executor; `timeout` per job (default: the run's per candidate)."""
-    train = tuple(train_config(cfg, arch, setting) for arch in task.archs)
-    return Measurement(name, setting.label, split, train, data_split(cfg, task, unseen), cfg.execution,
-                       cfg.execution.timeout if timeout is None else timeout)
+def run_measurement(name: str, task: ProxyTask, execution: Execution, split: str, *,
+                    rerank: bool = False, timeout: float | None = None) -> Measurement:
+    """A measurement of a run's task (resolved where the measurement starts) in its search's
+    training setting, or with `rerank` in its rerank setting on the rerank's data (the training
+    split less the search's held-out images, scored on the test split), on the run's executor;
+    `timeout` per job (default: the run's per candidate)."""
+    trained = task.rerank_training if rerank else task.training
+    setting = task.settings.rerank_training if rerank else task.settings.training
+    return Measurement(name, setting.label, split, tuple(trained[arch] for arch in task.archs),
+                       data_split(task, unseen=rerank), execution,
+                       execution.timeout if timeout is None else timeout)
 
 
-def data_split(cfg: SearchConfig, task: ProxyConfig, unseen: bool = False) -> DataSplit:
-    """The run's data split (`task`: its task settings), on the run's device."""
-    if task.dataset is None:
+def data_split(task: ProxyTask, unseen: bool = False) -> DataSplit:
+    """The run's data split, on the task's device."""
+    given = task.settings
+    if given.dataset is None:
         raise ValueError("the search config names no dataset")
-    return DataSplit(task.dataset, task.data_root, task.n_train, task.holdout, split_seed(cfg),
-                     cfg.execution.device, task.data_sha256, unseen)
+    return DataSplit(given.dataset, given.data_root, given.n_train, given.holdout, task.split_seed,
+                     task.device, given.data_sha256, unseen)
 
 
 def unfinished(rows: Sequence[Row], m: Measurement, jobs: Sequence[Job]) -> list[Job]:

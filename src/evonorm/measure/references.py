@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from evonorm.files import DamagedFile, key_text, number_problem, read_json, type_problem, warn, write_atomic
 from evonorm.measure.ledger import Job, measure, run_measurement
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import ProxyTask
 from evonorm.proxy.training import require_builtin
 from evonorm.search.store import Store, run_folder
 
@@ -41,14 +41,14 @@ def train_references(run: Path, names: Sequence[str] = DEFAULT_REFERENCES, *,
     with Store(run, readonly=True) as store:
         cfg = store.search_config()
     require_builtin(cfg, "training the reference layers")
-    task = proxy_config(cfg)
+    task = ProxyTask.of_run(cfg)
     check_named_again(run, task.archs, user_archs)
     path = run_folder(run) / REFERENCES_FILE
     refs = read_references(path)  # a damaged file stops here, before any training
     jobs = [Job(name, "reference", cfg.seed, name) for name in names
             if not (name in refs and all(a in refs[name] for a in task.archs))]
     if jobs:
-        m = run_measurement("references", cfg, task, task.training, f"{task.dataset} search split")
+        m = run_measurement("references", task, cfg.execution, f"{task.settings.dataset} search split")
         for row in measure(run_folder(run) / REFERENCES_LEDGER, jobs, m, log=log or (lambda s: None), fn=fn):
             refs[row.layer] = {a: row.scores.get(a) for a in task.archs}
         write_atomic(path, (json.dumps(refs, indent=1) + "\n").encode())

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from evonorm.measure.ledger import Job, Row, data_split, load_split, measure, read_ledger, run_measurement
-from evonorm.proxy.config import ProxyConfig, anchor_archs, proxy_config, with_task_settings
+from evonorm.proxy.config import ProxyTask, anchor_archs, stored_task, with_task_settings
 from evonorm.proxy.objective import RERANK_FILE
-from evonorm.proxy.training import require_builtin, train_config
+from evonorm.proxy.training import require_builtin
 from evonorm.search.candidates import top_layers
 from evonorm.search.config import SearchConfig
 from evonorm.search.store import Store, run_folder
@@ -42,9 +42,9 @@ def reranked_ids(run: str | Path, setting: str, split: str,
             if r.setting == setting and r.split == split and r.status in statuses}
 
 
-def rerank_dataset(cfg: SearchConfig):
-    """The rerank's data of the run `cfg` (`outside_holdout` of its whole dataset) on its device."""
-    return load_split(data_split(cfg, proxy_config(cfg), unseen=True))
+def rerank_dataset(task: ProxyTask):
+    """The rerank's data of a run's task (`outside_holdout` of its whole dataset) on its device."""
+    return load_split(data_split(task, unseen=True))
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class RerankPlan:
     both settings per architecture and the data it trains and scores on."""
 
     cfg: SearchConfig
-    task: ProxyConfig  # the task's settings of `cfg`
+    task: ProxyTask  # the task of `cfg`, as the rerank trains it
     search: dict[str, Setting]
     rerank: dict[str, Setting]
     available: int  # training images the rerank may use: all but the search's held-out ones
@@ -78,14 +78,14 @@ class RerankPlan:
     @property
     def label(self) -> str:
         """The setting's name in the store (`TrainSetting.label`)."""
-        return self.task.rerank_training.label
+        return self.task.settings.rerank_training.label
 
     @property
     def split(self) -> str:
         """What the layers are scored on, as stored with each row."""
         n = "/".join(str(k) for k in sorted(set(self.test_images)))
         scored = "" if n == str(self.test_split) else f"{n} of "
-        return f"{self.task.dataset} test split ({scored}{self.test_split} images)"
+        return f"{self.task.settings.dataset} test split ({scored}{self.test_split} images)"
 
     def smaller(self) -> list[str]:
         """Where the rerank setting is not larger than the search's, one phrase per shortfall.
@@ -109,9 +109,9 @@ class RerankPlan:
         for arch in self.task.archs:
             lines += [f"  {arch}: search {self.search[arch].text()}",
                       f"  {arch}: rerank {self.rerank[arch].text()}"]
-        searched = self.task.training.label
+        searched = self.task.settings.training.label
         return [f"rerank setting {self.label} vs the search's {searched}:", *lines,
-                f"  trained on the {self.task.dataset} training images the search did "
+                f"  trained on the {self.task.settings.dataset} training images the search did "
                 f"not score "
                 f"on ({self.available} available); scored on the {self.split}, never seen by "
                 f"the search"]
@@ -133,7 +133,7 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
     of one's own: the rerank retrains on the built-in proxy task's architectures and data, which
     such a run never used."""
     require_builtin(cfg, "a rerank")
-    task = proxy_config(cfg)
+    task = stored_task(cfg)
     if data is not None:
         if task.data_sha256 is None:
             raise ValueError(f"--data gives a moved data file, and this run trained on "
@@ -145,14 +145,13 @@ def prepare(cfg: SearchConfig, *, preset: str | None = None, overrides: dict | N
         cfg = with_task_settings(cfg, rerank_train={**task.rerank_train, **overrides})
     changes = {k: v for k, v in dict(device=device, workers=workers).items() if v is not None}
     cfg = cfg.replace(execution=cfg.execution.replace(**changes))
-    task = proxy_config(cfg)
+    task = ProxyTask.of_run(cfg)
     # the driver only counts images; workers train
-    sizes = replace(data_split(cfg, task), device="cpu")
+    sizes = replace(data_split(task), device="cpu")
     searched, data = load_split(sizes), load_split(replace(sizes, unseen=True))
     search, rerank, test, work = {}, {}, [], 1.0
     for arch in task.archs:
-        s = train_config(cfg, arch)
-        r = train_config(cfg, arch, task.rerank_training)
+        s, r = task.training[arch], task.rerank_training[arch]
         search[arch] = Setting(s.steps, s.batch_size, _images(s.n_train, len(searched.train_y)),
                                s.resolved_width())
         rerank[arch] = Setting(r.steps, r.batch_size, _images(r.n_train, len(data.train_y)),
@@ -188,7 +187,7 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
     check_named_again(run_dir, anchor_archs(stored), user_archs)
     plan = prepare(stored, preset=preset, overrides=overrides, device=device, workers=workers,
                    timeout=timeout, allow_smaller=allow_smaller, data=data)
-    chosen = [row.best for row in top_layers(candidates, top or plan.task.rerank_top)]
+    chosen = [row.best for row in top_layers(candidates, top or plan.task.settings.rerank_top)]
     if not chosen:
         log("rerank: no valid candidate to rerank")
         return []
@@ -196,7 +195,7 @@ def rerank(run_dir: str | Path, *, top: int | None = None, preset: str | None = 
         log(line)
     log(f"rerank: top {len(chosen)} layer(s)")
     jobs = [Job(f"id {c.id}", "found", plan.cfg.seed, c.graph, c.id, c.fitness) for c in chosen]
-    m = run_measurement("rerank", plan.cfg, plan.task, plan.task.rerank_training, plan.split, unseen=True,
+    m = run_measurement("rerank", plan.task, plan.cfg.execution, plan.split, rerank=True,
                         timeout=plan.timeout)
     rows = measure(run_folder(Path(run_dir)) / RERANK_FILE, jobs, m, log=log, fn=fn, every=every)
     return sorted(rows, key=lambda r: (r.fitness is None, -(r.fitness or 0.0), r.candidate_id or 0))

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from evonorm.measure.ledger import Job, Measurement, Row, measure, read_ledger, run_measurement
 from evonorm.measure.references import REFERENCES_BY_SPACE
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import ProxyTask
 from evonorm.proxy.objective import RETRAIN_FILE
 from evonorm.proxy.training import require_builtin
 from evonorm.search.candidates import same_layer_keys, top_layers
@@ -69,9 +69,9 @@ def retrain(run: str | Path, *, top: int = 3, seeds: int = 3, log: Callable[[str
         raise ValueError(f"re-training needs top >= 0 and seeds >= 1, got {top} and {seeds}")
     cfg, layers = retrain_plan(run, top)
     require_builtin(cfg, "re-training")
-    task = proxy_config(cfg)
+    task = ProxyTask.of_run(cfg)
     check_named_again(run, task.archs, user_archs)
-    m = run_measurement("retrain", cfg, task, task.training, f"{task.dataset} search split")
+    m = run_measurement("retrain", task, cfg.execution, f"{task.settings.dataset} search split")
     return _train(run_folder(Path(run)) / RETRAIN_FILE, m, layers, [cfg.seed + SEED_OFFSET + i for i in range(seeds)],
                   log, fn)
 
@@ -84,11 +84,9 @@ def train_layers(cfg: SearchConfig, layers: Sequence[tuple[str, str, Any, int | 
     (pairs already there are not trained again). With `rerank`, the setting and data are the
     rerank's instead (the task's `rerank_training`, trained on the dataset's training split less the
     search's held-out images, scored on its test split)."""
-    task = proxy_config(cfg)
-    if rerank:
-        m = run_measurement("retrain", cfg, task, task.rerank_training, f"{task.dataset} test split", unseen=True)
-    else:
-        m = run_measurement("retrain", cfg, task, task.training, f"{task.dataset} search split")
+    task = ProxyTask.of_run(cfg)
+    split = f"{task.settings.dataset} {'test' if rerank else 'search'} split"
+    m = run_measurement("retrain", task, cfg.execution, split, rerank=rerank)
     return _train(path, m, layers, seeds, log, fn)
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evonorm.proxy.config import ProxyTask, with_task
 from evonorm.proxy.objective import ProxyObjective
-from evonorm.proxy.training import check_training, search_dataset, with_dataset
+from evonorm.proxy.training import search_dataset, with_dataset
+from evonorm.search.config import SearchConfig
 from evonorm.search.api import check_flags, resume_run, with_budget
 from evonorm.search.driver import SearchResult, init_run, run_search
 from evonorm.search.executors import Executor
@@ -28,11 +30,8 @@ def search(*, out: str | Path, preset: str = "demo", space: str = "s", budget: i
     check_flags(force=force, progress=progress)
     cfg = get_preset(preset, space=space, budget=budget, workers=workers, executor=executor,
                      seed=seed, **settings)
-    cfg = with_dataset(cfg)
-    check_training(cfg)
-    search_dataset(cfg)  # a missing or changed dataset fails here, in one line
+    cfg, objective = start(cfg)
     Path(out).mkdir(parents=True, exist_ok=True)
-    objective = ProxyObjective(cfg)
     with RunLock(out):
         init_run(out, cfg, objective, force=force)
         return run_search(out, objective=objective, progress=progress)
@@ -48,10 +47,22 @@ def resume(out: str | Path, *, budget: int | None = None, progress: bool = True,
         cfg, done = store.search_config(), store.num_candidates()
     check_proxy_run(cfg, out)
     cfg = with_budget(cfg, budget)
+    objective = ProxyObjective.for_run(cfg)
     if done < cfg.evolution.budget:  # candidates will train: the data must still be there
-        search_dataset(cfg)
+        search_dataset(objective.task)
     with RunLock(out):
-        return resume_run(out, ProxyObjective(cfg), cfg, progress=progress, executor=executor)
+        return resume_run(out, objective, cfg, progress=progress, executor=executor)
+
+
+def start(cfg: SearchConfig) -> tuple[SearchConfig, ProxyObjective]:
+    """A new run's config and objective: its task resolved once (checked against the engine's
+    stages, every architecture's training merged), its dataset named (`with_dataset`) and loaded
+    (a missing or changed dataset fails here, in one line), and the config carrying the task as
+    resolved, to be stored. ValueError / FileNotFoundError on bad input."""
+    task = with_dataset(ProxyTask.of_run(cfg))
+    search_dataset(task)
+    cfg = with_task(cfg, task.settings)
+    return cfg, ProxyObjective.for_run(cfg, task)
 
 
 def check_proxy_run(cfg, run: str | Path) -> None:

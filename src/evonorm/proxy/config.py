@@ -1,7 +1,9 @@
 """The built-in proxy task's settings: `ProxyConfig`, carried in the engine's config as its `task`
 (`SearchConfig.task`, stored with the run, never read by the engine), and `TrainSetting` (a
-trainer preset plus field overrides). `proxy_config(cfg)` reads them out of a run's config and
-checks them against the engine's parts they depend on (the hurdles' stage steps, the seed).
+trainer preset plus field overrides). `ProxyTask` is the task as a run trains it: those settings
+resolved once with the engine's facts they depend on (seed, device, the hurdles' stage steps),
+each architecture's training merged into a `TrainConfig`; `ProxyTask.of_run(cfg)` builds it from a
+run's config, where a run starts or is read back.
 
 A setting that a preset's calibration depends on carries `metadata=MEASURED`, here and in the
 engine's parts: `measured(config)` derives the one list of them."""
@@ -12,7 +14,9 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from evonorm.catalog import ARCHS
 from evonorm.search.config import MEASURED, PARTS, SearchConfig, with_settings
+from evonorm.train_config import TRAIN_PRESETS, TrainConfig, check_overrides
 
 PAPER_ARCHS = ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_b0_cifar")
 PRESCREEN_FEATURES = ("full", "signal")
@@ -146,23 +150,108 @@ class ProxyConfig:
         return cls(**d)
 
 
-def proxy_config(cfg: SearchConfig) -> ProxyConfig:
-    """The proxy task's settings in a run's config, checked against the engine's stages.
-    ValueError for a run on an objective of one's own (it has none) or a bad combination."""
-    if cfg.task is None:
-        raise ValueError(f"the run was searched with the objective {cfg.objective}, not the "
-                         "built-in proxy task")
-    p = ProxyConfig.from_dict(cfg.task)
+def check_stages(task: ProxyConfig, stage_steps: tuple[int, ...]) -> None:
+    """ValueError unless the task's settings fit the engine's stages (the hurdles' stage steps)."""
     errors = []
-    stages = cfg.hurdles.stage_steps
-    if stages and p.quality_steps:
+    if stage_steps and task.quality_steps:
         errors.append("with stage steps the first stage is the quality test: set quality_steps 0")
-    if p.train_runs > 1 and not stages:
+    if task.train_runs > 1 and not stage_steps:
         errors.append("train_runs > 1 needs stage steps (the quality test is then the first "
                       "stage, scored over the same seeds)")
     if errors:
         raise ValueError("; ".join(errors))
-    return p
+
+
+def merged_training(task: ProxyConfig, setting: TrainSetting, arch: str, *, seed: int,
+                    device: str, stage_steps: tuple[int, ...] = ()) -> TrainConfig:
+    """The TrainConfig of `arch` in a training setting: the trainer preset with the setting's
+    overrides, the task's per-architecture overrides, the seed and device. With `stage_steps`
+    (the search's staged full training) its cosine restarts at each stage, as the staged
+    evaluation trains it, so a reference or re-training run is the candidates' full run.
+    ValueError, in one line, for an unknown preset or override or a value a TrainConfig refuses."""
+    if setting.preset not in TRAIN_PRESETS:
+        raise ValueError(f"unknown training preset {setting.preset!r} "
+                         f"(choose from {', '.join(TRAIN_PRESETS)})")
+    check_overrides(dict(setting.overrides), "train" if setting.presized else "rerank_train")
+    per_arch = task.arch_train.get(arch, {})
+    check_overrides(per_arch, f"arch_train.{arch}")
+    over: dict[str, Any] = {**setting.overrides, **per_arch}
+    if setting.presized:  # the data is already the run's subset: the preset must not cut it again
+        over.setdefault("n_train", None)
+        over.setdefault("n_test", None)
+    if arch not in ARCHS and "width" not in per_arch:
+        over.pop("width", None)  # a preset's width is for the built-in architectures
+    over.update(arch=arch, seed=seed, device=device)
+    if stage_steps:
+        full = over.get("steps", TRAIN_PRESETS[setting.preset].steps)
+        if stage_steps[-1] >= full:
+            raise ValueError(f"stage steps {list(stage_steps)} must end before the full "
+                             f"training's {full} steps")
+        over["restarts"] = tuple(stage_steps)
+    try:
+        return dataclasses.replace(TRAIN_PRESETS[setting.preset], **over)
+    except TypeError as err:  # e.g. a value a TrainConfig check cannot compare
+        raise ValueError(f"training on {arch}: {err}") from None
+
+
+@dataclass(frozen=True)
+class ProxyTask:
+    """The built-in task as a run trains it: its settings (`ProxyConfig`, as stored) with the
+    engine's facts it depends on (the run's seed and device, the hurdles' stage steps), resolved
+    once: checked against the stages, and each anchor architecture's training merged into a
+    `TrainConfig` (the search's in `training`, the rerank's in `rerank_training`), so nothing
+    downstream merges or parses settings again. A trial at another seed or device is
+    `dataclasses.replace(task, seed=..., device=...)`, which resolves anew."""
+
+    settings: ProxyConfig
+    seed: int = 0
+    device: str = "cpu"
+    stage_steps: tuple[int, ...] = ()
+    training: dict[str, TrainConfig] = field(init=False, repr=False, compare=False)
+    rerank_training: dict[str, TrainConfig] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "stage_steps", tuple(self.stage_steps))
+        check_stages(self.settings, self.stage_steps)
+        at = {"seed": self.seed, "device": self.device}
+        object.__setattr__(self, "training", {
+            arch: merged_training(self.settings, self.settings.training, arch, **at,
+                                  stage_steps=self.stage_steps) for arch in self.archs})
+        object.__setattr__(self, "rerank_training", {
+            arch: merged_training(self.settings, self.settings.rerank_training, arch, **at)
+            for arch in self.archs})
+
+    @classmethod
+    def of_run(cls, cfg: SearchConfig) -> "ProxyTask":
+        """The task a run's config describes (its stored `task` and the engine's facts), resolved.
+        ValueError for a run on an objective of one's own (it has none) or a bad combination."""
+        return cls(stored_task(cfg), seed=cfg.seed, device=cfg.execution.device,
+                   stage_steps=cfg.hurdles.stage_steps)
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        return self.settings.archs
+
+    @property
+    def split_seed(self) -> int:
+        """The seed of the run's data subset and held-out split (`data_seed`, else the run's)."""
+        data_seed = self.settings.data_seed
+        return self.seed if data_seed is None else data_seed
+
+    def run_seed(self, i: int) -> int:
+        """The training seed of a candidate's i-th run on each architecture (`train_runs`)."""
+        return self.seed + 100 * i
+
+    def quality_training(self, arch: str, schedule: str = "constant") -> TrainConfig:
+        """The quality test's run on `arch`: the search's training cut to `quality_steps`, at a
+        constant lr by default (it stands in for the first steps of the full run, where a cosine
+        schedule is still at its peak)."""
+        return dataclasses.replace(self.training[arch], steps=self.settings.quality_steps,
+                                   schedule=schedule)
+
+    def replace_settings(self, **changes) -> "ProxyTask":
+        """The task with some of its settings (`ProxyConfig` fields) changed, resolved anew."""
+        return dataclasses.replace(self, settings=self.settings.replace(**changes))
 
 
 def with_task(cfg: SearchConfig, task: ProxyConfig) -> SearchConfig:
@@ -174,16 +263,24 @@ def with_task(cfg: SearchConfig, task: ProxyConfig) -> SearchConfig:
 
 def configured(cfg: SearchConfig, **settings) -> SearchConfig:
     """A proxy-task run's config with settings changed by plain keyword, the engine's and the
-    task's (`evonorm.search.config.with_settings`), checked across the parts (`proxy_config`)."""
-    cfg, task = with_settings(cfg, proxy_config(cfg), settings)
-    cfg = with_task(cfg, task)
-    proxy_config(cfg)
-    return cfg
+    task's (`evonorm.search.config.with_settings`), checked across the parts (`check_stages`)."""
+    cfg, task = with_settings(cfg, stored_task(cfg), settings)
+    check_stages(task, cfg.hurdles.stage_steps)
+    return with_task(cfg, task)
+
+
+def stored_task(cfg: SearchConfig) -> ProxyConfig:
+    """The task's settings as a run's config carries them (ValueError for a run on an objective
+    of one's own, which has none)."""
+    if cfg.task is None:
+        raise ValueError(f"the run was searched with the objective {cfg.objective}, not the "
+                         "built-in proxy task")
+    return ProxyConfig.from_dict(cfg.task)
 
 
 def with_task_settings(cfg: SearchConfig, **changes) -> SearchConfig:
     """`cfg` with some of its proxy task's settings changed (`ProxyConfig` fields)."""
-    return with_task(cfg, proxy_config(cfg).replace(**changes))
+    return with_task(cfg, stored_task(cfg).replace(**changes))
 
 
 def measured(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -206,10 +303,4 @@ def measured(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def anchor_archs(cfg: SearchConfig) -> tuple[str, ...]:
     """The architectures a run trained its candidates on: none for an objective of one's own."""
-    return () if cfg.task is None else proxy_config(cfg).archs
-
-
-def split_seed(cfg: SearchConfig) -> int:
-    """The seed of the run's data subset and held-out split (`data_seed`, else the run's seed)."""
-    data_seed = proxy_config(cfg).data_seed
-    return cfg.seed if data_seed is None else data_seed
+    return () if cfg.task is None else stored_task(cfg).archs

@@ -73,24 +73,23 @@ def fisher_spectrum(delta, h) -> dict[str, float | None]:
             "decay": (_log10(float(eig[0])) or 0.0) - (_log10(float(eig[k])) or 0.0)}
 
 
-def arch_features(graph, ds, cfg, arch: str) -> dict[str, float | None]:
+def arch_features(graph, ds, task, arch: str) -> dict[str, float | None]:
     """Gradient profile, classifier Fisher spectrum, loss and logit spread of one architecture at
     initialisation (the search's width and seed) on a fixed batch."""
     import torch
 
     with torch.random.fork_rng(devices=[]):  # the caller's random stream is left as it was
-        torch.manual_seed(cfg.seed)  # the model's init and any dropout: the same every call
-        return _at_init(graph, ds, cfg, arch)
+        torch.manual_seed(task.seed)  # the model's init and any dropout: the same every call
+        return _at_init(graph, ds, task, arch)
 
 
-def _at_init(graph, ds, cfg, arch: str) -> dict[str, float | None]:
+def _at_init(graph, ds, task, arch: str) -> dict[str, float | None]:
     import torch
     import torch.nn.functional as F
 
-    from evonorm.proxy.training import train_config
     from evonorm.proxy.rejection import model_and_batch
 
-    tcfg = train_config(cfg, arch)
+    tcfg = task.training[arch]
     model, x, y = model_and_batch(graph, ds, arch=arch, width=tcfg.resolved_width(),
                                   batch=FEATURE_BATCH, seed=FEATURE_SEED,
                                   model_kwargs=tcfg.layer_kwargs())
@@ -142,18 +141,17 @@ def fit_probe(model, x, y, tcfg) -> dict[str, float | None]:
     return {"fit_ratio": _log10(last / first) if first > 0 else None, "fit_finite": 1.0}
 
 
-def task_features(graph, cfg) -> dict[str, float | None]:
-    """The proxy task's features of `graph` (a `Graph`) under the run's config: per anchor
+def task_features(graph, task) -> dict[str, float | None]:
+    """The proxy task's features of `graph` (a `Graph`) under the run's task (`ProxyTask`): per anchor
     architecture, prefixed with its name; an architecture the layer breaks (it raises) gives
     `ARCH_error` 1.0 and nothing else."""
-    from evonorm.proxy.config import proxy_config
     from evonorm.proxy.training import search_dataset
 
-    ds = search_dataset(cfg)
+    ds = search_dataset(task)
     out: dict[str, float | None] = {}
-    for arch in proxy_config(cfg).archs:
+    for arch in task.archs:
         try:
-            feats = arch_features(graph, ds, cfg, arch)
+            feats = arch_features(graph, ds, task, arch)
             feats["error"] = 0.0
         except Exception:  # noqa: BLE001 - the layer fails in this model: that is the feature
             feats = {"error": 1.0}
@@ -168,7 +166,7 @@ SIGNAL_VERSION = 1
 SIGNAL_BATCH = 16
 
 
-def signal_features(graph, cfg) -> dict[str, float | None]:
+def signal_features(graph, task) -> dict[str, float | None]:
     """Signal propagation through the first anchor architecture at initialisation, with the layer
     in every slot, on a fixed batch of the run's data (as NF-ResNets' plots read a network before
     training): per slot in depth order, the output's scale and the share of it that is a
@@ -177,29 +175,27 @@ def signal_features(graph, cfg) -> dict[str, float | None]:
     the architecture breaks gives `error` 1.0 and nothing else."""
     import torch
 
-    from evonorm.proxy.config import proxy_config
     from evonorm.proxy.training import search_dataset
 
-    ds = search_dataset(cfg)
-    arch = proxy_config(cfg).archs[0]
+    ds = search_dataset(task)
+    arch = task.archs[0]
     try:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed)
-            feats = _signal(graph, ds, cfg, arch)
+            torch.manual_seed(task.seed)
+            feats = _signal(graph, ds, task, arch)
     except Exception:  # noqa: BLE001 - the layer fails in this model: that is the feature
         return {"error": 1.0}
     feats["error"] = 0.0
     return feats
 
 
-def _signal(graph, ds, cfg, arch: str) -> dict[str, float | None]:
+def _signal(graph, ds, task, arch: str) -> dict[str, float | None]:
     import torch
     import torch.nn.functional as F
 
     from evonorm.proxy.rejection import model_and_batch
-    from evonorm.proxy.training import train_config
 
-    tcfg = train_config(cfg, arch)
+    tcfg = task.training[arch]
     model, x, y = model_and_batch(graph, ds, arch=arch, width=tcfg.resolved_width(),
                                   batch=SIGNAL_BATCH, seed=FEATURE_SEED,
                                   model_kwargs=tcfg.layer_kwargs())

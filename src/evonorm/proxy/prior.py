@@ -23,9 +23,8 @@ from typing import Any, Sequence
 from evonorm import __version__
 from evonorm.files import read_json, warn, write_atomic
 from evonorm.proxy import features as task_features_module
-from evonorm.proxy.config import proxy_config
+from evonorm.proxy.config import ProxyTask
 from evonorm.search import features as engine_features_module
-from evonorm.search.config import SearchConfig
 from evonorm.search.store import Store
 from evonorm.search.surrogate import Prescreen, check_prior, labelled_rows
 
@@ -37,17 +36,18 @@ FORMAT = 1
 _IGNORED = ("data_root", "data_seed", "rerank_preset", "rerank_train", "rerank_top")
 
 
-def setting(cfg: SearchConfig) -> dict[str, Any]:
-    """What a prior shares with every run it applies to (plain JSON values, compared whole)."""
-    task = {k: v for k, v in proxy_config(cfg).to_dict().items() if k not in _IGNORED}
+def setting(task: ProxyTask, space: str) -> dict[str, Any]:
+    """What a prior shares with every run it applies to (plain JSON values, compared whole): the
+    task's settings that matter, its stages and the engine's search space."""
+    kept = {k: v for k, v in task.settings.to_dict().items() if k not in _IGNORED}
     versions = {"engine": engine_features_module.FEATURES_VERSION}
-    if task.get("prescreen_features") == "signal":
+    if task.settings.prescreen_features == "signal":
         versions["signal"] = task_features_module.SIGNAL_VERSION
     else:
         versions["task"] = task_features_module.FEATURES_VERSION
     return json.loads(json.dumps({
-        "space": cfg.evolution.space,  # an S-space prior says nothing of the batch ops' layers
-        "task": task, "stage_steps": list(cfg.hurdles.stage_steps), "features": versions}))
+        "space": space,  # an S-space prior says nothing of the batch ops' layers
+        "task": kept, "stage_steps": list(task.stage_steps), "features": versions}))
 
 
 @dataclass(frozen=True)
@@ -88,12 +88,13 @@ def write_prior(path: str | Path, prior: Prior) -> None:
     write_atomic(path, (head[:-2] + ',\n "rows": [\n' + rows + "\n ]\n}\n").encode())
 
 
-def prior_for(cfg: SearchConfig, folder: str | Path | None = None) -> Prior | None:
+def prior_for(task: ProxyTask, space: str, preset: str,
+              folder: str | Path | None = None) -> Prior | None:
     """The prior in `folder` (default: the shipped ones, PRIORS) built under the run's setting, or
     None where there is none. The run's preset's own prior, where its setting is not the run's
     (another space, a features version, a task setting changed), is ignored with one line on stderr
     naming what differs."""
-    want = setting(cfg)
+    want = setting(task, space)
     own = None
     for path in sorted(Path(PRIORS if folder is None else folder).glob("*.json")):
         try:
@@ -104,7 +105,7 @@ def prior_for(cfg: SearchConfig, folder: str | Path | None = None) -> Prior | No
             continue
         if prior.setting == want:
             return prior
-        if path.stem.rsplit("-", 1)[0] == cfg.preset:
+        if path.stem.rsplit("-", 1)[0] == preset:
             own = own or (path, prior)
     if own is not None:
         path, prior = own
@@ -128,16 +129,17 @@ def build_prior(runs: Sequence[str | Path], command: str) -> Prior:
             read.append((run, st.search_config(), st.candidates(), st.get_meta("status")))
     if not read:
         raise ValueError("a prior needs at least one run folder")
-    want = setting(read[0][1])
-    for run, cfg, _, _ in read[1:]:
-        if setting(cfg) != want:
+    tasks = [ProxyTask.of_run(cfg) for _, cfg, _, _ in read]
+    want = setting(tasks[0], read[0][1].evolution.space)
+    for (run, cfg, _, _), task in zip(read[1:], tasks[1:]):
+        if setting(task, cfg.evolution.space) != want:
             raise ValueError(f"run {run} was searched under another setting than {runs[0]}: "
                              "a prior holds one setting")
     rows: list[dict] = []
     sources: list[dict] = []
-    for run, cfg, cands, status in read:
+    for (run, cfg, cands, status), task in zip(read, tasks):
         found = labelled_rows(cands, Prescreen(cfg, partial(task_features_module.task_features,
-                                                            cfg=cfg)))
+                                                            task=task)))
         rows.extend(found)
         sources.append({"run": Path(run).name, "preset": cfg.preset,
                         "algorithm": cfg.evolution.algorithm,

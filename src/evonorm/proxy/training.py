@@ -1,7 +1,8 @@
-"""The built-in proxy task's pieces: the run's data (`with_dataset`, `search_dataset`), the training
-settings (`train_config`) and the staged full training on each anchor architecture
-(`train_stages`). The objective that runs them for each candidate is `evonorm.proxy.objective`. Fitness is the
-vector of held-out accuracies, one per architecture; the search never sees the dataset's test split.
+"""The built-in proxy task's pieces: the run's data (`with_dataset`, `search_dataset`) and the staged
+full training on each anchor architecture (`train_stages`), each under the resolved task
+(`evonorm.proxy.config.ProxyTask`, whose `training` holds every architecture's TrainConfig). The
+objective that runs them for each candidate is `evonorm.proxy.objective`. Fitness is the vector
+of held-out accuracies, one per architecture; the search never sees the dataset's test split.
 
 The trainer, models and data are imported in the functions that train: they load torch, which
 the search engine's processes need only where candidates are trained.
@@ -13,46 +14,43 @@ import dataclasses
 import os
 import time
 from functools import lru_cache, partial
-from typing import Any
 
-from evonorm.proxy.config import TrainSetting, proxy_config, split_seed, with_task_settings
+from evonorm.proxy.config import ProxyTask
 from evonorm.search.config import SearchConfig
 from evonorm.search.evaluation import Evaluation
 from evonorm.search.objective import TRAINING, Reject, Trial
 from evonorm.proxy.rejection import quality_threshold
 
 
-def with_dataset(cfg: SearchConfig) -> SearchConfig:
-    """The config with its dataset named (the default one when unset): resolved once, when a
+def with_dataset(task: ProxyTask) -> ProxyTask:
+    """The task with its dataset named (the default one when unset): resolved once, when a
     run starts, and stored with it. Never a silent fall-back to the synthetic set: without
     Fashion-MNIST installed, FileNotFoundError says how to install it. A file.npz is named by
     its absolute path, with its sha256 (`data_sha256`)."""
-    task = proxy_config(cfg)
     from evonorm.data import default_dataset_name, file_sha256, is_npz, read_npz_bytes
 
-    if task.dataset is None:
-        return with_task_settings(cfg, dataset=default_dataset_name(task.data_root,
-                                                                    fallback=False))
-    if is_npz(task.dataset) and task.data_sha256 is None:
-        path = os.path.abspath(task.dataset)
-        return with_task_settings(cfg, dataset=path,
-                                  data_sha256=file_sha256(read_npz_bytes(path)))
-    return cfg
+    given = task.settings
+    if given.dataset is None:
+        return task.replace_settings(dataset=default_dataset_name(given.data_root, fallback=False))
+    if is_npz(given.dataset) and given.data_sha256 is None:
+        path = os.path.abspath(given.dataset)
+        return task.replace_settings(dataset=path, data_sha256=file_sha256(read_npz_bytes(path)))
+    return task
 
 
-def search_dataset(cfg: SearchConfig):
+def search_dataset(task: ProxyTask):
     """The run's data: (1 - holdout) of the (subset) training split to train, the rest to score,
     with its tensors on the run's device.
 
-    The config names its dataset (`with_dataset`, stored when the run starts).
+    The task names its dataset (`with_dataset`, stored when the run starts).
     Cached per process and device, so each worker loads the data and moves it to its device once.
     """
-    task = proxy_config(cfg)
-    if task.dataset is None:
+    given = task.settings
+    if given.dataset is None:
         raise ValueError("the search config names no dataset (with_dataset() resolves the "
                          "default when a run starts)")
-    return _load_split(task.dataset, task.data_root, task.n_train, task.holdout, split_seed(cfg),
-                       cfg.execution.device, task.data_sha256)
+    return _load_split(given.dataset, given.data_root, given.n_train, given.holdout,
+                       task.split_seed, task.device, given.data_sha256)
 
 
 @lru_cache(maxsize=4)
@@ -74,72 +72,10 @@ def require_builtin(cfg: SearchConfig, what: str) -> None:
                          "(evonorm.search.load(RUN).top(k))")
 
 
-def train_config(cfg: SearchConfig, arch: str, setting: TrainSetting | None = None, *,
-                 steps: int | None = None, **extra):
-    """The TrainConfig for `arch` in a training setting (default: the search's, the task's
-    `training`; reranks pass its `rerank_training`): the trainer preset with the setting's overrides, the
-    config's per-architecture overrides, seed and device, then `steps` and `extra`.
-
-    The quality test passes schedule="constant": its short run stands for the first steps of the
-    full run, where a cosine schedule is still at its peak learning rate. In a staged config the
-    search's full training restarts its cosine at each stage (`restarts`), here as in
-    `train_stages`, so a reference or re-training run is the candidates' full run.
-    """
-    task = proxy_config(cfg)
-    from evonorm.models import is_builtin
-    from evonorm.train_config import TRAIN_PRESETS, check_overrides
-
-    setting = setting or task.training
-    staged = setting == task.training and steps is None and bool(cfg.hurdles.stage_steps)
-    if setting.preset not in TRAIN_PRESETS:
-        raise ValueError(f"unknown training preset {setting.preset!r} "
-                         f"(choose from {', '.join(TRAIN_PRESETS)})")
-    check_overrides(dict(setting.overrides), "train" if setting.presized else "rerank_train")
-    check_overrides(task.arch_train.get(arch, {}), f"arch_train.{arch}")
-    over: dict[str, Any] = dict(setting.overrides)
-    over.update(task.arch_train.get(arch, {}))
-    if setting.presized:  # the data is already the run's subset: the preset must not cut it again
-        over.setdefault("n_train", None)
-        over.setdefault("n_test", None)
-    if not is_builtin(arch) and "width" not in task.arch_train.get(arch, {}):
-        over.pop("width", None)  # a preset's width is for the built-in architectures
-    over.update(arch=arch, seed=cfg.seed, device=cfg.execution.device)
-    if staged:
-        full = over.get("steps", TRAIN_PRESETS[setting.preset].steps)
-        if cfg.hurdles.stage_steps[-1] >= full:
-            raise ValueError(f"stage steps {list(cfg.hurdles.stage_steps)} must end before the "
-                             f"full training's {full} steps")
-        # as the staged evaluation trains it to the end
-        over["restarts"] = tuple(cfg.hurdles.stage_steps)
-    if steps is not None:
-        over["steps"] = steps
-    over.update(extra)
-    return dataclasses.replace(TRAIN_PRESETS[setting.preset], **over)
-
-
-def check_training(cfg: SearchConfig) -> None:
-    """ValueError (one line) unless every architecture's training, the search's and the rerank's,
-    makes a TrainConfig: checked where a run starts, before any candidate trains."""
-    task = proxy_config(cfg)
-    for arch in task.archs:
-        for setting in (task.training, task.rerank_training):
-            try:
-                train_config(cfg, arch, setting)
-            except TypeError as err:  # e.g. a value a TrainConfig check cannot compare
-                raise ValueError(f"training on {arch}: {err}") from None
-
-
-def quality_config(cfg, arch: str, schedule: str = "constant"):
-    """The quality test's training run on one architecture: the preset's settings, cut to
-    `quality_steps` at a constant lr (it stands in for the first steps of the full run)."""
-    task = proxy_config(cfg)
-    return train_config(cfg, arch, steps=task.quality_steps, schedule=schedule)
-
-
-def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = (),
+def train_stages(graph, ds, task: ProxyTask, *, hurdles: list[float | None] = (),
                  checkpoint: str | None = None, screen: bool = True,
                  trial: Trial | None = None) -> Evaluation:
-    """Full training on every architecture, in stages (`cfg.hurdles.stage_steps`, then the end).
+    """Full training on every architecture, in stages (the task's `stage_steps`, then the end).
 
     Every stage continues each architecture's run from the previous stage's weights, so a layer
     that goes all the way costs exactly one full training. After stage k the layer stops, valid
@@ -161,7 +97,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     scores the task's `final_runs` runs: those beyond `train_runs` train from scratch only for a layer
     that got that far.
     """
-    task = proxy_config(cfg)
+    settings = task.settings
     import io
     import warnings
     from pathlib import Path
@@ -171,12 +107,12 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     from evonorm.files import check_folder, read_bytes, warn, write_atomic
     from evonorm.train import Run
 
-    ends = [*cfg.hurdles.stage_steps, train_config(cfg, task.archs[0]).steps]
+    ends = [*task.stage_steps, task.training[task.archs[0]].steps]
     keys = {(arch, i): arch if i == 0 else f"{arch}#{i}"  # the checkpoint's names for the runs
-            for arch in task.archs for i in range(task.train_runs)}
+            for arch in task.archs for i in range(settings.train_runs)}
 
     def new_run(arch: str, i: int) -> Run:
-        return Run(graph, ds, train_config(cfg, arch, seed=run_seed(cfg, i)))
+        return Run(graph, ds, dataclasses.replace(task.training[arch], seed=task.run_seed(i)))
 
     runs: dict[tuple[str, int], Run] = {}
     stages: list[dict[str, float]] = []
@@ -210,8 +146,8 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
     trial = trial if trial is not None else Trial(graph, hurdles=list(hurdles))
     for k, accs in enumerate(stages):  # the saved stages, as if just measured
         trial.report(accs, ends[k])
-    staged = bool(cfg.hurdles.stage_steps)
-    bar = quality_threshold(ds.num_classes, task.quality_factor) if staged and screen else None
+    staged = bool(task.stage_steps)
+    bar = quality_threshold(ds.num_classes, settings.quality_factor) if staged and screen else None
     trial.phase("quality test" if bar is not None and not stages else TRAINING)
 
     def decided(e: Evaluation) -> Evaluation:
@@ -227,7 +163,7 @@ def train_stages(graph, ds, cfg: SearchConfig, *, hurdles: list[float | None] = 
             for arch in task.archs:
                 t0 = time.perf_counter()
                 scores = []
-                for i in range(task.final_runs if k == len(ends) - 1 else task.train_runs):
+                for i in range(settings.final_runs if k == len(ends) - 1 else settings.train_runs):
                     run = runs.get((arch, i))
                     if run is None:
                         run = runs[arch, i] = new_run(arch, i)
@@ -305,9 +241,3 @@ def check_restored(runs: dict, stages: list[dict[str, float]], step: int) -> Non
     for arch, accs in scores.items():
         if abs(sum(accs) / len(accs) - stages[-1][arch]) > 1e-6:
             raise ValueError(f"its last stage's score of {arch} is not what its weights score")
-
-
-def run_seed(cfg: SearchConfig, i: int) -> int:
-    """The training seed of a candidate's i-th run on each architecture (the task's
-    `train_runs` runs)."""
-    return cfg.seed + 100 * i
