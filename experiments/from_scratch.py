@@ -297,10 +297,10 @@ def reference_step(args) -> None:
 
 
 def reference_runs(args) -> list[dict]:
-    path = reference_dir(args) / "runs.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The reference panel's finished runs, as panel.json holds them (none before the first)."""
+    from evonorm.measure.panel import read_rows
+
+    return [r.stored() for r in read_rows(reference_dir(args) / "runs.jsonl")]
 
 
 def per_seed_means(runs: list[dict], layer: str) -> dict[int, float]:

@@ -227,3 +227,19 @@ def test_a_folder_written_with_search_fields_in_its_setup_still_resumes(tmp_path
     assert prepare_out(out, setup) == []
     with pytest.raises(ValueError, match="other settings"):
         prepare_out(out, calibration_setup(get_preset("demo", train_runs=2, final_train_runs=2), 3, 20))
+
+
+def test_runs_are_read_as_the_ledger_reads_its_rows(tmp_path, capsys):
+    """A record that cannot be true (a NaN stage score) is dropped with one warning and its job
+    runs again; a file of no format version is refused naming it, not misread."""
+    from dataclasses import asdict
+
+    from evonorm.files import DamagedFile
+
+    good, bad = _ref("x", 0, 0.8), RunRecord("panel", "y", 0, "valid", None, stage_scores=[{"a1": float("nan")}])
+    (tmp_path / RUNS_NAME).write_text("".join(json.dumps(asdict(r)) + "\n" for r in (good, bad)))
+    assert load_runs(tmp_path) == [good]
+    assert "dropped 1 row(s)" in capsys.readouterr().err
+    (tmp_path / RUNS_NAME).write_text(json.dumps({k: v for k, v in asdict(good).items() if k != "version"}) + "\n")
+    with pytest.raises(DamagedFile, match="no format version"):
+        load_runs(tmp_path)

@@ -87,7 +87,7 @@ def test_a_layer_of_ones_own_trains_at_the_reference_setting_with_fresh_seeds(tm
     proc = panel("4")
     assert proc.returncode == 0, proc.stderr
     rows = read_rows(tmp_path / "runs.jsonl")
-    assert sorted((r["layer"], r["arch"], r["seed"]) for r in rows) == [
+    assert sorted((r.layer, r.arch, r.seed) for r in rows) == [
         ("w", "mobilenetv2_cifar", 4), ("w", "resnet50_cifar", 4)]
     setting = json.loads((tmp_path / "panel.json").read_text())["reference"]["setting"]
     assert setting["layers"] == ["w"] and setting["seeds"] == [4]

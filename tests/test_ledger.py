@@ -5,8 +5,9 @@ import json
 
 from _ledger_fakes import calls, die_once
 
-from evonorm.measure.ledger import DataSplit, Job, Measurement, measure, read_ledger
+from evonorm.measure.ledger import DataSplit, Job, Measurement, Row, measure, read_ledger, record_rows
 from evonorm.search.config import Execution
+from evonorm.search.executors import OK, make_executor
 from evonorm.train_config import TrainConfig
 
 
@@ -35,3 +36,23 @@ def test_a_lost_job_is_recorded_and_trained_again_a_finished_one_never(tmp_path,
     assert len(path.read_text().splitlines()) == 3 and all(json.loads(x)["version"] == 1
                                                            for x in path.read_text().splitlines())
     assert measure(path, jobs, m, fn=die_once) == read_ledger(path) and len(calls(tmp_path / "calls")) == 2
+
+
+def test_record_rows_appends_each_rows_line_as_it_arrives_and_none_for_no_row(tmp_path, monkeypatch):
+    """The loop calibrate and the panel share: a job whose `row_of` is None (a panel run that
+    failed) leaves no line, so it trains again; the others are in the file before the loop ends."""
+    monkeypatch.setenv("EVONORM_TEST_CALLS", str(tmp_path / "calls"))
+    monkeypatch.setenv("EVONORM_TEST_DIE", str(tmp_path / "die"))
+    (tmp_path / "die").write_text("")
+    path, m = tmp_path / "ledger.jsonl", _measurement()
+    jobs = [Job("lives", "reference", 1000, "lives"), Job("dies", "reference", 1000, "dies")]
+
+    def row_of(o):
+        return Row(jobs[o.task_id].layer, "reference", 1000, "full", "held out", o.result["scores"], 0.56,
+                   "ok") if o.kind == OK else None
+
+    with make_executor("local", die_once, 1, timeout=60.0) as pool:
+        pairs = [pair for arrived in record_rows(path, pool, {i: m.payload(j) for i, j in enumerate(jobs)}, row_of)
+                 for pair in arrived]
+    assert [(o.task_id, row is None) for o, row in pairs] == [(0, False), (1, True)]
+    assert [r.layer for r in read_ledger(path)] == ["lives"] and len(path.read_text().splitlines()) == 1

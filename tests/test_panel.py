@@ -21,6 +21,10 @@ def _job(out: Path, layer: str = "evonorm_s0", arch: str = "resnet50_cifar", see
             "setting": SETTING.to_dict(), "data_root": None}
 
 
+def _row(layer: str, arch: str, seed: int, acc: float, curve: list) -> pn.PanelRow:
+    return pn.PanelRow(layer, None, arch, seed, acc, "ok", None, curve, 0.5, 3.0)
+
+
 def test_a_killed_run_resumes_from_its_checkpoint_and_ends_alike(tmp_path, monkeypatch):
     from evonorm.train import Run
 
@@ -49,19 +53,18 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_ends_alike(tmp_path, monke
 
 def test_the_panel_file_keeps_the_proxies(tmp_path):
     (tmp_path / "panel.json").write_text(json.dumps({"reference": {}, "proxies": {"demo": {"x": 1}}}))
-    row = {"layer": "bn_relu", "graph": None, "arch": "resnet50_cifar", "seed": 0,
-           "test_accuracy": 0.5, "status": "ok", "curve": [[6, 0.4], [8, 0.5], [10, 0.5]],
-           "seconds": 3.0}
+    row = _row("bn_relu", "resnet50_cifar", 0, 0.5, [[6, 0.4], [8, 0.5], [10, 0.5]])
     pn.write_panel(tmp_path, [row], 12.0, "python experiments/fidelity_panel.py", SETTING)
     data = json.loads((tmp_path / "panel.json").read_text())
     assert data["proxies"] == {"demo": {"x": 1}}
-    assert data["reference"]["runs"] == [row] and data["reference"]["wall_seconds"] == 12.0
+    assert data["reference"]["runs"] == [{"layer": "bn_relu", "graph": None, "arch": "resnet50_cifar", "seed": 0,
+                                          "test_accuracy": 0.5, "status": "ok",
+                                          "curve": [[6, 0.4], [8, 0.5], [10, 0.5]], "seconds": 3.0}] and data["reference"]["wall_seconds"] == 12.0
     assert len(data["reference"]["setting"]["layers"]) >= 16 and data["reference"]["machine"]
 
 
 def test_other_layers_name_themselves_in_the_panel_file(tmp_path):
-    row = {"layer": "winner", "graph": None, "arch": "resnet50_cifar", "seed": 0,
-           "test_accuracy": 0.5, "status": "ok", "curve": [[10, 0.5]], "seconds": 3.0}
+    row = _row("winner", "resnet50_cifar", 0, 0.5, [[10, 0.5]])
     pn.write_panel(tmp_path, [row], 1.0, "cmd", SETTING, ["winner"])
     assert json.loads((tmp_path / "panel.json").read_text())["reference"]["setting"]["layers"] == [
         "winner"]
@@ -89,8 +92,7 @@ def test_a_second_panel_on_the_same_folder_is_refused(tmp_path):
 
 def test_the_table_ranks_by_reference_and_shows_the_last_fifth():
     def row(layer, arch, seed, acc, before):
-        return {"layer": layer, "arch": arch, "seed": seed, "test_accuracy": acc,
-                "curve": [[1200, 0.5], [1600, before], [2000, acc]]}
+        return _row(layer, arch, seed, acc, [[1200, 0.5], [1600, before], [2000, acc]])
 
     rows = [row("a", "resnet50_cifar", 0, 0.70, 0.72), row("a", "resnet50_cifar", 1, 0.74, 0.70),
             row("a", "mobilenetv2_cifar", 0, 0.60, 0.60),
@@ -103,8 +105,7 @@ def test_the_table_ranks_by_reference_and_shows_the_last_fifth():
 
 
 def test_the_table_states_the_references_agreement_with_itself():
-    rows = [{"layer": layer, "arch": arch, "seed": seed, "test_accuracy": acc, "curve": []}
-            for seed in (0, 1) for arch in ("resnet50_cifar", "mobilenetv2_cifar")
+    rows = [_row(layer, arch, seed, acc, []) for seed in (0, 1) for arch in ("resnet50_cifar", "mobilenetv2_cifar")
             for layer, acc in (("a", 0.8), ("b", 0.7), ("c", 0.6 if seed == 0 else 0.75))]
     # seed 0 ranks a > b > c, seed 1 a > c > b: Spearman 0.5 each way
     assert pn.panel_table(rows).splitlines()[-1].endswith("would reach): 0.50")
@@ -152,7 +153,7 @@ def test_a_panel_the_package_builds_is_one_calibrate_reads(tmp_path, capsys):
     assert pn.build_panel(out, setting, workers=2, layers=layers, on_done=seen.append) == 0
     assert sorted(p.index for p in seen) == [1, 2, 3, 4, 5, 6] and all(p.row for p in seen)
     rows = pn.read_rows(out / "runs.jsonl")
-    assert sorted((r["layer"], r["arch"]) for r in rows) == sorted(
+    assert sorted((r.layer, r.arch) for r in rows) == sorted(
         (name, arch) for name, _ in layers for arch in pn.ARCH_LR)
     assert not list((out / "ckpt").glob("*.pt"))  # a finished run's checkpoint is gone
     assert (out / "panel.md").read_text().startswith("| layer |")
@@ -181,3 +182,20 @@ def test_build_panel_refuses_bad_input_in_one_line(tmp_path, capsys, argv, probl
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and problem in err[0]
     assert not (tmp_path / "p" / "runs.jsonl").exists()
+
+
+def test_the_panels_runs_are_read_as_the_ledger_reads_its_rows(tmp_path, capsys):
+    """A line torn by a kill is skipped and a run that cannot be true (a NaN on its curve) is
+    dropped with one warning, both trained again; a folder of no format version is refused."""
+    from dataclasses import asdict
+
+    good = _row("a", "resnet50_cifar", 0, 0.5, [[10, 0.5]])
+    bad = replace(good, layer="b", curve=[[10, float("nan")]])
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(asdict(r)) + "\n" for r in (good, bad)) + '{"layer": "c", "gra')
+    assert pn.read_rows(path) == [good]
+    assert "dropped 1 row(s)" in capsys.readouterr().err
+    path.write_text(json.dumps({k: v for k, v in asdict(good).items() if k != "version"}) + "\n")
+    with pytest.raises(ValueError, match="no format version"):
+        pn.build_panel(tmp_path, SETTING, only=["bn_relu"], seeds=[0])
+    assert not list(tmp_path.glob("ckpt/*"))  # refused before any training

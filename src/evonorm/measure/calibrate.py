@@ -4,7 +4,8 @@ Reference layers (the paper's and the textbook's) run with several training seed
 of the same space run once, through exactly what a search does: `search_dataset`, the evaluator's
 pre-checks, stability test and full training, and the rejection module's quality test with the
 preset's bar. References take the quality test on every architecture (not stopping at the first
-failure) so the table shows each one. Every finished run is one line of `runs.jsonl`, so a killed
+failure) so the table shows each one. Every finished run is a row of the measurement ledger
+`runs.jsonl` (its own row type, `RunRecord`, read by the ledger's one reader), so a killed
 calibration resumes where it stopped.
 
 Graph imports are made where a layer is built: they load torch, which this module's tables do
@@ -22,12 +23,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from evonorm.files import append_line, read_json, read_jsonl, write_atomic
+from evonorm.files import key_text, number_problem, read_json, write_atomic
+from evonorm.measure.ledger import LEDGER_VERSION, read_ledger, record_rows
 from evonorm.proxy.config import ProxyTask, measured, with_task_settings
 from evonorm.search.config import SearchConfig
 from evonorm.stats import mean_std
 from evonorm.proxy.training import search_dataset, train_stages
-from evonorm.search.executors import OK, LocalExecutor, run_tasks
+from evonorm.search.executors import OK, LocalExecutor, Outcome
 from evonorm.search.settings import norm_relu
 from evonorm.proxy.objective import evaluate_candidate
 from evonorm.measure.references import REFERENCES_BY_SPACE
@@ -84,10 +86,24 @@ class RunRecord:
     stage_scores: list[dict[str, float]] = field(default_factory=list)  # per arch, after each stage
     run_scores: dict[str, list[float]] = field(default_factory=dict)  # per arch, each run's last score
     arch_seconds: dict[str, float] = field(default_factory=dict)  # training seconds per arch
+    version: int = LEDGER_VERSION
 
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.kind, self.name, self.seed)
+
+    def problem(self) -> str | None:
+        """What in the record cannot be true (None: nothing): an accuracy or fitness outside [0, 1]
+        or not finite, a negative or infinite time."""
+        accs = [("fitness", self.fitness)] + [(f"{what}: {a}", v) for what, d in
+                                             (("quality", self.quality), ("accuracies", self.accuracies))
+                                             for a, v in d.items()]
+        accs += [(f"stage_scores: {a}", v) for stage in self.stage_scores for a, v in stage.items()]
+        accs += [(f"run_scores: {a}", v) for a, runs in self.run_scores.items() for v in runs]
+        times = [("seconds", self.seconds), ("cpu_seconds", self.cpu_seconds)]
+        times += [(f"arch_seconds: {a}", v) for a, v in self.arch_seconds.items()]
+        checks = [(n, number_problem(v, 0.0, 1.0)) for n, v in accs] + [(n, number_problem(v, 0.0)) for n, v in times]
+        return next((f"{key_text(name)}: {p}" for name, p in checks if p), None)
 
     @property
     def cost(self) -> float:
@@ -188,9 +204,8 @@ def measure(payload: dict) -> dict:
 # ----------------------------------------------------------------------------- resumable runs
 
 def load_runs(out: Path) -> list[RunRecord]:
-    """The finished runs in `out` (a truncated last line, from a kill mid-write, is ignored; any other
-    damaged line is a DamagedFile naming it)."""
-    return read_jsonl(Path(out) / RUNS_NAME, RunRecord)
+    """The finished runs in `out`, as the ledger reads them (`read_ledger`)."""
+    return read_ledger(Path(out) / RUNS_NAME, RunRecord)
 
 
 def calibration_setup(cfg: SearchConfig, seeds: int, n_random: int,
@@ -231,39 +246,31 @@ def prepare_out(out: Path, setup: dict) -> list[RunRecord]:
     return []
 
 
-def append_run(out: Path, rec: RunRecord) -> None:
-    """One finished run, appended and flushed to disk before the next starts."""
-    append_line(Path(out) / RUNS_NAME, json.dumps(asdict(rec), sort_keys=True))
-
-
 def run_jobs(jobs: Iterable[Job], cfg: SearchConfig, out: Path, *, workers: int,
              timeout: float, on_done: Callable[[RunRecord, int, int], None] | None = None,
              fn: Callable[[dict], dict] | None = None,
              threads: int | None = None) -> list[RunRecord]:
     """Run the jobs not yet in `out` on a local pool (`threads` torch threads per worker, default
-    one); each result is saved as it arrives."""
-
+    one), each record appended to the ledger `out/runs.jsonl` as it arrives. A dead or hung worker's
+    job is recorded as failed, as the search records its failures."""
     done = {r.key for r in load_runs(out)}
     todo = [j for j in jobs if j.key not in done]
-    total, finished = len(done) + len(todo), len(done)
-    records: list[RunRecord] = []
     if not todo:
-        return records
+        return []
+    total, records = len(done) + len(todo), []
     payloads = {i: {"job": asdict(job), "config": cfg.to_dict()} for i, job in enumerate(todo)}
-    with LocalExecutor(fn or measure, min(workers, len(todo)), timeout=timeout,
-                       threads=threads) as pool:
-        for o in (o for arrived in run_tasks(pool, payloads) for o in arrived):
-            job = todo[o.task_id]
-            if o.kind == OK:
-                rec = RunRecord(**o.result)
-            else:  # a dead or hung worker: recorded as failed, like the search's failures
-                rec = RunRecord(job.kind, job.name, job.seed, "failed", o.error,
-                                seconds=o.seconds, graph=job.graph)
-            append_run(out, rec)
+
+    def record(o: Outcome) -> RunRecord:
+        job = todo[o.task_id]
+        return (RunRecord(**o.result) if o.kind == OK else
+                RunRecord(job.kind, job.name, job.seed, "failed", o.error, seconds=o.seconds, graph=job.graph))
+
+    with LocalExecutor(fn or measure, min(workers, len(todo)), timeout=timeout, threads=threads) as pool:
+        for _, rec in (pair for arrived in record_rows(Path(out) / RUNS_NAME, pool, payloads, record)
+                       for pair in arrived):
             records.append(rec)
-            finished += 1
             if on_done is not None:
-                on_done(rec, finished, total)
+                on_done(rec, total - len(todo) + len(records), total)
     return records
 
 

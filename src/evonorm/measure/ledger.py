@@ -17,12 +17,12 @@ import time
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from evonorm.proxy.config import ProxyTask
 from evonorm.files import MAX_JSON_BYTES, DamagedFile, append_line, key_text, number_problem, read_jsonl, read_text
 from evonorm.search.config import Execution
-from evonorm.search.executors import DIED, OK, TIMEOUT, make_executor, run_tasks
+from evonorm.search.executors import DIED, OK, TIMEOUT, Executor, Outcome, make_executor, run_tasks
 from evonorm.search.progress import duration_text
 from evonorm.train_config import TrainConfig
 
@@ -69,9 +69,11 @@ class Row:
         return next((f"{key_text(name)}: {p}" for name, p in checks if p), None)
 
 
-def read_ledger(path: str | Path) -> list[Row]:
-    """The rows of a ledger file (none when it does not exist), in the order written, a job trained
-    again counting by its latest row. Each row is checked (`read_jsonl`): a line cut short by a kill
+def read_ledger(path: str | Path, row_type: type = Row) -> list:
+    """The rows of a ledger file as `row_type` (none when the file does not exist), in the order
+    written, a job trained again counting by its latest row. `row_type` is `Row` or another
+    measurement's row dataclass with the same three parts: a `version` field, a `key` saying which
+    job it records and a `problem()`. Each row is checked (`read_jsonl`): a line cut short by a kill
     is skipped (its job trains again), one whose values cannot be true is dropped with one warning,
     any other damaged row is a DamagedFile naming it, as is a file of another format version."""
     try:
@@ -89,7 +91,7 @@ def read_ledger(path: str | Path) -> list[Row]:
         written = "no format version" if version is None else f"format version {version}"
         raise DamagedFile(path, "line 1", f"{written}, and this evonorm reads version {LEDGER_VERSION}: "
                           "move the file aside to measure again")
-    latest = {r.key: r for r in read_jsonl(path, Row, Row.problem)}
+    latest = {r.key: r for r in read_jsonl(path, row_type, row_type.problem)}
     return list(latest.values())
 
 
@@ -227,9 +229,24 @@ def unfinished(rows: Sequence[Row], m: Measurement, jobs: Sequence[Job]) -> list
     return [j for j in jobs if (j.layer, j.seed, m.setting, m.split) not in done]
 
 
-def add_row(path: Path, row: Row) -> None:
-    """Append one row: one whole line, so a kill loses at most the job training."""
+def add_row(path: Path, row: Any) -> None:
+    """Append one row (a dataclass): one whole line, so a kill loses at most the job training."""
     append_line(path, json.dumps(asdict(row)))
+
+
+def record_rows(path: Path, pool: Executor, payloads: Mapping[int, dict], row_of: Callable[[Outcome], Any],
+                *, retries: int = 0, poll: float = 5.0,
+                on_retry: Callable[[Outcome], None] | None = None) -> Iterator[list[tuple[Outcome, Any]]]:
+    """Run `payloads` on `pool` (`run_tasks`) and append `row_of(outcome)` to the ledger `path` as
+    each job's final outcome arrives, before the next is awaited; yields each wait's (outcome, row)
+    pairs, [] for a wait that brought nothing (so a caller can show progress between rows). A row
+    of None is not written: that job has no row and trains again on the next call."""
+    for arrived in run_tasks(pool, payloads, poll=poll, retries=retries, on_retry=on_retry):
+        pairs = [(o, row_of(o)) for o in arrived]
+        for _, row in pairs:
+            if row is not None:
+                add_row(path, row)
+        yield pairs
 
 
 def measure(path: Path, jobs: Sequence[Job], m: Measurement, *, log: Callable[[str], None] | None = None,
@@ -257,22 +274,14 @@ def _record(path: Path, todo: list[Job], total: int, m: Measurement, pool, worke
     """Append each job's row as its outcome arrives, with a progress line counting all `total`."""
     seeds = len({j.seed for j in todo}) > 1
     payloads = {i: m.payload(job) for i, job in enumerate(todo)}
-    waits = run_tasks(pool, payloads, poll=min(5.0, every), retries=m.execution.retries,
-                      on_retry=lambda o: log(f"{m.name}: {todo[o.task_id].title(seeds)}: {o.error}; retrying"))
+    waits = record_rows(path, pool, payloads, lambda o: _row(todo[o.task_id], m, o), poll=min(5.0, every),
+                        retries=m.execution.retries,
+                        on_retry=lambda o: log(f"{m.name}: {todo[o.task_id].title(seeds)}: {o.error}; retrying"))
     start = last = time.perf_counter()
     done, before = 0, total - len(todo)
     for arrived in waits:
-        for o in arrived:
+        for o, row in arrived:
             job, done = todo[o.task_id], done + 1
-            if o.kind == OK:
-                status, reason, scores = o.result["status"], o.result["reason"], o.result["scores"]
-            else:  # the layer raised outside training, or its worker was lost
-                status, reason, scores = ("failed" if o.kind not in (DIED, TIMEOUT) else LOST), o.error, {}
-            fitness = sum(scores.values()) / len(scores) if status == "ok" and scores else None
-            row = Row(job.layer, job.kind, job.seed, m.setting, m.split, scores, fitness, status, reason,
-                      job.candidate_id, job.spec if job.candidate_id is not None else None,
-                      job.search_fitness, round(o.seconds, 2), time.time())
-            add_row(path, row)
             last = time.perf_counter()
             eta = (last - start) / done * (len(todo) - done)
             log(f"{m.name} [{before + done}/{total}] {job.title(seeds)}: {_outcome(row)} in "
@@ -281,6 +290,18 @@ def _record(path: Path, todo: list[Job], total: int, m: Measurement, pool, worke
             last = time.perf_counter()
             log(f"{m.name}: {before + done}/{total} done, {min(workers, len(todo) - done)} training, "
                 f"{duration_text(last - start)} elapsed")
+
+
+def _row(job: Job, m: Measurement, o: Outcome) -> Row:
+    """The row of a job's final outcome."""
+    if o.kind == OK:
+        status, reason, scores = o.result["status"], o.result["reason"], o.result["scores"]
+    else:  # the layer raised outside training, or its worker was lost
+        status, reason, scores = ("failed" if o.kind not in (DIED, TIMEOUT) else LOST), o.error, {}
+    fitness = sum(scores.values()) / len(scores) if status == "ok" and scores else None
+    return Row(job.layer, job.kind, job.seed, m.setting, m.split, scores, fitness, status, reason,
+               job.candidate_id, job.spec if job.candidate_id is not None else None,
+               job.search_fitness, round(o.seconds, 2), time.time())
 
 
 def _outcome(row: Row) -> str:

@@ -5,9 +5,10 @@ Each layer trains on both anchor architectures at the reference setting (`REFERE
 the test split at 60%, 80% and 100% of training (every fifth for `CURVE_LAYERS`), so that one can
 check that the runs have settled. A run whose loss or logits are not finite scores chance.
 
-A folder holds one panel: `runs.jsonl` (a line per finished run), `panel.json` (rewritten after
-every run, keeping the `proxies` calibrate wrote into it), `panel.md` (the table), and a checkpoint
-per run in progress (at every tenth of training), so a killed panel resumes where it stopped.
+A folder holds one panel: `runs.jsonl` (the measurement ledger, a `PanelRow` per finished run),
+`panel.json` (rewritten after every run, keeping the `proxies` calibrate wrote into it), `panel.md`
+(the table), and a checkpoint per run in progress (at every tenth of training, beside the ledger:
+too big for a row), so a killed panel resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from evonorm.files import update_json
+from evonorm.files import key_text, number_problem, update_json
 from evonorm.measure.fidelity import seed_agreement
-from evonorm.search.executors import OK, make_executor, run_tasks
+from evonorm.measure.ledger import LEDGER_VERSION, read_ledger, record_rows
+from evonorm.search.executors import OK, Outcome, make_executor
 from evonorm.search.lock import RunLock, RunLocked
 from evonorm.search.settings import norm_relu
 
@@ -109,10 +111,45 @@ def run_key(layer: str, arch: str, seed: int) -> str:
     return f"{layer}__{arch}__s{seed}"
 
 
+@dataclass(frozen=True)
+class PanelRow:
+    """One finished (layer, arch, seed) run of the panel, a row of its ledger."""
+
+    layer: str
+    graph: dict | None  # the layer as graph JSON; None for a native one
+    arch: str
+    seed: int
+    test_accuracy: float  # chance for a run that was not finite
+    status: str  # the training's: "ok" or "nonfinite"
+    reason: str | None
+    curve: list[list[float | None]]  # [step, test accuracy] at each scoring point
+    final_loss: float | None  # the last step's loss; None where it was not finite
+    seconds: float
+    version: int = LEDGER_VERSION
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.layer, self.arch, self.seed)
+
+    def problem(self) -> str | None:
+        """What in the row cannot be true (None: nothing): an accuracy outside [0, 1] or not
+        finite, a loss that is not finite, a negative time or seed."""
+        checks = [("test_accuracy", number_problem(self.test_accuracy, 0.0, 1.0)),
+                  ("final_loss", number_problem(self.final_loss)), ("seconds", number_problem(self.seconds, 0.0)),
+                  ("seed", number_problem(self.seed, 0))]
+        checks += [(f"curve: step {p[0]}", number_problem(p[-1], 0.0, 1.0)) for p in self.curve]
+        return next((f"{key_text(name)}: {p}" for name, p in checks if p), None)
+
+    def stored(self) -> dict:
+        """The run as panel.json holds it (what `calibrate --panel` and `seed_agreement` read)."""
+        return {k: getattr(self, k) for k in ("layer", "graph", "arch", "seed", "test_accuracy", "status",
+                                               "curve", "seconds")}
+
+
 def train_run(job: dict) -> dict:
     """One (layer, arch, seed) run (`job`: layer, spec, arch, seed, out, setting as a dict,
     data_root), checkpointed at every tenth of training and at each scoring point, so a kill loses
-    at most a tenth of a run; the panel's row of it."""
+    at most a tenth of a run; the panel's row of it (`PanelRow` fields) and its checkpoint's path."""
     import torch
 
     from evonorm.data import load_dataset
@@ -155,44 +192,47 @@ def train_run(job: dict) -> dict:
     acc = run.result.accuracy if run.ok else None
     return {"layer": layer, "graph": layer_graph(spec), "arch": arch, "seed": seed,
             "test_accuracy": acc if acc is not None else CHANCE, "status": run.result.status,
-            "reason": run.result.reason, "curve": curve, "final_loss": run.result.final_loss,
+            "reason": run.result.reason, "curve": curve, "final_loss": _finite(run.result.final_loss),
             "seconds": round(spent + time.perf_counter() - start, 1), "ckpt": str(ckpt)}
 
 
-def read_rows(path: Path) -> list[dict]:
-    """The finished runs of a panel folder's runs.jsonl (none before the first)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _finite(loss: float | None) -> float | None:
+    """A loss as the row keeps it: a diverged run's is None (its status says it diverged)."""
+    return loss if loss is not None and math.isfinite(loss) else None
 
 
-def write_panel(out: Path, rows: list[dict], wall: float, command: str, setting: PanelSetting,
+def read_rows(path: Path) -> list[PanelRow]:
+    """The finished runs of a panel folder's ledger (none before the first), read and checked as the
+    ledger's reader checks every row (`read_ledger`)."""
+    return read_ledger(path, PanelRow)
+
+
+def write_panel(out: Path, rows: list[PanelRow], wall: float, command: str, setting: PanelSetting,
                 layers: list[str] | None = None) -> None:
     """panel.json from every finished run, keeping the proxies calibrate wrote."""
     stored = {**setting.to_dict(), "layers": layers or [name for name, _ in PANEL]}
     reference = {"setting": stored, "command": command,
                  "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
                  "wall_seconds": round(wall, 1),
-                 "worker_seconds": round(sum(r["seconds"] for r in rows), 1),
-                 "runs": [{k: r[k] for k in ("layer", "graph", "arch", "seed", "test_accuracy",
-                                             "status", "curve", "seconds")} for r in rows]}
+                 "worker_seconds": round(sum(r.seconds for r in rows), 1),
+                 "runs": [r.stored() for r in rows]}
     update_json(out / "panel.json", lambda old: {"reference": reference,
                                                  "proxies": (old or {}).get("proxies", {})},
                 create=True)
 
 
-def panel_table(rows: list[dict]) -> str:
+def panel_table(rows: list[PanelRow]) -> str:
     """The panel as it stands, best reference first: each architecture's mean over its seeds, the
     reference (the mean of both), and how far each run moved over the last fifth of training
     (80% to 100%: the convergence check; mean over seeds, and the largest move)."""
-    by_layer: dict[str, dict[str, list[dict]]] = {}
+    by_layer: dict[str, dict[str, list[PanelRow]]] = {}
     for r in rows:
-        by_layer.setdefault(r["layer"], {}).setdefault(r["arch"], []).append(r)
+        by_layer.setdefault(r.layer, {}).setdefault(r.arch, []).append(r)
 
     mean = statistics.fmean
 
     def reference(layer: str) -> float:
-        return mean([mean([r["test_accuracy"] for r in runs]) for runs in by_layer[layer].values()])
+        return mean([mean([r.test_accuracy for r in runs]) for runs in by_layer[layer].values()])
 
     lines = ["| layer | " + " | ".join(f"{a} (seeds)" for a in ARCH_NAMES.values()) + " | reference | "
              + " | ".join(f"{a}, last fifth" for a in ARCH_NAMES.values()) + " |",
@@ -200,20 +240,19 @@ def panel_table(rows: list[dict]) -> str:
     for layer in sorted(by_layer, key=reference, reverse=True):
         acc, moved = [], []
         for arch in ARCH_NAMES:
-            runs = sorted(by_layer[layer].get(arch, []), key=lambda r: r["seed"])
+            runs = sorted(by_layer[layer].get(arch, []), key=lambda r: r.seed)
             if not runs:
                 acc.append("")
                 moved.append("")
                 continue
-            acc.append(f"{100 * mean([r['test_accuracy'] for r in runs]):.1f} "
-                       f"({', '.join(str(r['seed']) for r in runs)})")
-            d = [100 * (r["curve"][-1][1] - r["curve"][-2][1]) for r in runs
-                 if len(r["curve"]) >= 2 and r["curve"][-1][1] is not None
-                 and r["curve"][-2][1] is not None]
+            acc.append(f"{100 * mean([r.test_accuracy for r in runs]):.1f} "
+                       f"({', '.join(str(r.seed) for r in runs)})")
+            d = [100 * (r.curve[-1][1] - r.curve[-2][1]) for r in runs
+                 if len(r.curve) >= 2 and r.curve[-1][1] is not None and r.curve[-2][1] is not None]
             moved.append(f"{mean(d):+.1f} (largest {max(d, key=abs):+.1f})" if d else "")
         lines.append(f"| {layer} | " + " | ".join(acc) + f" | {100 * reference(layer):.1f} | "
                      + " | ".join(moved) + " |")
-    agreement = seed_agreement(rows)
+    agreement = seed_agreement([r.stored() for r in rows])
     lines += ["", "The reference's agreement with itself (Spearman of one seed against the mean of "
               "the others, mean over seeds; about what a proxy as good as the reference, run once, "
               "would reach): " + ("not measurable before two seeds are done on every architecture"
@@ -274,7 +313,7 @@ class PanelProgress:
 
     index: int
     total: int
-    row: dict | None  # None: the run failed (`error`), nothing recorded, so a rerun retries it
+    row: PanelRow | None  # None: the run failed (`error`), nothing recorded, so a rerun retries it
     error: str | None
     seconds_left: float  # at this start's pace
 
@@ -300,42 +339,47 @@ def build_panel(out: Path, setting: PanelSetting = REFERENCE, *, workers: int = 
         raise ValueError(f"{out} is in use by another panel process; wait for it or stop it "
                          "first") from None
     try:
-        rows_path = out / "runs.jsonl"
-        done = {run_key(r["layer"], r["arch"], r["seed"]) for r in read_rows(rows_path)}
-        jobs = [{"layer": name, "spec": spec, "arch": arch, "seed": seed, "out": str(out),
-                 "setting": setting.to_dict(), "data_root": data_root}
-                for seed in seeds or setting.seeds for name, spec in layers for arch in setting.lr
-                if (not only or name in only) and run_key(name, arch, seed) not in done]
-        wall_path = out / "wall_seconds.txt"
-        wall0 = float(wall_path.read_text()) if wall_path.exists() else 0.0
-        t0 = time.time()
-        failed = 0
-        with make_executor("local", train_run, max(1, min(workers, len(jobs))), timeout=math.inf,
-                           threads=setting.threads_per_run) as pool:
-            arrived = (o for batch in run_tasks(pool, dict(enumerate(jobs)), retries=1)
-                       for o in batch)
-            for i, o in enumerate(arrived, 1):
-                left = (time.time() - t0) / i * (len(jobs) - i)
-                if o.kind != OK:
-                    failed += 1
-                    if on_done is not None:
-                        on_done(PanelProgress(i, len(jobs), None, o.error, left))
-                    continue
-                row = dict(o.result)
-                ckpt = Path(row.pop("ckpt"))
-                with open(rows_path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                ckpt.unlink(missing_ok=True)
+        return _train(out, setting, layers, workers, only, seeds, data_root, command, on_done)
+    finally:
+        lock.release()
+
+
+def _train(out: Path, setting: PanelSetting, layers: list[tuple[str, str | dict]], workers: int,
+           only: list[str] | None, seeds: list[int] | None, data_root: str | None, command: str,
+           on_done: Callable[[PanelProgress], None] | None) -> int:
+    """`build_panel`'s jobs with no row in the folder's ledger, each row appended as it arrives and the
+    panel files rewritten from the ledger; the number of runs that failed."""
+    rows_path = out / "runs.jsonl"
+    done = {r.key for r in read_rows(rows_path)}
+    jobs = [{"layer": name, "spec": spec, "arch": arch, "seed": seed, "out": str(out),
+             "setting": setting.to_dict(), "data_root": data_root}
+            for seed in seeds or setting.seeds for name, spec in layers for arch in setting.lr
+            if (not only or name in only) and (name, arch, seed) not in done]
+    wall_path = out / "wall_seconds.txt"
+    wall0 = float(wall_path.read_text()) if wall_path.exists() else 0.0
+    t0, failed = time.time(), 0
+
+    def row_of(o: Outcome) -> PanelRow | None:  # a failed run has no row: a rerun retries it
+        return PanelRow(**{k: v for k, v in o.result.items() if k != "ckpt"}) if o.kind == OK else None
+
+    with make_executor("local", train_run, max(1, min(workers, len(jobs))), timeout=math.inf,
+                       threads=setting.threads_per_run) as pool:
+        arrived = (pair for batch in record_rows(rows_path, pool, dict(enumerate(jobs)), row_of, retries=1)
+                   for pair in batch)
+        for i, (o, row) in enumerate(arrived, 1):
+            left = (time.time() - t0) / i * (len(jobs) - i)
+            if row is None:
+                failed += 1
+            else:
+                Path(o.result["ckpt"]).unlink(missing_ok=True)
                 wall = wall0 + time.time() - t0
                 wall_path.write_text(f"{wall:.1f}\n")
                 rows = read_rows(rows_path)
                 write_panel(out, rows, wall, command, setting, [name for name, _ in layers])
                 (out / "panel.md").write_text(panel_table(rows))
-                if on_done is not None:
-                    on_done(PanelProgress(i, len(jobs), row, None, left))
-        return failed
-    finally:
-        lock.release()
+            if on_done is not None:
+                on_done(PanelProgress(i, len(jobs), row, o.error if row is None else None, left))
+    return failed
 
 
 def progress_line(p: PanelProgress) -> str:
@@ -343,9 +387,9 @@ def progress_line(p: PanelProgress) -> str:
     if p.row is None:
         return f"[{p.index}/{p.total}] failed: {p.error}"
     r = p.row
-    return (f"[{p.index}/{p.total}] {r['layer']} {r['arch']} seed {r['seed']}: "
-            f"{r['test_accuracy']:.4f} ({r['status']}, {r['seconds']:.0f} s) "
-            f"curve {[round(a or 0, 3) for _, a in r['curve']]}; "
+    return (f"[{p.index}/{p.total}] {r.layer} {r.arch} seed {r.seed}: "
+            f"{r.test_accuracy:.4f} ({r.status}, {r.seconds:.0f} s) "
+            f"curve {[round(a or 0, 3) for _, a in r.curve]}; "
             f"about {p.seconds_left / 3600:.1f} h to go at this pace")
 
 
