@@ -11,6 +11,7 @@ from evonorm.search.driver import init_run, run_search
 from evonorm.search.evaluation import Evaluation
 from evonorm.proxy.training import search_dataset, train_stages
 from evonorm.search.evolution import AgingPopulation, Member
+from evonorm.search.objective import Reject
 from evonorm.search.store import Store
 from evonorm.train import Run, TrainConfig, lr_at, train
 from evonorm.proxy.config import ProxyTask, configured, stored_task
@@ -87,9 +88,10 @@ def test_train_stages_hurdle_stops_and_quality_bar_rejects():
     stopped = train_stages(g, ds, ProxyTask.of_run(cfg), hurdles=[1.01])  # no layer clears a hurdle above 100%
     assert stopped.status == "valid" and stopped.stage == 1
     assert stopped.stage_scores[0] == full.stage_scores[0]  # the same first stage either way
-    rejected = train_stages(g, ds, ProxyTask.of_run(configured(cfg, quality_factor=20.0)))  # bar: 200% accuracy
-    assert rejected.status == "rejected" and rejected.reason == f"quality:{stored_task(cfg).archs[0]}"
-    assert list(rejected.scores) == [stored_task(cfg).archs[0]]  # the other archs were not trained
+    with pytest.raises(Reject) as rejected:  # bar: 200% accuracy
+        train_stages(g, ds, ProxyTask.of_run(configured(cfg, quality_factor=20.0)))
+    assert rejected.value.reason == f"quality:{stored_task(cfg).archs[0]}"
+    assert list(rejected.value.scores) == [stored_task(cfg).archs[0]]  # the other archs were not trained
 
 
 def test_a_candidate_killed_after_a_stage_continues_from_its_checkpoint(tmp_path, monkeypatch):
@@ -173,9 +175,10 @@ def test_train_runs_score_the_mean_of_their_runs_and_resume_from_a_checkpoint(tm
     assert both.stage_scores[0][arch] == pytest.approx(mean)
     if firsts[low] < mean:
         factor = (firsts[low] + mean) / 2 * ds.num_classes
-        alone = train_stages(g, ds, ProxyTask.of_run(configured(cfg, seed=low, train_runs=1, quality_factor=factor)))
+        with pytest.raises(Reject):  # alone
+            train_stages(g, ds, ProxyTask.of_run(configured(cfg, seed=low, train_runs=1, quality_factor=factor)))
         pair = train_stages(g, ds, ProxyTask.of_run(configured(cfg, quality_factor=factor)))
-        assert alone.status == "rejected" and pair.status == "valid"
+        assert pair.status == "valid"
     # killed in the second stage, it continues both seeds' runs from the checkpoint
     ckpt = tmp_path / "3.pt"
     real = Run.advance

@@ -30,6 +30,7 @@ from evonorm.search.config import SearchConfig
 from evonorm.stats import mean_std
 from evonorm.proxy.training import search_dataset, train_stages
 from evonorm.search.executors import OK, LocalExecutor, Outcome
+from evonorm.search.objective import Reject
 from evonorm.search.settings import norm_relu
 from evonorm.proxy.objective import evaluate_candidate
 from evonorm.measure.references import REFERENCES_BY_SPACE
@@ -156,10 +157,13 @@ def measure(payload: dict) -> dict:
     task = ProxyTask.of_run(cfg)
     rec = RunRecord(job.kind, job.name, job.seed, "rejected", None, graph=job.graph)
     if job.kind == "panel":
-        res = train_stages(job.graph or job.name, search_dataset(task), task, screen=False)
-        rec.status, rec.reason = res.status, res.reason
-        rec.accuracies, rec.fitness = dict(res.scores), res.fitness
-        if res.status == "valid":
+        try:
+            res = train_stages(job.graph or job.name, search_dataset(task), task, screen=False)
+        except Reject as rej:  # a non-finite run: what it scored before stays on record
+            rec.reason, rec.accuracies = rej.reason, dict(rej.scores)
+        else:
+            rec.status, rec.reason = res.status, res.reason
+            rec.accuracies, rec.fitness = dict(res.scores), res.fitness
             rec.stage_scores = res.stage_scores or [dict(res.scores)]
             rec.run_scores, rec.arch_seconds = res.detail["runs"], res.detail["seconds"]
     elif cfg.hurdles.stage_steps:  # staged: the quality test is the first stage; train past it, bar 0

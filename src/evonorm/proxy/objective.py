@@ -156,9 +156,6 @@ def objective(task: ProxyTask, trial: Trial) -> dict[str, float]:
     except Exception as err:  # an exception in the layer is a rejection with its reason
         lap("error")
         raise _error(err) from None
-    if result.status != "valid":
-        raise Reject(result.reason or "rejected", step=result.reason_step, detail=result.detail,
-                     scores=result.scores)
     return dict(result.scores)
 
 

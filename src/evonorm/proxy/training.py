@@ -75,18 +75,17 @@ def require_builtin(cfg: SearchConfig, what: str) -> None:
 def train_stages(graph, ds, task: ProxyTask, *, hurdles: list[float | None] = (),
                  checkpoint: str | None = None, screen: bool = True,
                  trial: Trial | None = None) -> Evaluation:
-    """Full training on every architecture, in stages (the task's `stage_steps`, then the end).
+    """Full training on every architecture, in stages (the task's `stage_steps`, then the end);
+    the valid Evaluation, or `Reject` raised where the layer is rejected (with the scores measured
+    so far, which a near miss keeps).
 
     Every stage continues each architecture's run from the previous stage's weights, so a layer
     that goes all the way costs exactly one full training. After stage k the layer stops, valid
     with k stages, if its fitness is below `hurdles[k-1]` (None: no hurdle yet). The first stage
     of a staged config is the quality test: an architecture below the bar rejects the layer, and
     the remaining architectures are not trained. `checkpoint` (a file path) saves the runs after
-    each stage and is picked up again if the candidate is evaluated anew after a crash; it is
-    removed once the candidate is decided. It holds tensors and plain data only and is read with
-    `weights_only=True`, so a file planted in the run folder cannot run code: one that does not
-    load (corrupt, a pickle of anything else, another candidate's) is dropped with a warning on
-    stderr and the candidate trains from its first stage.
+    each stage and is picked up again if the candidate is evaluated anew after a crash
+    (`StageCheckpoint`); it is removed once the candidate is decided.
 
     Each stage's accuracies are reported to `trial` (`Trial.report`; a resumed candidate reports
     its saved stages first), and its `should_stop()` decides the hurdles; without a trial, one
@@ -97,114 +96,155 @@ def train_stages(graph, ds, task: ProxyTask, *, hurdles: list[float | None] = ()
     scores the task's `final_runs` runs: those beyond `train_runs` train from scratch only for a layer
     that got that far.
     """
-    settings = task.settings
-    import io
-    import warnings
-    from pathlib import Path
-
-    import torch
-
-    from evonorm.files import check_folder, read_bytes, warn, write_atomic
-    from evonorm.train import Run
-
     ends = [*task.stage_steps, task.training[task.archs[0]].steps]
-    keys = {(arch, i): arch if i == 0 else f"{arch}#{i}"  # the checkpoint's names for the runs
-            for arch in task.archs for i in range(settings.train_runs)}
-
-    def new_run(arch: str, i: int) -> Run:
-        return Run(graph, ds, dataclasses.replace(task.training[arch], seed=task.run_seed(i)))
-
-    runs: dict[tuple[str, int], Run] = {}
-    stages: list[dict[str, float]] = []
-    ckpt = Path(checkpoint) if checkpoint else None
-    if ckpt is not None and (ckpt.exists() or ckpt.is_symlink()) and not (ckpt.is_file() or ckpt.is_symlink()):
-        # a folder or FIFO at the name: neither read nor removed, and the candidate keeps no checkpoint
-        # (writing one would fail, and that failure is not the layer's)
-        warn(f"{ckpt} is not a regular file: the candidate keeps no stage checkpoint")
-        ckpt = None
-    if ckpt is not None and (ckpt.is_file() or ckpt.is_symlink()):
-        try:  # tensors and plain data only: a planted pickle is refused, never run; a link never followed
-            fresh = {ai: new_run(*ai) for ai in keys}
-            limit = CHECKPOINT_SLACK + 4 * sum(_state_bytes(r) for r in fresh.values())
-            with warnings.catch_warnings():  # e.g. on the pickle protocol: the one line below
-                warnings.simplefilter("ignore")
-                saved = torch.load(io.BytesIO(read_bytes(ckpt, limit) or b""), weights_only=True)
-            stages = [{str(a): float(v) for a, v in s.items()} for s in saved["stages"]]
-            if (not 0 < len(stages) < len(ends) or any(set(s) != set(task.archs) for s in stages)
-                    or set(saved["runs"]) != set(keys.values())):
-                raise ValueError("its stages and runs are not this candidate's")
-            for (arch, i), name in keys.items():
-                runs[arch, i] = fresh[arch, i]
-                runs[arch, i].restore(saved["runs"][name])
-            check_restored(runs, stages, ends[len(stages) - 1])
-        except Exception as err:  # noqa: BLE001 - corrupt, planted or from other settings: retrain
-            first = (str(err).strip().splitlines() or [""])[0][:200]
-            warn(f"dropped stage checkpoint {ckpt} ({type(err).__name__}: {first}); the candidate trains "
-                 "again from its first stage")
-            ckpt.unlink(missing_ok=True)
-            runs, stages = {}, []
+    saved = StageCheckpoint(checkpoint, graph, ds, task, len(ends))
+    runs, stages = saved.load()
     trial = trial if trial is not None else Trial(graph, hurdles=list(hurdles))
     for k, accs in enumerate(stages):  # the saved stages, as if just measured
         trial.report(accs, ends[k])
     staged = bool(task.stage_steps)
-    bar = quality_threshold(ds.num_classes, settings.quality_factor) if staged and screen else None
+    bar = quality_threshold(ds.num_classes, task.settings.quality_factor) if staged and screen else None
     trial.phase("quality test" if bar is not None and not stages else TRAINING)
-
-    def decided(e: Evaluation) -> Evaluation:
-        if ckpt is not None:
-            ckpt.unlink(missing_ok=True)
-        return e
-
     run_scores: dict[str, list[float]] = {}  # the last stage's score of each run
     seconds = dict.fromkeys(task.archs, 0.0)  # this evaluation's training time per architecture
     try:
         for k in range(len(stages), len(ends)):
-            accs: dict[str, float] = {}
-            for arch in task.archs:
-                t0 = time.perf_counter()
-                scores = []
-                for i in range(settings.final_runs if k == len(ends) - 1 else settings.train_runs):
-                    run = runs.get((arch, i))
-                    if run is None:
-                        run = runs[arch, i] = new_run(arch, i)
-                    run.advance(ends[k], on_step=partial(trial.training_step, of=arch))
-                    acc = run.score()
-                    if acc is None:
-                        phase = "quality" if k == 0 and bar is not None else "train"
-                        rej = Reject("nonfinite", step=run.result.failed_step,
-                                     detail={"arch": arch, "phase": phase})
-                        return decided(Evaluation.rejected(rej, accs))
-                    scores.append(float(acc))
-                seconds[arch] += time.perf_counter() - t0
-                run_scores[arch] = scores
-                accs[arch] = acc = sum(scores) / len(scores)
-                if k == 0 and bar is not None and acc < bar:
-                    rej = Reject(f"quality:{arch}", step=ends[0],
-                                 detail={"accuracy": acc, "threshold": bar})
-                    return decided(Evaluation.rejected(rej, accs))
-            stages.append(accs)
+            runs_now = task.settings.final_runs if k == len(ends) - 1 else task.settings.train_runs
+            quality = bar if k == 0 else None
+            stages.append(_train_stage(graph, ds, task, runs, trial, ends[k], runs_now, quality,
+                                       run_scores, seconds))
             if k == 0:
                 trial.phase(TRAINING)
-            trial.report(accs, ends[k])
+            trial.report(stages[-1], ends[k])
             if k < len(ends) - 1 and trial.should_stop():
                 break
-            if ckpt is not None and k < len(ends) - 1:
-                buf = io.BytesIO()
-                torch.save({"stages": stages, "runs": {keys[ai]: r.state() for ai, r in runs.items()}}, buf)
-                try:
-                    write_atomic(check_folder(ckpt.parent, create=True) / ckpt.name, buf.getvalue())
-                except OSError as err:  # the run folder's fault, not the layer's: it trains on without
-                    warn(f"cannot write stage checkpoint {ckpt} ({err.strerror or err}); the candidate "
-                         "trains on without one")
-                    ckpt = None
-        # what lies under the scores, for whoever studies the proxy (`evonorm calibrate --panel`)
-        detail = {"runs": run_scores, "seconds": seconds}
-        return decided(dataclasses.replace(
-            Evaluation.valid(stages[-1], stage_scores=stages if staged else None), detail=detail))
-    except Exception:  # the layer raised: decided too (a killed worker keeps its checkpoint)
-        if ckpt is not None:
-            ckpt.unlink(missing_ok=True)
+            if k < len(ends) - 1:
+                saved.save(stages, runs)
+    except Exception:  # rejected, or the layer raised: decided (a stopped worker keeps its checkpoint)
+        saved.remove()
         raise
+    saved.remove()
+    # what lies under the scores, for whoever studies the proxy (`evonorm calibrate --panel`)
+    detail = {"runs": run_scores, "seconds": seconds}
+    return dataclasses.replace(
+        Evaluation.valid(stages[-1], stage_scores=stages if staged else None), detail=detail)
+
+
+def _train_stage(graph, ds, task: ProxyTask, runs: dict, trial: Trial, end: int, n_runs: int,
+                 bar: float | None, run_scores: dict[str, list[float]],
+                 seconds: dict[str, float]) -> dict[str, float]:
+    """One stage: each architecture's `n_runs` runs trained on to step `end` (a missing run is
+    started), scored by their mean accuracy; Reject on a non-finite run, or on an architecture
+    below the quality `bar` (the first stage of a staged config)."""
+    from evonorm.train import Run
+
+    accs: dict[str, float] = {}
+    for arch in task.archs:
+        t0 = time.perf_counter()
+        scores = []
+        for i in range(n_runs):
+            if (arch, i) not in runs:
+                runs[arch, i] = Run(graph, ds, dataclasses.replace(task.training[arch],
+                                                                    seed=task.run_seed(i)))
+            run = runs[arch, i]
+            run.advance(end, on_step=partial(trial.training_step, of=arch))
+            acc = run.score()
+            if acc is None:
+                raise Reject("nonfinite", step=run.result.failed_step, scores=accs,
+                             detail={"arch": arch, "phase": "quality" if bar is not None else "train"})
+            scores.append(float(acc))
+        seconds[arch] += time.perf_counter() - t0
+        run_scores[arch] = scores
+        accs[arch] = acc = sum(scores) / len(scores)
+        if bar is not None and acc < bar:
+            raise Reject(f"quality:{arch}", step=end, scores=accs,
+                         detail={"accuracy": acc, "threshold": bar})
+    return accs
+
+
+class StageCheckpoint:
+    """A candidate's training after its last finished stage, as a file in the run folder. It holds
+    tensors and plain data only and is read with `weights_only=True`, so a file planted there
+    cannot run code: one that does not load (corrupt, a pickle of anything else, another
+    candidate's) is dropped with a warning on stderr and the candidate trains from its first
+    stage. A folder or FIFO at its name is neither read nor removed, and the candidate keeps no
+    checkpoint; one that cannot be written is the run folder's fault, not the layer's: it trains
+    on without."""
+
+    def __init__(self, path: str | None, graph, ds, task: ProxyTask, num_stages: int):
+        from pathlib import Path
+
+        from evonorm.files import warn
+
+        self.path = Path(path) if path else None
+        self.graph, self.ds, self.task, self.num_stages = graph, ds, task, num_stages
+        # the checkpoint's names for the runs
+        self.keys = {(arch, i): arch if i == 0 else f"{arch}#{i}"
+                     for arch in task.archs for i in range(task.settings.train_runs)}
+        p = self.path
+        if p is not None and (p.exists() or p.is_symlink()) and not (p.is_file() or p.is_symlink()):
+            warn(f"{p} is not a regular file: the candidate keeps no stage checkpoint")
+            self.path = None
+
+    def load(self) -> tuple[dict, list[dict[str, float]]]:
+        """(runs by (architecture, index), the finished stages' scores): empty without a file."""
+        import io
+        import warnings
+
+        import torch
+
+        from evonorm.files import read_bytes, warn
+        from evonorm.train import Run
+
+        p = self.path
+        if p is None or not (p.is_file() or p.is_symlink()):
+            return {}, []
+        try:  # tensors and plain data only: a planted pickle is refused, never run; a link never followed
+            task = self.task
+            fresh = {(a, i): Run(self.graph, self.ds, dataclasses.replace(
+                task.training[a], seed=task.run_seed(i))) for a, i in self.keys}
+            limit = CHECKPOINT_SLACK + 4 * sum(_state_bytes(r) for r in fresh.values())
+            with warnings.catch_warnings():  # e.g. on the pickle protocol: the one line below
+                warnings.simplefilter("ignore")
+                saved = torch.load(io.BytesIO(read_bytes(p, limit) or b""), weights_only=True)
+            stages = [{str(a): float(v) for a, v in s.items()} for s in saved["stages"]]
+            if (not 0 < len(stages) < self.num_stages
+                    or any(set(s) != set(task.archs) for s in stages)
+                    or set(saved["runs"]) != set(self.keys.values())):
+                raise ValueError("its stages and runs are not this candidate's")
+            for ai, name in self.keys.items():
+                fresh[ai].restore(saved["runs"][name])
+            ends = [*task.stage_steps, task.training[task.archs[0]].steps]
+            check_restored(fresh, stages, ends[len(stages) - 1])
+            return fresh, stages
+        except Exception as err:  # noqa: BLE001 - corrupt, planted or from other settings: retrain
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            warn(f"dropped stage checkpoint {p} ({type(err).__name__}: {first}); the candidate trains "
+                 "again from its first stage")
+            p.unlink(missing_ok=True)
+            return {}, []
+
+    def save(self, stages: list[dict[str, float]], runs: dict) -> None:
+        import io
+
+        import torch
+
+        from evonorm.files import check_folder, warn, write_atomic
+
+        if self.path is None:
+            return
+        buf = io.BytesIO()
+        torch.save({"stages": stages, "runs": {self.keys[ai]: r.state() for ai, r in runs.items()}}, buf)
+        try:
+            write_atomic(check_folder(self.path.parent, create=True) / self.path.name, buf.getvalue())
+        except OSError as err:
+            warn(f"cannot write stage checkpoint {self.path} ({err.strerror or err}); the candidate "
+                 "trains on without one")
+            self.path = None
+
+    def remove(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
 
 
 CHECKPOINT_SLACK = 1 << 20  # bytes a stage checkpoint holds beside its tensors: stages, random state, results
