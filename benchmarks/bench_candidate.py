@@ -34,7 +34,7 @@ import torch
 from evonorm.graph import Graph
 from evonorm.graph.cpp import load_kernel
 from evonorm.graph.library import get_graph
-from evonorm.proxy.presets import PRESETS
+from evonorm.proxy.presets import get_preset
 from evonorm.proxy.config import ProxyTask
 
 NATIVE = ("bn_relu", "gn_relu", "evonorm_s0")
@@ -55,7 +55,7 @@ STORED = {  # five valid layers that searches found (where each is stored, by it
 def named_graphs(names: list[str]) -> dict[str, Graph]:
     """The graphs by short name: GN/LN/IN-ReLU (the `demo` seed layers), a stored found layer (`STORED`) or a
     named graph of the library."""
-    seeds = dict(zip(("GN-ReLU", "LN-ReLU", "IN-ReLU"), (Graph.from_json(s) for s in PRESETS["demo"].evolution.seed_layers)))
+    seeds = dict(zip(("GN-ReLU", "LN-ReLU", "IN-ReLU"), (Graph.from_json(s) for s in get_preset("demo").evolution.seed_layers)))
     seeds.update({name: Graph.from_json(text) for name, text in STORED.items()})
     return {f"{n} graph": seeds[n] if n in seeds else get_graph(n) for n in names}
 
@@ -115,7 +115,7 @@ def candidate_seconds(layers: dict, ds, tcfg, block: int = 10) -> dict[str, floa
 
 def bench_train(args) -> list[dict]:
 
-    cfg = PRESETS["demo"]
+    cfg = get_preset("demo")
     ds, ds_name = demo_dataset(cfg)
     variants = {k: v for k, v in _variants(args.impls, args.graphs).items()
                 if k == "native gn_relu" or not args.only or any(o in k for o in args.only)}

@@ -26,7 +26,7 @@ from torch._dynamo.utils import counters
 from bench_candidate import STORED, demo_dataset, named_graphs
 from evonorm.graph.cpp import load_kernel
 from evonorm.graph.module import GraphLayer
-from evonorm.proxy.presets import PRESETS
+from evonorm.proxy.presets import get_preset
 from evonorm.proxy.config import ProxyTask
 
 
@@ -106,7 +106,7 @@ def main() -> int:
     torch._dynamo.config.capture_dynamic_output_shape_ops = True  # the saved statistics' run-time width
     from evonorm.train import Run
 
-    cfg = PRESETS["demo"]
+    cfg = get_preset("demo")
     ds, ds_name = demo_dataset(cfg)
     graphs = named_graphs(args.graphs)
     print(f"# torch {torch.__version__}, 1 thread, demo config, {ds_name}; CPU ms per step, medians of "

@@ -31,7 +31,7 @@ import torch
 
 from evonorm.graph import Graph
 from evonorm.graph.library import get_graph
-from evonorm.proxy.presets import PRESETS
+from evonorm.proxy.presets import get_preset
 from evonorm.proxy.config import ProxyTask, configured, stored_task
 
 
@@ -75,7 +75,7 @@ def main() -> None:
     from evonorm.data import default_dataset_name
     from evonorm.proxy.training import search_dataset
 
-    cfg = configured(PRESETS["demo"], dataset=default_dataset_name(fallback=True))
+    cfg = configured(get_preset("demo"), dataset=default_dataset_name(fallback=True))
     ds = search_dataset(ProxyTask.of_run(cfg))
     layers = {"GN-ReLU graph": Graph.from_json(cfg.evolution.seed_layers[0]),
               "EvoNorm-S0 graph": get_graph("evonorm_s0")}

@@ -35,7 +35,7 @@ import torch
 
 from bench_candidate import demo_dataset, named_graphs
 from evonorm.proxy.config import ProxyTask, stored_task
-from evonorm.proxy.presets import PRESETS
+from evonorm.proxy.presets import get_preset
 
 CONDITIONS = ("idle", "loaded")
 SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass\n"  # busy until its parent ends
@@ -111,7 +111,7 @@ def measure(args) -> tuple[dict[tuple[str, str, int], list[float]], dict[str, li
     each condition started, per condition; the dataset's name."""
     from evonorm.train import Run
 
-    cfg = PRESETS["demo"]
+    cfg = get_preset("demo")
     ds, ds_name = demo_dataset(cfg)
     graph = named_graphs([args.layer])[f"{args.layer} graph"]
     layer = lambda c, **kw: graph.to_module(c, **kw)  # noqa: E731
@@ -148,7 +148,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts; the first is the reference")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=8, help="timed steps per thread count, condition and round")
-    p.add_argument("--archs", nargs="+", default=list(stored_task(PRESETS["demo"]).archs),
+    p.add_argument("--archs", nargs="+", default=list(stored_task(get_preset("demo")).archs),
                    help="default: the demo's anchor architectures")
     p.add_argument("--layer", default="GN-ReLU", help="GN-ReLU, LN-ReLU, IN-ReLU (the demo's seed layers) or a named graph")
     p.add_argument("--load-procs", type=int, default=max(1, (os.cpu_count() or 2) - 1),

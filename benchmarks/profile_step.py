@@ -23,7 +23,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bench_candidate import demo_dataset, named_graphs
-from evonorm.proxy.presets import PRESETS
+from evonorm.proxy.presets import get_preset
 from evonorm.proxy.config import ProxyTask
 
 LAYERS = {"GN-ReLU graph": lambda: named_graphs(["GN-ReLU"])["GN-ReLU graph"],  # the demo's first seed layer
@@ -88,7 +88,7 @@ def main() -> int:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
-    cfg = PRESETS["demo"]
+    cfg = get_preset("demo")
     ds, ds_name = demo_dataset(cfg)
     rows = []
     for arch in args.archs:

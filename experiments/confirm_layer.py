@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     from evonorm.layers import list_norm_acts
     from evonorm.proxy.api import start
     from evonorm.proxy.training import search_dataset
-    from evonorm.proxy.presets import PRESETS
+    from evonorm.proxy.presets import get_preset, list_presets
     from evonorm.measure.retrain import pending, train_layers
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="registry layers")
     ap.add_argument("--primary", default="gn_relu",
                     help="the comparison fixed before the runs (one of --against)")
-    ap.add_argument("--preset", default="demo", choices=sorted(PRESETS),
+    ap.add_argument("--preset", default="demo", choices=sorted(list_presets()),
                     help="search preset whose task trains the layers")
     ap.add_argument("--setting", default="search", choices=["search", "rerank"],
                     help="search: the preset's full training on its split (default); rerank: its rerank "
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     d = out_dir("confirm_layer", args.out)
     labels = ["layer", *args.against]
     seeds = [SEED_BASE + i for i in range(args.seeds)]
-    cfgs = {ds: start(configured(PRESETS[args.preset], data_seed=ds))[0] for ds in args.data_seeds}
+    cfgs = {ds: start(configured(get_preset(args.preset), data_seed=ds))[0] for ds in args.data_seeds}
     if not args.analyze_only:
         jobs = [(cfgs[ds], (label, "found" if label == "layer" else "reference",
                             spec if label == "layer" else label, None), rows_file(d, ds, label))

@@ -168,7 +168,7 @@ def _search() -> st.SearchStrategy[Case]:
     from evonorm.graph.library import NAMED_GRAPHS
     from evonorm.search.config import EXECUTORS, SPACES
     from evonorm.search.evolution import ALGORITHMS, CRITERIA
-    from evonorm.proxy.presets import PRESETS
+    from evonorm.proxy.presets import list_presets
 
     archs = set(list_archs())
     bad_archs = st.text("abcxyz_,", min_size=1, max_size=20).filter(
@@ -177,7 +177,7 @@ def _search() -> st.SearchStrategy[Case]:
     bad_seeds = junk.filter(lambda s: any(t.strip() and t.strip() not in NAMED_GRAPHS
                                           for t in s.split(",")))
     cases = st.one_of(
-        option("--preset", not_in(PRESETS)), option("--space", not_in(SPACES)),
+        option("--preset", not_in(list_presets())), option("--space", not_in(SPACES)),
         option("--algorithm", not_in(ALGORITHMS)), option("--criterion", not_in(CRITERIA)),
         option("--executor", not_in(EXECUTORS)), option("--budget", bad_int),
         option("--n-train", st.one_of(bad_int, st.integers(50_001, 10**15).map(str))),

@@ -78,7 +78,7 @@ def test_train_layers_in_the_rerank_setting_uses_its_data_and_steps(tmp_path, mo
     from evonorm.measure.ledger import DataSplit, load_split
     from evonorm.proxy.api import start
     from evonorm.proxy.training import search_dataset
-    from evonorm.proxy.presets import PRESETS
+    from evonorm.proxy.presets import get_preset
     from evonorm.measure.rerank import rerank_dataset
     from evonorm.measure.retrain import train_layers
 
@@ -89,7 +89,7 @@ def test_train_layers_in_the_rerank_setting_uses_its_data_and_steps(tmp_path, mo
         data = load_split(DataSplit(**job["data"]))
         return [(len(data.train_y), len(data.test_y), t["steps"], t["seed"]) for t in job["train"]]
 
-    cfg = start(configured(PRESETS["tiny"], archs=("resnet50_cifar",), data_seed=3))[0]
+    cfg = start(configured(get_preset("tiny"), archs=("resnet50_cifar",), data_seed=3))[0]
     rows = train_layers(cfg, [("x", "reference", "gn_relu", None)], [7], tmp_path / "r.jsonl", log=lambda s: None,
                         rerank=True, fn=fake_train)
     rd, sd = rerank_dataset(ProxyTask.of_run(cfg)), search_dataset(ProxyTask.of_run(cfg))

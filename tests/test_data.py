@@ -179,7 +179,7 @@ def test_default_dataset_is_looked_for_in_the_given_data_root(tmp_path, monkeypa
     # a machine without the system package or the default folder
     import evonorm.datafiles
     from evonorm.proxy.training import with_dataset
-    from evonorm.proxy.presets import PRESETS
+    from evonorm.proxy.presets import get_preset
 
     monkeypatch.setattr(evonorm.datafiles, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "absent")
     monkeypatch.setenv("EVONORM_DATA", str(tmp_path / "default"))
@@ -188,7 +188,7 @@ def test_default_dataset_is_looked_for_in_the_given_data_root(tmp_path, monkeypa
     write_fashion(root / "fashion-mnist")
     assert default_dataset_name(fallback=True) == "synthetic"
     assert default_dataset_name(root, fallback=False) == "fashion_mnist"
-    named = with_dataset(ProxyTask.of_run(configured(PRESETS["demo"], data_root=str(root))))
+    named = with_dataset(ProxyTask.of_run(configured(get_preset("demo"), data_root=str(root))))
     assert named.settings.dataset == "fashion_mnist"
     with pytest.raises(FileNotFoundError, match=f"not in --data-root {tmp_path / 'absent'}"):
-        with_dataset(ProxyTask.of_run(configured(PRESETS["demo"], data_root=str(tmp_path / "absent"))))
+        with_dataset(ProxyTask.of_run(configured(get_preset("demo"), data_root=str(tmp_path / "absent"))))

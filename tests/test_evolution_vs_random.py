@@ -98,9 +98,9 @@ def _tiny_run(path, algorithm: str, seed_layer: str):
     """A finished `tiny` search (synthetic data, seconds) whose best layer is the given seed layer."""
     from evonorm.proxy.objective import ProxyObjective
     from evonorm.search.driver import init_run, run_search
-    from evonorm.proxy.presets import PRESETS
+    from evonorm.proxy.presets import get_preset
 
-    cfg = configured(PRESETS["tiny"], algorithm=algorithm, budget=1, seed_layers=(PRESETS["demo"].evolution.seed_layers[
+    cfg = configured(get_preset("tiny"), algorithm=algorithm, budget=1, seed_layers=(get_preset("demo").evolution.seed_layers[
         {"group": 0, "layer": 1}[seed_layer]],))
     init_run(path, cfg)
     run_search(path, objective=ProxyObjective.for_run(cfg), progress=False)

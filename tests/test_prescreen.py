@@ -13,7 +13,7 @@ from evonorm.search import search
 from evonorm.search.config import Evolution, SearchConfig
 from evonorm.search.evolution import Proposal
 from evonorm.search.features import layer_features
-from evonorm.proxy.presets import PRESETS
+from evonorm.proxy.presets import get_preset
 from evonorm.proxy.config import ProxyTask, configured, stored_task
 from evonorm.search.store import SCHEMA_VERSION, Store
 from evonorm.search.surrogate import Prediction, Prescreen, Surrogate
@@ -34,7 +34,7 @@ def test_engine_features_are_deterministic_and_none_for_a_degenerate_layer():
     a, b = layer_features(g), layer_features(g)
     assert a == b and a["graph_op_sigmoid"] == 1 and a["graph_axes_group"] >= 1
     assert json.loads(json.dumps(a)) == a  # stored as JSON, read back the same
-    relu = layer_features(PRESETS["demo"].evolution.seed_layers[0])  # GroupNorm-ReLU as a graph
+    relu = layer_features(get_preset("demo").evolution.seed_layers[0])  # GroupNorm-ReLU as a graph
     # GroupNorm-ReLU ignores a shift of its input; EvoNorm-S0 (x * sigmoid(v1 x) / std) does not
     assert relu["probe_sens_shift"] < -6 < a["probe_sens_shift"]
     assert layer_features(CONSTANT) is None
@@ -54,7 +54,7 @@ def test_task_features_are_the_proxy_objectives_and_deterministic():
     from evonorm.proxy.features import task_features
     from evonorm.proxy.objective import ProxyObjective
 
-    cfg = PRESETS["tiny"]
+    cfg = get_preset("tiny")
     g = resolve_graph("evonorm_s0")
     # handed over by the task's objective, never looked up by the engine
     a = ProxyObjective.for_run(cfg).prescreen_features(g)
@@ -74,7 +74,7 @@ def test_signal_features_read_the_network_at_initialisation():
     from evonorm.graph import Graph
     from evonorm.proxy.features import signal_features
 
-    cfg = PRESETS["tiny"]
+    cfg = get_preset("tiny")
     s0 = signal_features(resolve_graph("evonorm_s0"), ProxyTask.of_run(cfg))
     assert s0 == signal_features(resolve_graph("evonorm_s0"), ProxyTask.of_run(cfg))  # deterministic
     assert s0["error"] == 0.0 and s0["finite"] == 1.0 and s0["loss"] is not None

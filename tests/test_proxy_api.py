@@ -128,7 +128,7 @@ def test_the_tasks_rejection_is_its_own_setting_not_an_algorithm(tmp_path):
     ({"train": {"stepz": 5}}, "^train: unknown training setting 'stepz' .TrainConfig fields: arch, "),
     ({"train": {"steps": "10"}}, "^train.steps: a string"),
     ({"rerank_train": {"lr": [0.1]}}, "^rerank_train.lr: "),
-    ({"arch_train": {"resnet50_cifar": {"flip": 1}}}, "^arch_train.resnet50_cifar.flip: "),
+    ({"arch_train": {"resnet50_cifar": {"channels_last": 1}}}, "^arch_train.resnet50_cifar.channels_last: "),
 ])
 def test_training_overrides_are_typed_and_checked_before_the_run_folder_is_written(
         tmp_path, settings, says):

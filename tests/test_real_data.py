@@ -4,6 +4,7 @@ synthetic set), and a run's start line and store name its dataset, sizes, preset
 
 import pytest
 
+import evonorm.commands.search
 import evonorm.data
 import evonorm.datafiles
 from evonorm.cli import main
@@ -39,10 +40,11 @@ def test_start_line_and_store_name_dataset_preset_device(tmp_path, capsys, monke
                                                          no_fashion):
     # the demo preset (holdout 0.25) cut to a few steps; an explicit --dataset synthetic runs
     # without Fashion-MNIST
-    demo = presets.PRESETS["demo"]
-    monkeypatch.setitem(presets.PRESETS, "demo", configured(demo,
-        train={"steps": 2, "batch_size": 8, "width": 0.0625}, arch_train={},
-        quality_steps=0, stage_steps=(1,), stability_steps=1))
+    def cut(name, **settings):
+        return configured(presets.get_preset(name, **settings),
+                          train={"steps": 2, "batch_size": 8, "width": 0.0625}, arch_train={},
+                          quality_steps=0, stage_steps=(1,), stability_steps=1)
+    monkeypatch.setattr(evonorm.commands.search, "get_preset", cut)
     run = tmp_path / "run"
     assert main(["search", "--preset", "demo", "--dataset", "synthetic", "--n-train", "200",
                  "--budget", "1", "--workers", "1", "--archs", "resnet50_cifar",

@@ -9,7 +9,7 @@ from torch import nn
 
 from evonorm.data import load_dataset, synthetic_dataset
 from evonorm.models import build_model
-from evonorm.train import TRAIN_PRESETS, TrainConfig, get_train_preset, lr_at, param_groups, train
+from evonorm.train import TRAIN_PRESETS, TrainConfig, get_train_preset, lr_at, param_groups, sgd, train
 
 
 def bn_relu(num_features, **kw):
@@ -25,8 +25,9 @@ def test_presets_follow_the_paper():
     b, s = TRAIN_PRESETS["paper-b"], TRAIN_PRESETS["paper-s"]
     assert (b.steps, b.schedule, s.steps, s.schedule) == (2000, "constant", 5000, "cosine")
     for c in (b, s):
-        assert (c.batch_size, c.lr, c.momentum, c.nesterov, c.weight_decay, c.eval_batch_size) == \
-            (128, 0.1, 0.9, True, 1e-4, 512)
+        assert (c.batch_size, c.lr, c.weight_decay, c.eval_batch_size) == (128, 0.1, 1e-4, 512)
+        opt = sgd(nn.Linear(2, 2), c).defaults
+        assert (opt["lr"], opt["momentum"], opt["nesterov"]) == (0.1, 0.9, True)
         assert c.resolved_width() == 0.25 and c.crop is None
     assert get_train_preset("paper-b", arch="mobilenetv2_cifar").resolved_width() == 0.5
     assert get_train_preset("small", steps=None).steps == TRAIN_PRESETS["small"].steps
@@ -60,8 +61,7 @@ def test_a_run_updates_weights_as_sgd_does_one_tensor_at_a_time(synthetic):
                       n_test=16, weight_decay=1e-3)
     runs = [Run(bn_relu, synthetic, cfg) for _ in range(2)]
     loop = runs[1]
-    loop.opt = torch.optim.SGD(param_groups(loop.model, cfg.weight_decay), lr=cfg.lr,
-                               momentum=cfg.momentum, nesterov=cfg.nesterov, foreach=False)
+    loop.opt = sgd(loop.model, cfg, foreach=False)
     assert runs[0].opt.defaults["foreach"] is True
     for run in runs:
         assert run.advance()

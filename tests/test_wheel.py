@@ -29,6 +29,7 @@ def test_wheel_builds_installs_and_runs(tmp_path):
     with zipfile.ZipFile(wheels[0]) as whl:  # the CPU graph kernel is built from its source where it runs
         assert "evonorm/graph/csrc/graph_kernel.cpp" in whl.namelist()
         assert "evonorm/proxy/measured.json" in whl.namelist()  # a search's calibration line reads it
+        assert "evonorm/presets.toml" in whl.namelist()  # every search preset is read from it
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"

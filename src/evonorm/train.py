@@ -42,6 +42,13 @@ class TrainResult:
         return asdict(self)
 
 
+def sgd(model: nn.Module, cfg: TrainConfig, *, foreach: bool | None = True) -> torch.optim.SGD:
+    """The paper's optimizer (appendix C): SGD with Nesterov momentum 0.9, weight decay on
+    `param_groups`. Not settings: no preset or command ever changed them."""
+    return torch.optim.SGD(param_groups(model, cfg.weight_decay), lr=cfg.lr, momentum=0.9,
+                           nesterov=True, foreach=foreach)
+
+
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on conv and linear weights only; norm/affine parameters and biases are free."""
     decay, no_decay = [], []
@@ -96,11 +103,10 @@ class Run:
         self.model = model.to(self.device, memory_format=self.memory_format)
         # foreach: one call per update for all tensors, where a CPU step of a small model would
         # otherwise loop over them in Python; the same arithmetic, bit for bit
-        self.opt = torch.optim.SGD(param_groups(self.model, cfg.weight_decay), lr=cfg.lr,
-                                   momentum=cfg.momentum, nesterov=cfg.nesterov, foreach=True)
+        self.opt = sgd(self.model, cfg)
         self.step_model = torch.compile(self.model) if cfg.compile else self.model
         self.batches = train_batches(self.ds, cfg.batch_size, cfg.steps, seed=cfg.seed,
-                                     crop=cfg.crop, flip=cfg.flip)
+                                     crop=cfg.crop)
         self.result = TrainResult(accuracy=None, status="ok",
                                   params=sum(p.numel() for p in self.model.parameters()),
                                   config=asdict(cfg))

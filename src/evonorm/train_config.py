@@ -30,15 +30,12 @@ class TrainConfig:
     steps: int = 2000
     batch_size: int = 128
     lr: float = 0.1
-    momentum: float = 0.9
-    nesterov: bool = True
     weight_decay: float = 1e-4
     schedule: str = "constant"  # "constant" | "cosine"
     lr_warmup: int = 0  # steps of linear learning-rate warm-up (0: none, the paper's recipe)
     restarts: tuple[int, ...] = ()  # cosine: steps where a new cycle starts (warm restarts)
     eval_batch_size: int = 512
     crop: int | None = None  # None: 3/4 of the image side (24 for 32x32)
-    flip: bool = True
     n_train: int | None = None  # seeded subset of the training set
     n_test: int | None = None
     seed: int = 0

@@ -250,7 +250,7 @@ def probe_batch(ds, tcfg):
     """Two training images of `ds` cropped and normalized as the trainer feeds them (`tcfg`'s crop)."""
     from evonorm.data import train_batches
 
-    x, _ = next(train_batches(ds, 2, 1, seed=tcfg.seed, crop=tcfg.crop, flip=tcfg.flip))
+    x, _ = next(train_batches(ds, 2, 1, seed=tcfg.seed, crop=tcfg.crop))
     return x
 
 

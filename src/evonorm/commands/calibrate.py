@@ -16,7 +16,7 @@ from evonorm.measure.calibrate import (calibration_jobs, calibration_setup, form
                                      summarize)
 from evonorm.measure.fidelity import format_fidelity, load_panel, rank_fidelity, write_proxy
 from evonorm.measure.panel import REFERENCE
-from evonorm.proxy.presets import PRESETS, get_preset
+from evonorm.proxy.presets import get_preset, list_presets
 from evonorm.proxy.rejection import quality_threshold
 from evonorm.proxy.training import search_dataset
 from evonorm.search.config import SPACES
@@ -33,7 +33,7 @@ def build_parser() -> ArgumentParser:
         "their fitness ranks against the panel's long training (Spearman, Kendall, bootstrap "
         "95% intervals, the cost per candidate). With --build-panel DIR, train the reference "
         "panel itself into DIR instead (DIR/panel.json is what --panel reads; resumable)."))
-    p.add_argument("--preset", default=None, choices=list(PRESETS), help="the search preset whose proxy task is "
+    p.add_argument("--preset", default=None, choices=list_presets(), help="the search preset whose proxy task is "
                    "measured (default demo; `evonorm list search-presets`)")
     p.add_argument("--space", choices=SPACES, default=None, help="search space of the random graphs: b every "
                    "op, s no batch statistics (default: the preset's)")

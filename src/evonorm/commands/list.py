@@ -43,15 +43,8 @@ def _presets() -> list[str]:
 
 
 def _search_presets() -> list[str]:
-    import evonorm.proxy.presets as sp
-    for attr in ("list_presets", "describe_presets"):
-        fn = getattr(sp, attr, None)
-        if callable(fn):
-            return [str(x) for x in fn()]
-    presets = getattr(sp, "PRESETS", None)
-    if presets is None:
-        raise ImportError("evonorm.proxy.presets has no list_presets() or PRESETS")
-    return list(presets)
+    from evonorm.preset_table import preset_names
+    return preset_names()
 
 
 def _datasets() -> list[str]:

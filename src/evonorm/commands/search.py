@@ -19,7 +19,7 @@ from evonorm.search.driver import (check_seed_layers, init_run, run_facts, run_s
 from evonorm.search.progress import budget_text
 from evonorm.proxy.api import start
 from evonorm.proxy.config import stored_task
-from evonorm.proxy.presets import PRESETS, calibration_note, get_preset
+from evonorm.proxy.presets import calibration_note, get_preset, list_presets
 from evonorm.proxy.training import search_dataset
 from evonorm.search.evolution import ALGORITHMS, CRITERIA
 from evonorm.search.lock import LOCK_NAME
@@ -32,7 +32,7 @@ def build_parser() -> ArgumentParser:
         "Search normalization-activation layers: regularized evolution (or random search) over "
         "several anchor architectures with quality and stability rejection. Every candidate is "
         "stored in OUT/store.sqlite; a stopped search continues with `evonorm resume OUT`."))
-    p.add_argument("--preset", default="demo", choices=list(PRESETS), help="search preset: the engine's and the "
+    p.add_argument("--preset", default="demo", choices=list_presets(), help="search preset: the engine's and the "
                    "task's settings, which every flag below changes one of (default demo; `evonorm "
                    "list search-presets`; what a candidate of each costs: docs/performance.md)")
     p.add_argument("--out", type=Path, required=True, help="run folder, created; it must be empty "

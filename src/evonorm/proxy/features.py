@@ -123,10 +123,9 @@ def fit_probe(model, x, y, tcfg) -> dict[str, float | None]:
     import torch
     import torch.nn.functional as F
 
-    from evonorm.train import param_groups
+    from evonorm.train import sgd
 
-    opt = torch.optim.SGD(param_groups(model, tcfg.weight_decay), lr=tcfg.lr,
-                          momentum=tcfg.momentum, nesterov=tcfg.nesterov)
+    opt = sgd(model, tcfg, foreach=None)  # torch picks, as before
     first = last = None
     for step in range(FIT_STEPS + 1):
         loss = F.cross_entropy(model(x), y)
