@@ -39,6 +39,19 @@ def build_parser() -> ArgumentParser:
                    "unless --force (required)")
     p.add_argument("--force", action="store_true", help="start over in a non-empty run folder "
                    "(default: refuse, since `evonorm resume` continues it)")
+    _proposal_flags(p)
+    _task_flags(p)
+    _execution_flags(p)
+    _objective_flags(p)
+    p.add_argument("--show", type=int, default=10, metavar="N",
+                   help="layers listed in the final table (default 10)")
+    p.add_argument("--quiet", action="store_true", help="no progress output (default: a bar on a terminal, "
+                   "else a line per candidate)")
+    return p
+
+
+def _proposal_flags(p: ArgumentParser) -> None:
+    """What the search proposes, how long, and how it picks parents."""
     p.add_argument("--space", choices=SPACES, default=None,
                    help="b: every op; s: no batch statistics (default: the preset's)")
     p.add_argument("--algorithm", choices=ALGORITHMS, default=None,
@@ -55,6 +68,19 @@ def build_parser() -> ArgumentParser:
                         "(multi-fidelity; the first stage is the quality test); 'none' for "
                         "one stage after a separate 50-step quality test, one training run "
                         "per candidate (default: the preset's)")
+    p.add_argument("--window", type=int, default=None, help="population size: the sliding window of "
+                   "latest candidates tournaments draw from (default: the preset's)")
+    p.add_argument("--criterion", choices=CRITERIA, default=None, help="tournament winner rule: the Pareto front "
+                   "over the architectures, or the best average (default: the preset's)")
+    p.add_argument("--seed-layers", default=None, metavar="NAMES",
+                   help="comma-separated named graphs (e.g. evonorm_s0) evaluated first, as seeds "
+                        "of the population (default: the preset's)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the proposals and the training runs (default 0)")
+
+
+def _task_flags(p: ArgumentParser) -> None:
+    """The built-in task's data and training."""
     p.add_argument("--dataset", default=None, help="cifar10, cifar100, fashion_mnist, synthetic "
                    "(default: the preset's, else fashion_mnist, which must be installed; the "
                    "synthetic set only when named)")
@@ -64,6 +90,16 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--n-train", type=int, default=None, help="training images used, a subset "
                    "drawn with the data seed (default: the preset's)")
     p.add_argument("--archs", default=None, help=ARCHS_HELP)
+    p.add_argument("--final-train-runs", type=int, default=None, metavar="N",
+                   help="training runs per architecture for a layer that clears every earlier stage "
+                        "(default: the preset's train_runs); its fitness is their mean")
+    p.add_argument("--data-seed", type=int, default=None,
+                   help="seed of the training subset and held-out split (default: the preset's, "
+                   "else --seed), so that several search seeds can share one task")
+
+
+def _execution_flags(p: ArgumentParser) -> None:
+    """Where and how candidates train."""
     p.add_argument("--workers", type=int, default=None, help="parallel evaluations, 0 for one per core "
                    "(default: the preset's)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per local worker "
@@ -83,21 +119,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--timeout", type=float, default=None, help="seconds per candidate before its "
                    "worker is killed and the candidate retried once, then recorded as failed (default: "
                    "the preset's)")
-    p.add_argument("--window", type=int, default=None, help="population size: the sliding window of "
-                   "latest candidates tournaments draw from (default: the preset's)")
-    p.add_argument("--criterion", choices=CRITERIA, default=None, help="tournament winner rule: the Pareto front "
-                   "over the architectures, or the best average (default: the preset's)")
-    p.add_argument("--seed-layers", default=None, metavar="NAMES",
-                   help="comma-separated named graphs (e.g. evonorm_s0) evaluated first, as seeds "
-                        "of the population (default: the preset's)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="seed of the proposals and the training runs (default 0)")
-    p.add_argument("--final-train-runs", type=int, default=None, metavar="N",
-                   help="training runs per architecture for a layer that clears every earlier stage "
-                        "(default: the preset's train_runs); its fitness is their mean")
-    p.add_argument("--data-seed", type=int, default=None,
-                   help="seed of the training subset and held-out split (default: the preset's, "
-                   "else --seed), so that several search seeds can share one task")
+
+
+def _objective_flags(p: ArgumentParser) -> None:
+    """What scores a candidate, and the checks and screens before it trains."""
     p.add_argument("--objective", default=None, metavar="MODULE:FUNCTION",
                    help="score candidates with your own objective(norm_act, trial) instead of the "
                    "built-in proxy task (the current folder is importable); the run records the "
@@ -120,11 +145,6 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--prescreen-prior", choices=("on", "off"), default=None,
                    help="with --prescreen on: start the surrogate from labelled candidates of "
                         "earlier runs where the task has them for this setting (default on)")
-    p.add_argument("--show", type=int, default=10, metavar="N",
-                   help="layers listed in the final table (default 10)")
-    p.add_argument("--quiet", action="store_true", help="no progress output (default: a bar on a terminal, "
-                   "else a line per candidate)")
-    return p
 
 
 def config_from_args(args):
