@@ -95,19 +95,8 @@ def main(argv: list[str]) -> int:
                          if args.archs else None)
     except (ValueError, TypeError) as err:
         raise CommandError(str(err)) from None
-    layers, panel = None, None
-    if args.panel is not None:
-        try:
-            _, layers = load_panel(args.panel)
-            check_panel_layers(layers)
-        except ValueError as err:
-            raise CommandError(str(err)) from None
-        try:  # the rank fidelity is written into it after the training: find out now
-            check_writable(args.panel)
-        except OSError as err:
-            raise CommandError(f"--panel {args.panel} cannot be written ({err.strerror or err}): "
-                               "the rank fidelity goes into it after the training") from None
-        panel = {layer.name: layer.graph for layer in layers}
+    layers = _panel_layers(args.panel)
+    panel = None if layers is None else {layer.name: layer.graph for layer in layers}
     cfg, objective = check_setup(cfg)  # archs, trainer presets and data, in one line on failure
     out = args.out or Path("runs") / f"calibrate-{cfg.preset}-{cfg.evolution.space}"
     setup = calibration_setup(cfg, args.seeds, args.random, panel)
@@ -138,6 +127,24 @@ def main(argv: list[str]) -> int:
     print(f"calibration done in {time.perf_counter() - start:.0f}s; table in {out / 'table.md'}",
           file=sys.stderr)
     return 0
+
+
+def _panel_layers(path: Path | None) -> list | None:
+    """The layers of `--panel PATH` (None without one), checked, and the file checked writable:
+    the rank fidelity is written into it after the training, so find out now."""
+    if path is None:
+        return None
+    try:
+        _, layers = load_panel(path)
+        check_panel_layers(layers)
+    except ValueError as err:
+        raise CommandError(str(err)) from None
+    try:
+        check_writable(path)
+    except OSError as err:
+        raise CommandError(f"--panel {path} cannot be written ({err.strerror or err}): "
+                           "the rank fidelity goes into it after the training") from None
+    return layers
 
 
 def build_panel_main(args: argparse.Namespace, argv: list[str]) -> int:

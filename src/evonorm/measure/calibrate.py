@@ -149,60 +149,79 @@ def measure(payload: dict) -> dict:
     """
     import time
 
-    from evonorm.graph import Graph
-
     t0, c0 = time.perf_counter(), time.process_time()
     job = Job(**payload["job"])
     cfg = SearchConfig.from_dict(payload["config"]).replace(seed=job.seed)
-    task = ProxyTask.of_run(cfg)
     rec = RunRecord(job.kind, job.name, job.seed, "rejected", None, graph=job.graph)
     if job.kind == "panel":
-        try:
-            res = train_stages(job.graph or job.name, search_dataset(task), task, screen=False)
-        except Reject as rej:  # a non-finite run: what it scored before stays on record
-            rec.reason, rec.accuracies = rej.reason, dict(rej.scores)
-        else:
-            rec.status, rec.reason = res.status, res.reason
-            rec.accuracies, rec.fitness = dict(res.scores), res.fitness
-            rec.stage_scores = res.stage_scores or [dict(res.scores)]
-            rec.run_scores, rec.arch_seconds = res.detail["runs"], res.detail["seconds"]
-    elif cfg.hurdles.stage_steps:  # staged: the quality test is the first stage; train past it, bar 0
-        res = evaluate_candidate({"graph": job.graph,
-                                  "config": with_task_settings(cfg, quality_factor=0.0).to_dict()})
-        rec.reason, rec.accuracies = res.reason, dict(res.scores)
-        if res.status == "valid":
-            rec.fitness = res.fitness
-            bar = quality_threshold(search_dataset(task).num_classes, task.settings.quality_factor)
-            for arch, acc in res.stage_scores[0].items():
-                rec.quality[arch], rec.quality_pass[arch] = acc, acc >= bar
-                if acc < bar and rec.reason is None:
-                    rec.reason = f"quality:{arch}"
-        rec.status = "valid" if rec.reason is None else "rejected"
+        _panel_layer(job, ProxyTask.of_run(cfg), rec)
+    elif cfg.hurdles.stage_steps:
+        _staged(job, cfg, rec)
     elif job.kind == "random":
-        res = evaluate_candidate({"graph": job.graph, "config": cfg.to_dict()})
-        rec.status, rec.reason = res.status, res.reason
-        rec.accuracies, rec.fitness = dict(res.scores), res.fitness
-        if rec.status != "valid":
-            rec.accuracies, rec.fitness = {}, None
+        _random_layer(job, cfg, rec)
     else:
-        res = evaluate_candidate({"graph": job.graph,
-                                  "config": with_task_settings(cfg, quality_steps=0).to_dict()})
-        rec.reason, rec.accuracies = res.reason, dict(res.scores)
-        if res.status == "valid":
-            rec.fitness = res.fitness
-        ds = search_dataset(task)
-        graph = Graph.from_json(job.graph)
-        for arch in task.archs:
-            rej, accs = quality(graph, ds, [arch], task.quality_training,
-                                factor=task.settings.quality_factor)
-            if arch in accs:
-                rec.quality[arch] = accs[arch]
-            rec.quality_pass[arch] = rej is None
-            if rej is not None and rec.reason is None:
-                rec.reason = rej.reason
-        rec.status = "valid" if rec.reason is None else "rejected"
+        _reference(job, cfg, rec)
     rec.seconds, rec.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     return asdict(rec)
+
+
+def _panel_layer(job: Job, task: ProxyTask, rec: RunRecord) -> None:
+    try:
+        res = train_stages(job.graph or job.name, search_dataset(task), task, screen=False)
+    except Reject as rej:  # a non-finite run: what it scored before stays on record
+        rec.reason, rec.accuracies = rej.reason, dict(rej.scores)
+        return
+    rec.status, rec.reason = res.status, res.reason
+    rec.accuracies, rec.fitness = dict(res.scores), res.fitness
+    rec.stage_scores = res.stage_scores or [dict(res.scores)]
+    rec.run_scores, rec.arch_seconds = res.detail["runs"], res.detail["seconds"]
+
+
+def _staged(job: Job, cfg: SearchConfig, rec: RunRecord) -> None:
+    """The quality test is the first stage: trained past it at bar 0, judged on that stage."""
+    task = ProxyTask.of_run(cfg)
+    res = evaluate_candidate({"graph": job.graph,
+                              "config": with_task_settings(cfg, quality_factor=0.0).to_dict()})
+    rec.reason, rec.accuracies = res.reason, dict(res.scores)
+    if res.status == "valid":
+        rec.fitness = res.fitness
+        bar = quality_threshold(search_dataset(task).num_classes, task.settings.quality_factor)
+        for arch, acc in res.stage_scores[0].items():
+            rec.quality[arch], rec.quality_pass[arch] = acc, acc >= bar
+            if acc < bar and rec.reason is None:
+                rec.reason = f"quality:{arch}"
+    rec.status = "valid" if rec.reason is None else "rejected"
+
+
+def _random_layer(job: Job, cfg: SearchConfig, rec: RunRecord) -> None:
+    res = evaluate_candidate({"graph": job.graph, "config": cfg.to_dict()})
+    rec.status, rec.reason = res.status, res.reason
+    rec.accuracies, rec.fitness = dict(res.scores), res.fitness
+    if rec.status != "valid":
+        rec.accuracies, rec.fitness = {}, None
+
+
+def _reference(job: Job, cfg: SearchConfig, rec: RunRecord) -> None:
+    """Trained with the quality test off, then the quality test alone on every architecture."""
+    from evonorm.graph import Graph
+
+    task = ProxyTask.of_run(cfg)
+    res = evaluate_candidate({"graph": job.graph,
+                              "config": with_task_settings(cfg, quality_steps=0).to_dict()})
+    rec.reason, rec.accuracies = res.reason, dict(res.scores)
+    if res.status == "valid":
+        rec.fitness = res.fitness
+    ds = search_dataset(task)
+    graph = Graph.from_json(job.graph)
+    for arch in task.archs:
+        rej, accs = quality(graph, ds, [arch], task.quality_training,
+                            factor=task.settings.quality_factor)
+        if arch in accs:
+            rec.quality[arch] = accs[arch]
+        rec.quality_pass[arch] = rej is None
+        if rej is not None and rec.reason is None:
+            rec.reason = rej.reason
+    rec.status = "valid" if rec.reason is None else "rejected"
 
 
 # ----------------------------------------------------------------------------- resumable runs
