@@ -180,17 +180,25 @@ def _panel_layer(job: Job, task: ProxyTask, rec: RunRecord) -> None:
 def _staged(job: Job, cfg: SearchConfig, rec: RunRecord) -> None:
     """The quality test is the first stage: trained past it at bar 0, judged on that stage."""
     task = ProxyTask.of_run(cfg)
-    res = evaluate_candidate({"graph": job.graph,
-                              "config": with_task_settings(cfg, quality_factor=0.0).to_dict()})
-    rec.reason, rec.accuracies = res.reason, dict(res.scores)
+    res = _evaluated(job, cfg, rec, quality_factor=0.0)
     if res.status == "valid":
-        rec.fitness = res.fitness
         bar = quality_threshold(search_dataset(task).num_classes, task.settings.quality_factor)
         for arch, acc in res.stage_scores[0].items():
             rec.quality[arch], rec.quality_pass[arch] = acc, acc >= bar
             if acc < bar and rec.reason is None:
                 rec.reason = f"quality:{arch}"
     rec.status = "valid" if rec.reason is None else "rejected"
+
+
+def _evaluated(job: Job, cfg: SearchConfig, rec: RunRecord, **task_changes):
+    """The search's evaluator on the job's layer with some task settings changed; its reason,
+    scores and (valid) fitness recorded in `rec`."""
+    res = evaluate_candidate({"graph": job.graph,
+                              "config": with_task_settings(cfg, **task_changes).to_dict()})
+    rec.reason, rec.accuracies = res.reason, dict(res.scores)
+    if res.status == "valid":
+        rec.fitness = res.fitness
+    return res
 
 
 def _random_layer(job: Job, cfg: SearchConfig, rec: RunRecord) -> None:
@@ -206,11 +214,7 @@ def _reference(job: Job, cfg: SearchConfig, rec: RunRecord) -> None:
     from evonorm.graph import Graph
 
     task = ProxyTask.of_run(cfg)
-    res = evaluate_candidate({"graph": job.graph,
-                              "config": with_task_settings(cfg, quality_steps=0).to_dict()})
-    rec.reason, rec.accuracies = res.reason, dict(res.scores)
-    if res.status == "valid":
-        rec.fitness = res.fitness
+    _evaluated(job, cfg, rec, quality_steps=0)
     ds = search_dataset(task)
     graph = Graph.from_json(job.graph)
     for arch in task.archs:

@@ -136,16 +136,13 @@ def _train_stage(graph, ds, task: ProxyTask, runs: dict, trial: Trial, end: int,
     """One stage: each architecture's `n_runs` runs trained on to step `end` (a missing run is
     started), scored by their mean accuracy; Reject on a non-finite run, or on an architecture
     below the quality `bar` (the first stage of a staged config)."""
-    from evonorm.train import Run
-
     accs: dict[str, float] = {}
     for arch in task.archs:
         t0 = time.perf_counter()
         scores = []
         for i in range(n_runs):
             if (arch, i) not in runs:
-                runs[arch, i] = Run(graph, ds, dataclasses.replace(task.training[arch],
-                                                                    seed=task.run_seed(i)))
+                runs[arch, i] = _new_run(graph, ds, task, arch, i)
             run = runs[arch, i]
             run.advance(end, on_step=partial(trial.training_step, of=arch))
             acc = run.score()
@@ -160,6 +157,13 @@ def _train_stage(graph, ds, task: ProxyTask, runs: dict, trial: Trial, end: int,
             raise Reject(f"quality:{arch}", step=end, scores=accs,
                          detail={"accuracy": acc, "threshold": bar})
     return accs
+
+
+def _new_run(graph, ds, task: ProxyTask, arch: str, i: int):
+    """Run `i` of the layer on `arch` (its seed `run_seed(i)`), from step 0."""
+    from evonorm.train import Run
+
+    return Run(graph, ds, dataclasses.replace(task.training[arch], seed=task.run_seed(i)))
 
 
 class StageCheckpoint:
@@ -194,15 +198,13 @@ class StageCheckpoint:
         import torch
 
         from evonorm.files import read_bytes, warn
-        from evonorm.train import Run
 
         p = self.path
         if p is None or not (p.is_file() or p.is_symlink()):
             return {}, []
         try:  # tensors and plain data only: a planted pickle is refused, never run; a link never followed
             task = self.task
-            fresh = {(a, i): Run(self.graph, self.ds, dataclasses.replace(
-                task.training[a], seed=task.run_seed(i))) for a, i in self.keys}
+            fresh = {(a, i): _new_run(self.graph, self.ds, task, a, i) for a, i in self.keys}
             limit = CHECKPOINT_SLACK + 4 * sum(_state_bytes(r) for r in fresh.values())
             with warnings.catch_warnings():  # e.g. on the pickle protocol: the one line below
                 warnings.simplefilter("ignore")
